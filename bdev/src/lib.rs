@@ -1,0 +1,1 @@
+//! bdevkit core (work in progress).
