@@ -1,1 +1,14 @@
-//! bdevkit core (work in progress).
+//! # bdevkit
+//!
+//! A block device framework in the spirit of SPDK's bdev layer.
+//!
+//! * [`thread`]: reactors (one pinned OS thread per core), lightweight
+//!   threads with message queues and pollers, and per-thread I/O channels.
+//! * [`clock`]: the tick source used for statistics and timers.
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod error;
+pub mod thread;
+
+pub use error::{Error, Result};

@@ -1,0 +1,865 @@
+//! Lightweight threads (SPDK's `spdk_thread`): a message queue, pollers,
+//! the I/O channels created on it and a small local task executor.
+//!
+//! A [`Thread`] lives on one reactor and never moves, so everything it owns
+//! may use `Rc`/`RefCell`. Other OS threads reach it through a
+//! [`ThreadHandle`] and [`ThreadHandle::send_msg`].
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak as ArcWeak};
+use std::task::{Context, Wake, Waker};
+
+use crossbeam_queue::SegQueue;
+
+use super::cpuset::CpuSet;
+use super::runtime::{ReactorShared, RuntimeHandle, RuntimeShared};
+use crate::clock;
+use crate::error::{Error, Result};
+
+/// A message: a closure run once on the target thread.
+pub(crate) type Msg = Box<dyn FnOnce() + Send>;
+
+/// Most messages run per thread per loop iteration, so pollers keep running
+/// under a message flood.
+const MSG_BATCH: usize = 64;
+
+thread_local! {
+    static CURRENT: RefCell<Option<Thread>> = const { RefCell::new(None) };
+    static CURRENT_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What a poller reports after a run: whether it found work. Feeds the
+/// busy/idle tick counters and lets an idle reactor sleep in interrupt mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollerStatus {
+    /// The poller did work.
+    Busy,
+    /// Nothing to do.
+    Idle,
+}
+
+impl From<bool> for PollerStatus {
+    fn from(busy: bool) -> Self {
+        if busy {
+            PollerStatus::Busy
+        } else {
+            PollerStatus::Idle
+        }
+    }
+}
+
+/// The part of a thread that other OS threads can see.
+pub(crate) struct ThreadShared {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) cpumask: CpuSet,
+    msgs: SegQueue<Msg>,
+    pub(crate) reactor: Arc<ReactorShared>,
+    pub(crate) runtime: ArcWeak<RuntimeShared>,
+    exited: AtomicBool,
+    pub(crate) busy_ticks: AtomicU64,
+    pub(crate) idle_ticks: AtomicU64,
+    pub(crate) active_pollers: AtomicU32,
+    pub(crate) timed_pollers: AtomicU32,
+    pub(crate) paused_pollers: AtomicU32,
+    pub(crate) created_ticks: u64,
+}
+
+impl ThreadShared {
+    pub(crate) fn new(
+        name: String,
+        cpumask: CpuSet,
+        reactor: Arc<ReactorShared>,
+        runtime: ArcWeak<RuntimeShared>,
+    ) -> Arc<Self> {
+        Arc::new(ThreadShared {
+            id: NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            cpumask,
+            msgs: SegQueue::new(),
+            reactor,
+            runtime,
+            exited: AtomicBool::new(false),
+            busy_ticks: AtomicU64::new(0),
+            idle_ticks: AtomicU64::new(0),
+            active_pollers: AtomicU32::new(0),
+            timed_pollers: AtomicU32::new(0),
+            paused_pollers: AtomicU32::new(0),
+            created_ticks: clock::ticks(),
+        })
+    }
+
+    pub(crate) fn has_msgs(&self) -> bool {
+        !self.msgs.is_empty()
+    }
+}
+
+/// A `Send + Sync` handle to a lightweight thread: send it messages from
+/// anywhere.
+#[derive(Clone)]
+pub struct ThreadHandle(pub(crate) Arc<ThreadShared>);
+
+impl fmt::Debug for ThreadHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadHandle")
+            .field("id", &self.0.id)
+            .field("name", &self.0.name)
+            .finish()
+    }
+}
+
+impl PartialEq for ThreadHandle {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for ThreadHandle {}
+
+impl ThreadHandle {
+    /// The thread's unique id (never reused within a process).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The thread's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The CPUs this thread may run on.
+    #[must_use]
+    pub fn cpumask(&self) -> &CpuSet {
+        &self.0.cpumask
+    }
+
+    /// Whether the thread has exited.
+    #[must_use]
+    pub fn is_exited(&self) -> bool {
+        self.0.exited.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the thread. Messages from one sender arrive in order.
+    /// Fails (and drops `f`) once the thread has exited.
+    pub fn send_msg(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        self.send_boxed(Box::new(f))
+    }
+
+    pub(crate) fn send_boxed(&self, msg: Msg) -> Result<()> {
+        if self.is_exited() {
+            return Err(Error::ThreadExited(self.0.name.clone()));
+        }
+        self.0.msgs.push(msg);
+        // Pairs with the fence in the reactor before it sleeps: either it
+        // sees our message, or we see its `sleeping` flag and wake it.
+        fence(Ordering::SeqCst);
+        self.0.reactor.wake_if_sleeping();
+        Ok(())
+    }
+
+    /// Spawns a `Send` future on the thread.
+    pub fn spawn<F>(&self, fut: F) -> Result<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.send_msg(move || {
+            if let Some(t) = Thread::current() {
+                t.spawn_local(fut);
+            }
+        })
+    }
+
+    /// Runs `f` on the thread and blocks the calling OS thread until it
+    /// returns. For tests and embedding applications; fails when called on
+    /// a reactor of this runtime (that could deadlock).
+    pub fn run_sync<R, F>(&self, f: F) -> Result<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        if Thread::current().is_some() {
+            return Err(Error::WouldDeadlock);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.send_msg(move || {
+            let _ = tx.send(f());
+        })?;
+        rx.recv()
+            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+    }
+
+    /// Runs a future built by `make` on the thread and blocks the calling OS
+    /// thread until it completes. The future itself need not be `Send`.
+    pub fn block_on<R, Fut, M>(&self, make: M) -> Result<R>
+    where
+        M: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        if Thread::current().is_some() {
+            return Err(Error::WouldDeadlock);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.send_msg(move || {
+            if let Some(t) = Thread::current() {
+                let fut = make();
+                t.spawn_local(async move {
+                    let _ = tx.send(fut.await);
+                });
+            }
+        })?;
+        rx.recv()
+            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+    }
+}
+
+/// Poller lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PollerState {
+    Running,
+    Paused,
+    Unregistered,
+}
+
+type PollerFn = Box<dyn FnMut(&Poller) -> PollerStatus>;
+
+struct PollerEntry {
+    id: u64,
+    name: String,
+    period_ticks: u64,
+    period_us: u64,
+    state: Cell<PollerState>,
+    f: RefCell<Option<PollerFn>>,
+    run_count: Cell<u64>,
+    busy_count: Cell<u64>,
+    in_heap: Cell<bool>,
+    thread: Weak<ThreadInner>,
+}
+
+/// A registered poller. Cloning the handle does not duplicate the poller;
+/// dropping every handle does **not** unregister it (as in SPDK): call
+/// [`Poller::unregister`], also from inside the poller itself.
+#[derive(Clone)]
+pub struct Poller(Rc<PollerEntry>);
+
+impl fmt::Debug for Poller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Poller")
+            .field("id", &self.0.id)
+            .field("name", &self.0.name)
+            .field("state", &self.0.state.get())
+            .finish()
+    }
+}
+
+/// A snapshot of one poller, for `thread_get_pollers`.
+#[derive(Debug, Clone)]
+pub struct PollerInfo {
+    /// Poller name.
+    pub name: String,
+    /// Poller id (unique per thread).
+    pub id: u64,
+    /// `"running"`, `"paused"` or `"waiting"` (timed and not due).
+    pub state: &'static str,
+    /// Times it ran.
+    pub run_count: u64,
+    /// Times it reported busy.
+    pub busy_count: u64,
+    /// Period in microseconds (0 = active).
+    pub period_us: u64,
+}
+
+impl Poller {
+    /// Stops and removes the poller. Idempotent. The closure is dropped now,
+    /// or right after it returns when called from inside it.
+    pub fn unregister(&self) {
+        let e = &self.0;
+        if e.state.get() == PollerState::Unregistered {
+            return;
+        }
+        let was_paused = e.state.get() == PollerState::Paused;
+        e.state.set(PollerState::Unregistered);
+        if let Some(t) = e.thread.upgrade() {
+            t.poller_removed(e.period_ticks > 0, was_paused);
+        }
+        // If the closure is running, `try_borrow_mut` fails and the poll loop
+        // drops it when the call returns.
+        let f = e.f.try_borrow_mut().ok().and_then(|mut f| f.take());
+        drop(f);
+    }
+
+    /// Pauses the poller (it stays registered).
+    pub fn pause(&self) {
+        if self.0.state.get() == PollerState::Running {
+            self.0.state.set(PollerState::Paused);
+            if let Some(t) = self.0.thread.upgrade() {
+                t.shared.paused_pollers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Resumes a paused poller.
+    pub fn resume(&self) {
+        if self.0.state.get() == PollerState::Paused {
+            self.0.state.set(PollerState::Running);
+            if let Some(t) = self.0.thread.upgrade() {
+                t.shared.paused_pollers.fetch_sub(1, Ordering::Relaxed);
+                if self.0.period_ticks > 0 && !self.0.in_heap.get() {
+                    t.schedule_timed(&self.0, clock::ticks());
+                }
+            }
+        }
+    }
+
+    /// Whether the poller is still registered.
+    #[must_use]
+    pub fn is_registered(&self) -> bool {
+        self.0.state.get() != PollerState::Unregistered
+    }
+
+    /// Whether the poller is paused.
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        self.0.state.get() == PollerState::Paused
+    }
+
+    /// The poller's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// How many times the poller ran.
+    #[must_use]
+    pub fn run_count(&self) -> u64 {
+        self.0.run_count.get()
+    }
+}
+
+/// A timed poller's place in the deadline heap (min-heap by deadline).
+struct TimedSlot {
+    deadline: u64,
+    seq: u64,
+    entry: Rc<PollerEntry>,
+}
+
+impl PartialEq for TimedSlot {
+    fn eq(&self, o: &Self) -> bool {
+        self.deadline == o.deadline && self.seq == o.seq
+    }
+}
+impl Eq for TimedSlot {}
+impl PartialOrd for TimedSlot {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for TimedSlot {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap is a max-heap.
+        (o.deadline, o.seq).cmp(&(self.deadline, self.seq))
+    }
+}
+
+#[derive(Default)]
+struct Pollers {
+    active: Vec<Rc<PollerEntry>>,
+    timed: BinaryHeap<TimedSlot>,
+    /// Registered (not yet unregistered) pollers, active and timed.
+    live: usize,
+    next_id: u64,
+    next_seq: u64,
+    dirty: bool,
+}
+
+type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
+
+#[derive(Default)]
+struct Tasks {
+    slots: Vec<(u32, Option<LocalTask>)>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+struct TaskWaker {
+    thread: ThreadHandle,
+    key: u64,
+    queued: AtomicBool,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            let me = Arc::clone(self);
+            let _ = self.thread.send_msg(move || {
+                me.queued.store(false, Ordering::Release);
+                if let Some(t) = Thread::current() {
+                    t.poll_task(me.key, &me);
+                }
+            });
+        }
+    }
+}
+
+pub(crate) struct ThreadInner {
+    pub(crate) shared: Arc<ThreadShared>,
+    handle: ThreadHandle,
+    pollers: RefCell<Pollers>,
+    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn Any>>>,
+    tasks: RefCell<Tasks>,
+    exiting: Cell<bool>,
+    fds: RefCell<Vec<RawFd>>,
+}
+
+/// A lightweight thread, as seen from code running on it. `!Send`: obtain
+/// it with [`Thread::current`]; other OS threads use a [`ThreadHandle`].
+#[derive(Clone)]
+pub struct Thread(pub(crate) Rc<ThreadInner>);
+
+impl fmt::Debug for Thread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Thread")
+            .field("id", &self.0.shared.id)
+            .field("name", &self.0.shared.name)
+            .finish()
+    }
+}
+
+/// Keeps an fd in the reactor's epoll set (interrupt mode) until dropped.
+#[derive(Debug)]
+pub struct InterruptFd {
+    fd: RawFd,
+    thread: Weak<ThreadInner>,
+}
+
+impl Drop for InterruptFd {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.upgrade() {
+            let _ = t.shared.reactor.epoll.delete(self.fd);
+            t.fds.borrow_mut().retain(|f| *f != self.fd);
+        }
+    }
+}
+
+/// The id of the lightweight thread running on this OS thread right now,
+/// or 0. A thread-local read: cheap enough for the I/O path.
+#[inline]
+#[must_use]
+pub fn current_thread_id() -> u64 {
+    CURRENT_ID.with(Cell::get)
+}
+
+impl Thread {
+    pub(crate) fn adopt(shared: Arc<ThreadShared>) -> Thread {
+        Thread(Rc::new(ThreadInner {
+            handle: ThreadHandle(Arc::clone(&shared)),
+            shared,
+            pollers: RefCell::new(Pollers::default()),
+            channels: RefCell::new(HashMap::new()),
+            tasks: RefCell::new(Tasks::default()),
+            exiting: Cell::new(false),
+            fds: RefCell::new(Vec::new()),
+        }))
+    }
+
+    /// The thread running on this OS thread, if any (only inside messages,
+    /// pollers and tasks of a reactor).
+    #[must_use]
+    pub fn current() -> Option<Thread> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
+    /// Like [`Thread::current`], but an error outside a bdevkit thread.
+    pub fn try_current() -> Result<Thread> {
+        Self::current().ok_or(Error::NotOnThread)
+    }
+
+    /// Runs `f` with `self` as the current thread.
+    pub(crate) fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let prev = CURRENT.with(|c| c.replace(Some(self.clone())));
+        let prev_id = CURRENT_ID.with(|c| c.replace(self.0.shared.id));
+        let r = f();
+        CURRENT.with(|c| *c.borrow_mut() = prev);
+        CURRENT_ID.with(|c| c.set(prev_id));
+        r
+    }
+
+    /// A `Send` handle to this thread.
+    #[must_use]
+    pub fn handle(&self) -> ThreadHandle {
+        self.0.handle.clone()
+    }
+
+    /// Unique id.
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.0.shared.id
+    }
+
+    /// Name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.0.shared.name
+    }
+
+    /// The runtime this thread belongs to.
+    pub fn runtime(&self) -> Result<RuntimeHandle> {
+        self.0
+            .shared
+            .runtime
+            .upgrade()
+            .map(RuntimeHandle)
+            .ok_or(Error::RuntimeStopped)
+    }
+
+    /// Registers a poller. `period_us == 0` makes an active poller (runs
+    /// every loop iteration); otherwise it runs about every `period_us`.
+    pub fn register_poller(
+        &self,
+        name: impl Into<String>,
+        period_us: u64,
+        f: impl FnMut(&Poller) -> PollerStatus + 'static,
+    ) -> Poller {
+        let period_ticks = if period_us == 0 {
+            0
+        } else {
+            clock::us_to_ticks(period_us).max(1)
+        };
+        let mut ps = self.0.pollers.borrow_mut();
+        ps.next_id += 1;
+        let entry = Rc::new(PollerEntry {
+            id: ps.next_id,
+            name: name.into(),
+            period_ticks,
+            period_us,
+            state: Cell::new(PollerState::Running),
+            f: RefCell::new(Some(Box::new(f))),
+            run_count: Cell::new(0),
+            busy_count: Cell::new(0),
+            in_heap: Cell::new(false),
+            thread: Rc::downgrade(&self.0),
+        });
+        ps.live += 1;
+        if period_ticks == 0 {
+            ps.active.push(Rc::clone(&entry));
+            self.0.shared.active_pollers.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.0.shared.timed_pollers.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(ps);
+        if period_ticks > 0 {
+            self.0.schedule_timed(&entry, clock::ticks());
+        }
+        Poller(entry)
+    }
+
+    /// Asks the thread to exit. It does once every poller is unregistered,
+    /// every I/O channel on it is released and every local task finished.
+    pub fn exit(&self) {
+        self.0.exiting.set(true);
+    }
+
+    /// Whether [`Thread::exit`] was called.
+    #[must_use]
+    pub fn is_exiting(&self) -> bool {
+        self.0.exiting.get()
+    }
+
+    /// Adds `fd` to the reactor's wake-up set: in interrupt mode the idle
+    /// reactor wakes when it becomes readable and runs every poller (the
+    /// owner of `fd` must drain it). Removed when the guard drops.
+    pub fn register_interrupt_fd(&self, fd: RawFd) -> Result<InterruptFd> {
+        self.0
+            .shared
+            .reactor
+            .epoll
+            .add(fd, super::runtime::TOKEN_USER)
+            .map_err(Error::Epoll)?;
+        self.0.fds.borrow_mut().push(fd);
+        Ok(InterruptFd {
+            fd,
+            thread: Rc::downgrade(&self.0),
+        })
+    }
+
+    /// Spawns a local (non-`Send`) future on this thread.
+    pub fn spawn_local(&self, fut: impl Future<Output = ()> + 'static) {
+        let key = {
+            let mut tasks = self.0.tasks.borrow_mut();
+            tasks.live += 1;
+            let boxed: LocalTask = Box::pin(fut);
+            if let Some(idx) = tasks.free.pop() {
+                let slot = &mut tasks.slots[idx as usize];
+                slot.0 = slot.0.wrapping_add(1);
+                slot.1 = Some(boxed);
+                (u64::from(slot.0) << 32) | u64::from(idx)
+            } else {
+                let idx = u32::try_from(tasks.slots.len()).expect("invariant: < 2^32 tasks");
+                tasks.slots.push((0, Some(boxed)));
+                u64::from(idx)
+            }
+        };
+        let waker = Arc::new(TaskWaker {
+            thread: self.handle(),
+            key,
+            queued: AtomicBool::new(false),
+        });
+        self.poll_task(key, &waker);
+    }
+
+    fn poll_task(&self, key: u64, waker: &Arc<TaskWaker>) {
+        let idx = (key & 0xffff_ffff) as usize;
+        let gen = (key >> 32) as u32;
+        let task = {
+            let mut tasks = self.0.tasks.borrow_mut();
+            match tasks.slots.get_mut(idx) {
+                Some(slot) if slot.0 == gen => slot.1.take(),
+                _ => None,
+            }
+        };
+        let Some(mut task) = task else { return };
+        let w = Waker::from(Arc::clone(waker));
+        let mut cx = Context::from_waker(&w);
+        let done = self.enter(|| task.as_mut().poll(&mut cx).is_ready());
+        let mut tasks = self.0.tasks.borrow_mut();
+        if done {
+            tasks.live -= 1;
+            tasks
+                .free
+                .push(u32::try_from(idx).expect("invariant: < 2^32 tasks"));
+        } else if let Some(slot) = tasks.slots.get_mut(idx) {
+            slot.1 = Some(task);
+        }
+    }
+
+    /// Ticks now (see [`crate::clock`]).
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        clock::ticks()
+    }
+
+    /// Snapshots of this thread's pollers.
+    #[must_use]
+    pub fn pollers(&self) -> Vec<PollerInfo> {
+        let ps = self.0.pollers.borrow();
+        let mut out: Vec<PollerInfo> = ps
+            .active
+            .iter()
+            .chain(ps.timed.iter().map(|s| &s.entry))
+            .filter(|e| e.state.get() != PollerState::Unregistered)
+            .map(|e| PollerInfo {
+                name: e.name.clone(),
+                id: e.id,
+                state: match e.state.get() {
+                    PollerState::Paused => "paused",
+                    _ if e.period_ticks > 0 => "waiting",
+                    _ => "running",
+                },
+                run_count: e.run_count.get(),
+                busy_count: e.busy_count.get(),
+                period_us: e.period_us,
+            })
+            .collect();
+        out.sort_by_key(|p| p.id);
+        out.dedup_by_key(|p| p.id);
+        out
+    }
+
+    /// Names and reference counts of the I/O channels held on this thread.
+    #[must_use]
+    pub fn io_channel_refs(&self) -> Vec<(u64, usize)> {
+        self.0
+            .channels
+            .borrow()
+            .iter()
+            .map(|(id, w)| (*id, w.strong_count()))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// One loop iteration for this thread: messages, active pollers, due
+    /// timed pollers. Returns whether anything did work.
+    pub(crate) fn poll(&self, now: u64) -> bool {
+        self.enter(|| self.0.poll_inner(now))
+    }
+
+    /// Earliest timed-poller deadline, for the reactor's sleep.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.0.pollers.borrow().timed.peek().map(|s| s.deadline)
+    }
+
+    /// Whether an exiting thread has released everything.
+    pub(crate) fn can_finish_exit(&self) -> bool {
+        self.0.exiting.get()
+            && self.0.pollers.borrow().live == 0
+            && self.0.tasks.borrow().live == 0
+            && !self.0.shared.has_msgs()
+            && self
+                .0
+                .channels
+                .borrow()
+                .values()
+                .all(|w| w.strong_count() == 0)
+    }
+
+    /// Marks the thread exited and drops what it still holds (pollers,
+    /// tasks, queued messages), with the thread current so destructors that
+    /// release channels find it.
+    pub(crate) fn finish(&self) {
+        self.0.shared.exited.store(true, Ordering::Release);
+        self.enter(|| {
+            let (active, timed) = {
+                let mut ps = self.0.pollers.borrow_mut();
+                (
+                    std::mem::take(&mut ps.active),
+                    std::mem::take(&mut ps.timed),
+                )
+            };
+            for e in active.iter().chain(timed.iter().map(|s| &s.entry)) {
+                Poller(Rc::clone(e)).unregister();
+            }
+            drop((active, timed));
+            let tasks = std::mem::take(&mut *self.0.tasks.borrow_mut());
+            drop(tasks);
+            while let Some(m) = self.0.shared.msgs.pop() {
+                drop(m);
+            }
+            let fds = std::mem::take(&mut *self.0.fds.borrow_mut());
+            for fd in fds {
+                let _ = self.0.shared.reactor.epoll.delete(fd);
+            }
+        });
+    }
+}
+
+impl ThreadInner {
+    fn poller_removed(&self, timed: bool, was_paused: bool) {
+        let mut ps = self.pollers.borrow_mut();
+        ps.live = ps.live.saturating_sub(1);
+        ps.dirty = true;
+        drop(ps);
+        if timed {
+            self.shared.timed_pollers.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.shared.active_pollers.fetch_sub(1, Ordering::Relaxed);
+        }
+        if was_paused {
+            self.shared.paused_pollers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn schedule_timed(&self, e: &Rc<PollerEntry>, now: u64) {
+        let mut ps = self.pollers.borrow_mut();
+        ps.next_seq += 1;
+        let seq = ps.next_seq;
+        ps.timed.push(TimedSlot {
+            deadline: now.saturating_add(e.period_ticks),
+            seq,
+            entry: Rc::clone(e),
+        });
+        e.in_heap.set(true);
+    }
+
+    fn run_poller(e: &Rc<PollerEntry>) -> bool {
+        let Ok(mut slot) = e.f.try_borrow_mut() else {
+            return false;
+        };
+        let Some(f) = slot.as_mut() else { return false };
+        let handle = Poller(Rc::clone(e));
+        let busy = f(&handle) == PollerStatus::Busy;
+        if e.state.get() == PollerState::Unregistered {
+            // Unregistered from inside: drop the closure now.
+            let f = slot.take();
+            drop(slot);
+            drop(f);
+        }
+        e.run_count.set(e.run_count.get() + 1);
+        if busy {
+            e.busy_count.set(e.busy_count.get() + 1);
+        }
+        busy
+    }
+
+    fn poll_inner(&self, now: u64) -> bool {
+        let mut busy = false;
+        for _ in 0..MSG_BATCH {
+            match self.shared.msgs.pop() {
+                Some(m) => {
+                    m();
+                    busy = true;
+                }
+                None => break,
+            }
+        }
+
+        let n = self.pollers.borrow().active.len();
+        for i in 0..n {
+            let e = {
+                let ps = self.pollers.borrow();
+                match ps.active.get(i) {
+                    Some(e) => Rc::clone(e),
+                    None => break,
+                }
+            };
+            if e.state.get() == PollerState::Running {
+                busy |= Self::run_poller(&e);
+            }
+        }
+
+        loop {
+            let slot = {
+                let mut ps = self.pollers.borrow_mut();
+                match ps.timed.peek() {
+                    Some(s) if s.deadline <= now => ps.timed.pop(),
+                    _ => None,
+                }
+            };
+            let Some(slot) = slot else { break };
+            let e = slot.entry;
+            e.in_heap.set(false);
+            match e.state.get() {
+                PollerState::Running => {
+                    busy |= Self::run_poller(&e);
+                    if e.state.get() == PollerState::Running && !e.in_heap.get() {
+                        self.schedule_timed(&e, now.max(slot.deadline));
+                    }
+                }
+                PollerState::Paused | PollerState::Unregistered => {}
+            }
+        }
+
+        let mut ps = self.pollers.borrow_mut();
+        if ps.dirty {
+            ps.dirty = false;
+            ps.active
+                .retain(|e| e.state.get() != PollerState::Unregistered);
+            if ps
+                .timed
+                .iter()
+                .any(|s| s.entry.state.get() == PollerState::Unregistered)
+            {
+                let kept: Vec<TimedSlot> = std::mem::take(&mut ps.timed)
+                    .into_iter()
+                    .filter(|s| s.entry.state.get() != PollerState::Unregistered)
+                    .collect();
+                ps.timed = kept.into();
+            }
+        }
+        busy
+    }
+}

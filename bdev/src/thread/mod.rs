@@ -1,0 +1,41 @@
+//! Reactors, lightweight threads, messages, pollers and I/O channels.
+//!
+//! * A [`Runtime`] starts one *reactor* (a pinned OS thread) per core of its
+//!   core mask. Each reactor loops over the lightweight [`Thread`]s placed
+//!   on it: drain a batch of messages, run active pollers, run due timed
+//!   pollers. In interrupt mode an idle reactor sleeps in epoll until a
+//!   message, a timer deadline or a registered fd wakes it.
+//! * A [`Thread`] never moves between reactors, so state it owns may use
+//!   `Rc`/`RefCell`. Other OS threads talk to it with
+//!   [`ThreadHandle::send_msg`].
+//! * An [`IoDevice`] gives each thread its own [`IoChannel`]: per-thread
+//!   state reached without locks on the I/O path.
+//!
+//! ```
+//! use bdevkit::thread::{Runtime, RuntimeOptions, CpuSet, Thread, PollerStatus};
+//! let rt = Runtime::start(RuntimeOptions::interrupt(CpuSet::single(0))).unwrap();
+//! let answer = rt.app_thread().run_sync(|| {
+//!     let t = Thread::current().unwrap();
+//!     t.name().to_string()
+//! }).unwrap();
+//! assert_eq!(answer, "app_thread");
+//! rt.shutdown();
+//! ```
+
+mod cpuset;
+mod io_channel;
+mod lwthread;
+mod runtime;
+mod sys;
+
+pub use cpuset::{CpuSet, CpuSetParseError, MAX_CPUS};
+pub use io_channel::{ChannelStep, IoChannel, IoDevice};
+pub use lwthread::{
+    current_thread_id, InterruptFd, Poller, PollerInfo, PollerStatus, Thread, ThreadHandle,
+};
+pub use runtime::{
+    thread_stats, ReactorStats, Runtime, RuntimeHandle, RuntimeOptions, ThreadStats,
+};
+
+#[cfg(test)]
+mod tests;
