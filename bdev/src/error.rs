@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::bdev::{IoStatus, IoType};
+
 /// A boxed error from a callback (channel constructors, modules).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -54,6 +56,71 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// An I/O channel was used on a thread other than its own.
+    #[error("I/O submitted on a channel of another thread")]
+    WrongThread,
+    /// Bad argument.
+    #[error("invalid argument: {0}")]
+    InvalidArg(String),
+    /// The bdev does not serve this I/O type.
+    #[error("I/O type {0} not supported by this bdev")]
+    NotSupported(IoType),
+    /// Write through a read-only descriptor.
+    #[error("bdev {0} is open read-only")]
+    ReadOnly(String),
+    /// The block range lies outside the bdev.
+    #[error("blocks {offset_blocks}+{num_blocks} outside bdev of {bdev_blocks} blocks")]
+    OutOfRange {
+        /// First block.
+        offset_blocks: u64,
+        /// Length.
+        num_blocks: u64,
+        /// Bdev size.
+        bdev_blocks: u64,
+    },
+    /// The data buffers are shorter than the I/O.
+    #[error("buffer of {have} bytes too small for {need} bytes")]
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes given.
+        have: usize,
+    },
+    /// No bdev of that name.
+    #[error("bdev {0} not found")]
+    NotFound(String),
+    /// Name, alias or config already exists.
+    #[error("{0} already exists")]
+    Exists(String),
+    /// The bdev is claimed.
+    #[error("bdev {0} is claimed by {1}")]
+    Claimed(String, String),
+    /// `bdev_set_options` pool too small for the caches.
+    #[error("Pool size {pool} too small for cache size {cache}")]
+    PoolTooSmall {
+        /// Pool size.
+        pool: u32,
+        /// Cache size.
+        cache: u32,
+    },
+    /// A module's init failed.
+    #[error("init of bdev module {module}")]
+    ModuleInit {
+        /// Module name.
+        module: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// A previous change is still in progress.
+    #[error("operation in progress, try again")]
+    Again,
+    /// An I/O completed with an error status.
+    #[error("I/O failed: {0:?}")]
+    Io(IoStatus),
+    /// No memory (pool or allocation).
+    #[error("out of memory")]
+    NoMem,
 }
 
 impl Error {
@@ -69,7 +136,20 @@ impl Error {
             Error::NotOnThread | Error::WouldDeadlock => libc::EPERM,
             Error::IoDeviceUnregistered(_) => libc::ENODEV,
             Error::ChannelType(_) => libc::EINVAL,
-            Error::CreateChannel { .. } => libc::ENOMEM,
+            Error::CreateChannel { .. } | Error::NoMem => libc::ENOMEM,
+            Error::WrongThread => libc::EPERM,
+            Error::InvalidArg(_)
+            | Error::OutOfRange { .. }
+            | Error::BufferTooSmall { .. }
+            | Error::PoolTooSmall { .. } => libc::EINVAL,
+            Error::NotSupported(_) => libc::ENOTSUP,
+            Error::ReadOnly(_) => libc::EBADF,
+            Error::NotFound(_) => libc::ENODEV,
+            Error::Exists(_) => libc::EEXIST,
+            Error::Claimed(..) => libc::EPERM,
+            Error::ModuleInit { .. } => libc::EIO,
+            Error::Again => libc::EAGAIN,
+            Error::Io(s) => s.errno(),
         }
     }
 }

@@ -71,6 +71,9 @@ struct ChannelInner<T: 'static> {
     value: T,
     device: Arc<DeviceShared<T>>,
     thread_id: u64,
+    /// The owning thread (same OS thread: `Rc`-based channels cannot leave
+    /// it), whose channel map holds this channel.
+    owner: std::rc::Weak<super::lwthread::ThreadInner>,
 }
 
 /// This thread's channel for an [`IoDevice`]: a reference-counted handle
@@ -113,6 +116,12 @@ impl<T> IoChannel<T> {
         &self.0.device.name
     }
 
+    /// Whether two handles are the same channel.
+    #[must_use]
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        Rc::ptr_eq(&a.0, &b.0)
+    }
+
     /// Number of handles to this channel.
     #[must_use]
     pub fn ref_count(&self) -> usize {
@@ -122,13 +131,8 @@ impl<T> IoChannel<T> {
 
 impl<T: 'static> Drop for ChannelInner<T> {
     fn drop(&mut self) {
-        if let Some(t) = Thread::current() {
-            debug_assert_eq!(
-                t.id(),
-                self.thread_id,
-                "channel dropped on a foreign thread"
-            );
-            t.0.channels.borrow_mut().remove(&self.device.id);
+        if let Some(t) = self.owner.upgrade() {
+            t.channels.borrow_mut().remove(&self.device.id);
         }
         let done = {
             let mut st = self.device.state.lock();
@@ -315,6 +319,7 @@ impl<T: 'static> IoDevice<T> {
             value,
             device: Arc::clone(&self.shared),
             thread_id: th.id(),
+            owner: Rc::downgrade(&th.0),
         });
         let weak: std::rc::Weak<dyn Any> = Rc::downgrade(&(Rc::clone(&inner) as Rc<dyn Any>));
         th.0.channels.borrow_mut().insert(self.shared.id, weak);

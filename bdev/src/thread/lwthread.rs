@@ -156,7 +156,8 @@ impl ThreadHandle {
         self.send_boxed(Box::new(f))
     }
 
-    pub(crate) fn send_boxed(&self, msg: Msg) -> Result<()> {
+    /// [`ThreadHandle::send_msg`] with an already boxed closure.
+    pub fn send_boxed(&self, msg: Box<dyn FnOnce() + Send>) -> Result<()> {
         if self.is_exited() {
             return Err(Error::ThreadExited(self.0.name.clone()));
         }
@@ -424,6 +425,7 @@ pub(crate) struct ThreadInner {
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
     fds: RefCell<Vec<RawFd>>,
+    local_msgs: RefCell<std::collections::VecDeque<Box<dyn FnOnce()>>>,
 }
 
 /// A lightweight thread, as seen from code running on it. `!Send`: obtain
@@ -474,6 +476,7 @@ impl Thread {
             tasks: RefCell::new(Tasks::default()),
             exiting: Cell::new(false),
             fds: RefCell::new(Vec::new()),
+            local_msgs: RefCell::new(std::collections::VecDeque::new()),
         }))
     }
 
@@ -566,6 +569,18 @@ impl Thread {
             self.0.schedule_timed(&entry, clock::ticks());
         }
         Poller(entry)
+    }
+
+    /// Runs `f` on this thread in a later loop iteration (a local, non-`Send`
+    /// message). Used to complete work outside the caller's stack, e.g. an
+    /// I/O that fails before reaching its module.
+    pub fn defer(&self, f: impl FnOnce() + 'static) {
+        self.0.local_msgs.borrow_mut().push_back(Box::new(f));
+    }
+
+    /// Whether the thread has queued messages (local or remote).
+    pub(crate) fn has_pending_msgs(&self) -> bool {
+        self.0.shared.has_msgs() || !self.0.local_msgs.borrow().is_empty()
     }
 
     /// Asks the thread to exit. It does once every poller is unregistered,
@@ -708,7 +723,7 @@ impl Thread {
         self.0.exiting.get()
             && self.0.pollers.borrow().live == 0
             && self.0.tasks.borrow().live == 0
-            && !self.0.shared.has_msgs()
+            && !self.has_pending_msgs()
             && self
                 .0
                 .channels
@@ -739,6 +754,8 @@ impl Thread {
             while let Some(m) = self.0.shared.msgs.pop() {
                 drop(m);
             }
+            let local = std::mem::take(&mut *self.0.local_msgs.borrow_mut());
+            drop(local);
             let fds = std::mem::take(&mut *self.0.fds.borrow_mut());
             for fd in fds {
                 let _ = self.0.shared.reactor.epoll.delete(fd);
@@ -797,6 +814,19 @@ impl ThreadInner {
 
     fn poll_inner(&self, now: u64) -> bool {
         let mut busy = false;
+        // Local deferrals queued before this iteration (new ones wait for
+        // the next, so a deferral loop cannot starve the pollers).
+        let n_local = self.local_msgs.borrow().len();
+        for _ in 0..n_local {
+            let m = self.local_msgs.borrow_mut().pop_front();
+            match m {
+                Some(m) => {
+                    m();
+                    busy = true;
+                }
+                None => break,
+            }
+        }
         for _ in 0..MSG_BATCH {
             match self.shared.msgs.pop() {
                 Some(m) => {

@@ -614,7 +614,7 @@ fn sleep(
     r.sleeping.store(true, Ordering::SeqCst);
     fence(Ordering::SeqCst);
     let pending = !r.incoming.is_empty()
-        || threads.iter().any(|t| t.0.shared.has_msgs())
+        || threads.iter().any(Thread::has_pending_msgs)
         || (rt.stop.load(Ordering::Acquire) && !stopping);
     if !pending {
         let timeout = match deadline {

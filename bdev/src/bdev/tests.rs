@@ -1,0 +1,858 @@
+//! Bdev core tests with a configurable in-memory test module.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::dma::{DmaBuf, SharedMem};
+use crate::error::{BoxError, Error};
+use crate::thread::{CpuSet, PollerStatus, Runtime, RuntimeOptions, Thread};
+
+/// Knobs of the test disk.
+#[derive(Default)]
+struct Knobs {
+    hold: AtomicBool,
+    nomem_left: AtomicU64,
+    submitted: AtomicU64,
+    destructed: AtomicBool,
+    max_children_blocks: AtomicU64,
+}
+
+struct TestDisk {
+    mem: SharedMem,
+    bs: u64,
+    props: BdevProps,
+    types: Vec<IoType>,
+    knobs: Arc<Knobs>,
+}
+
+struct TestChannel {
+    done: CompletionQueue,
+    held: Rc<RefCell<VecDeque<BdevIo>>>,
+    poller: crate::thread::Poller,
+}
+
+impl Drop for TestChannel {
+    fn drop(&mut self) {
+        self.poller.unregister();
+    }
+}
+
+impl BdevOps for TestDisk {
+    type Channel = TestChannel;
+
+    fn create_channel(&self) -> Result<TestChannel, BoxError> {
+        let held: Rc<RefCell<VecDeque<BdevIo>>> = Rc::default();
+        let h2 = Rc::clone(&held);
+        let knobs = Arc::clone(&self.knobs);
+        let t = Thread::try_current()?;
+        // Releases held I/Os once `hold` is cleared.
+        let poller = t.register_poller("test_release", 0, move |_| {
+            if knobs.hold.load(Ordering::SeqCst) || h2.borrow().is_empty() {
+                return PollerStatus::Idle;
+            }
+            let all: Vec<BdevIo> = h2.borrow_mut().drain(..).collect();
+            for io in all {
+                io.complete(IoStatus::Success);
+            }
+            PollerStatus::Busy
+        });
+        Ok(TestChannel {
+            done: CompletionQueue::new("test_io")?,
+            held,
+            poller,
+        })
+    }
+
+    fn submit(&self, ch: &TestChannel, mut io: BdevIo) {
+        self.knobs.submitted.fetch_add(1, Ordering::SeqCst);
+        // Every I/O that reaches a module respects the declared limits.
+        let p = &self.props;
+        let (off, n) = (io.offset_blocks(), io.num_blocks());
+        if p.split_on_optimal_io_boundary
+            && p.optimal_io_boundary != 0
+            && io.io_type() != IoType::Reset
+        {
+            let b = u64::from(p.optimal_io_boundary);
+            assert!(n == 0 || off / b == (off + n - 1) / b, "crossed boundary");
+        }
+        if p.max_rw_size != 0 && matches!(io.io_type(), IoType::Read | IoType::Write) {
+            assert!(n <= u64::from(p.max_rw_size));
+        }
+        if p.max_num_segments != 0 {
+            assert!(io.iovs().len() <= p.max_num_segments as usize);
+        }
+        if p.max_segment_size != 0 {
+            assert!(io
+                .iovs()
+                .iter()
+                .all(|v| v.len <= p.max_segment_size as usize));
+        }
+        if p.required_alignment != 0 {
+            let mask = (1usize << p.required_alignment) - 1;
+            assert!(
+                io.iovs().iter().all(|v| v.base as usize & mask == 0),
+                "unaligned"
+            );
+        }
+        self.knobs
+            .max_children_blocks
+            .fetch_max(n, Ordering::SeqCst);
+        if self
+            .knobs
+            .nomem_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+            .is_ok()
+        {
+            ch.done.push(io, IoStatus::NoMem);
+            return;
+        }
+        if self.knobs.hold.load(Ordering::SeqCst) && io.io_type() != IoType::Reset {
+            ch.held.borrow_mut().push_back(io);
+            return;
+        }
+        let off = usize::try_from(off * self.bs).unwrap();
+        let len = usize::try_from(n * self.bs).unwrap();
+        let status = match io.io_type() {
+            IoType::Read => {
+                let mut pos = off;
+                io.for_each_segment_mut(|s| {
+                    assert!(self.mem.read(pos, s));
+                    pos += s.len();
+                });
+                IoStatus::Success
+            }
+            IoType::Write => {
+                let mut pos = off;
+                io.for_each_segment(|s| {
+                    assert!(self.mem.write(pos, s));
+                    pos += s.len();
+                });
+                IoStatus::Success
+            }
+            IoType::WriteZeroes | IoType::Unmap => {
+                assert!(self.mem.fill(off, len, 0));
+                IoStatus::Success
+            }
+            _ => IoStatus::Success,
+        };
+        ch.done.push(io, status);
+    }
+
+    fn io_type_supported(&self, t: IoType) -> bool {
+        self.types.contains(&t)
+    }
+
+    fn destruct(&self, done: Done) {
+        self.knobs.destructed.store(true, Ordering::SeqCst);
+        done.done();
+    }
+}
+
+fn disk(mgr: &BdevManager, props: BdevProps, types: &[IoType]) -> (Bdev, Arc<Knobs>) {
+    let knobs = Arc::new(Knobs::default());
+    let bs = u64::from(props.block_size);
+    let bytes = usize::try_from(props.num_blocks * bs).unwrap();
+    let d = TestDisk {
+        mem: SharedMem::new(bytes).unwrap(),
+        bs,
+        props: props.clone(),
+        types: types.to_vec(),
+        knobs: Arc::clone(&knobs),
+    };
+    (
+        mgr.register_bdev("test", props, Arc::new(d)).unwrap(),
+        knobs,
+    )
+}
+
+const RW: &[IoType] = &[IoType::Read, IoType::Write, IoType::Reset, IoType::Flush];
+const ALL: &[IoType] = &[
+    IoType::Read,
+    IoType::Write,
+    IoType::Reset,
+    IoType::Flush,
+    IoType::WriteZeroes,
+    IoType::Unmap,
+];
+
+struct Env {
+    rt: Option<Runtime>,
+    mgr: BdevManager,
+}
+
+impl Env {
+    fn new(mask: &str, opts: BdevOptions) -> Env {
+        let ro = RuntimeOptions {
+            shutdown_grace: Duration::from_millis(200),
+            ..RuntimeOptions::interrupt(mask.parse::<CpuSet>().unwrap())
+        };
+        Env {
+            rt: Some(Runtime::start(ro).unwrap()),
+            mgr: BdevManager::new(opts),
+        }
+    }
+
+    fn run<R: Send + 'static, Fut: std::future::Future<Output = R> + 'static>(
+        &self,
+        f: impl FnOnce(BdevManager) -> Fut + Send + 'static,
+    ) -> R {
+        let mgr = self.mgr.clone();
+        self.rt
+            .as_ref()
+            .unwrap()
+            .app_thread()
+            .block_on(move || f(mgr))
+            .unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown();
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> DmaBuf {
+    let mut b = DmaBuf::new(len).unwrap();
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = u8::try_from(i % 251)
+            .unwrap()
+            .wrapping_mul(31)
+            .wrapping_add(seed);
+    }
+    b
+}
+
+/// Sleeps on the reactor without blocking it.
+async fn sleep_ms(ms: u64) {
+    struct Sleep {
+        until: Instant,
+        armed: bool,
+    }
+    impl std::future::Future for Sleep {
+        type Output = ();
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<()> {
+            if Instant::now() >= self.until {
+                return std::task::Poll::Ready(());
+            }
+            if !self.armed {
+                self.armed = true;
+                let w = cx.waker().clone();
+                let until = self.until;
+                Thread::current()
+                    .unwrap()
+                    .register_poller("sleep", 1_000, move |p| {
+                        if Instant::now() >= until {
+                            p.unregister();
+                            w.wake_by_ref();
+                        }
+                        PollerStatus::Idle
+                    });
+            }
+            std::task::Poll::Pending
+        }
+    }
+    Sleep {
+        until: Instant::now() + Duration::from_millis(ms),
+        armed: false,
+    }
+    .await;
+}
+
+#[test]
+fn write_read_roundtrip_and_stats() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (b, _) = disk(&mgr, BdevProps::new("d0", "Test", 512, 1024), ALL);
+        assert_eq!(mgr.get(&b.uuid().to_string()).unwrap(), b);
+        let desc = mgr.open("d0", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        ch.write(8, 8, pattern(4096, 1)).await.unwrap();
+        let got = ch.read(8, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
+        assert_eq!(&got[..], &pattern(4096, 1)[..]);
+        ch.write_zeroes(8, 4).await.unwrap();
+        let got = ch.read(8, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
+        assert!(got[..2048].iter().all(|x| *x == 0));
+        assert_eq!(&got[2048..], &pattern(4096, 1)[2048..]);
+        let s = ch.stat();
+        assert_eq!(s.num_read_ops, 2);
+        assert_eq!(s.num_write_ops, 2);
+        assert_eq!(s.bytes_read, 8192);
+        drop(ch);
+        // Stats of a destroyed channel are folded into the bdev.
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.get_iostat(move |s| tx.send(s).unwrap());
+        loop {
+            if let Ok(s) = rx.try_recv() {
+                assert_eq!(s.num_read_ops, 2);
+                break;
+            }
+            sleep_ms(1).await;
+        }
+        let info = b.info_json();
+        assert_eq!(info["name"], "d0");
+        assert_eq!(info["supported_io_types"]["write_zeroes"], true);
+        assert_eq!(info["supported_io_types"]["compare"], false);
+        assert_eq!(info["claimed"], false);
+    });
+}
+
+#[test]
+fn bad_io_fails_without_reaching_the_module() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (_b, knobs) = disk(&mgr, BdevProps::new("d1", "Test", 512, 100), RW);
+        let desc = mgr.open("d1", false, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let mut io = ch.alloc_io().unwrap();
+        io.read(99, 2, DmaBuf::new(1024).unwrap());
+        let e = ch.submit(io).unwrap_err();
+        assert!(matches!(e.error, Error::OutOfRange { .. }), "{e}");
+        let mut io = e.io;
+        assert!(io.take_buf().is_some(), "buffer comes back");
+        io.read(u64::MAX, 2, DmaBuf::new(1024).unwrap());
+        assert!(matches!(
+            ch.submit(io).unwrap_err().error,
+            Error::OutOfRange { .. }
+        ));
+        let mut io = ch.alloc_io().unwrap();
+        io.read(0, 4, DmaBuf::new(1024).unwrap());
+        assert!(matches!(
+            ch.submit(io).unwrap_err().error,
+            Error::BufferTooSmall { .. }
+        ));
+        let mut io = ch.alloc_io().unwrap();
+        io.write(0, 1, DmaBuf::new(512).unwrap());
+        assert!(matches!(
+            ch.submit(io).unwrap_err().error,
+            Error::ReadOnly(_)
+        ));
+        let mut io = ch.alloc_io().unwrap();
+        io.unmap(0, 1);
+        assert!(matches!(
+            ch.submit(io).unwrap_err().error,
+            Error::NotSupported(IoType::Unmap)
+        ));
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst), 0);
+        // A good one does reach it.
+        ch.read(0, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst), 1);
+    });
+}
+
+thread_local! {
+    static SMUGGLED: RefCell<Option<BdevChannel>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn channel_of_another_thread_is_rejected() {
+    let env = Env::new("0x1", BdevOptions::default());
+    let rt = env.rt.as_ref().unwrap().handle();
+    let mgr = env.mgr.clone();
+    env.rt
+        .as_ref()
+        .unwrap()
+        .app_thread()
+        .run_sync(move || {
+            disk(&mgr, BdevProps::new("d2", "Test", 512, 100), RW);
+            let desc = mgr.open("d2", false, |_| {}).unwrap();
+            SMUGGLED.with(|s| *s.borrow_mut() = Some(desc.get_io_channel().unwrap()));
+            std::mem::forget(desc);
+        })
+        .unwrap();
+    // Another lightweight thread on the same reactor (same OS thread).
+    let other = rt.spawn_thread("other", Some(&CpuSet::single(0))).unwrap();
+    let err = other
+        .run_sync(|| {
+            SMUGGLED.with(|s| {
+                let ch = s.borrow_mut().take().unwrap();
+                let mut io = ch.alloc_io().unwrap();
+                io.read(0, 1, DmaBuf::new(512).unwrap());
+                let e = ch.submit(io).unwrap_err();
+                format!("{}", e.error)
+            })
+        })
+        .unwrap();
+    assert!(err.contains("another thread"), "{err}");
+}
+
+#[test]
+fn claims_exclusive_and_shared() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        disk(&mgr, BdevProps::new("d3", "Test", 512, 100), RW);
+        let d1 = mgr.open("d3", false, |_| {}).unwrap();
+        let d2 = mgr.open("d3", false, |_| {}).unwrap();
+        d1.claim(ClaimType::ExclusiveWrite, "m1").unwrap();
+        assert!(d1.is_writable());
+        let e = d2.claim(ClaimType::ExclusiveWrite, "m2").unwrap_err();
+        assert!(matches!(e, Error::Claimed(..)));
+        assert_eq!(e.errno(), libc::EPERM);
+        assert!(
+            mgr.open("d3", true, |_| {}).is_err(),
+            "writer on a claimed bdev"
+        );
+        assert_eq!(
+            mgr.get("d3").unwrap().info_json()["claim_type"],
+            "exclusive_write"
+        );
+        drop(d1);
+        assert!(mgr.get("d3").unwrap().claim().is_none());
+        d2.claim(ClaimType::ReadManyWriteNone, "m2").unwrap();
+        let d4 = mgr.open("d3", false, |_| {}).unwrap();
+        d4.claim(ClaimType::ReadManyWriteNone, "m3").unwrap();
+        assert!(d4.claim(ClaimType::ExclusiveWrite, "m3").is_err());
+        drop((d2, d4));
+        let w1 = mgr.open("d3", false, |_| {}).unwrap();
+        let w2 = mgr.open("d3", false, |_| {}).unwrap();
+        w1.claim(ClaimType::ReadManyWriteShared { key: 7 }, "a")
+            .unwrap();
+        assert!(w2
+            .claim(ClaimType::ReadManyWriteShared { key: 8 }, "b")
+            .is_err());
+        w2.claim(ClaimType::ReadManyWriteShared { key: 7 }, "b")
+            .unwrap();
+        assert!(w2.is_writable());
+    });
+}
+
+#[test]
+fn hot_remove_delivers_event_and_destructs_after_close() {
+    let env = Env::new("0x3", BdevOptions::default());
+    let events = Arc::new(AtomicUsize::new(0));
+    let ev2 = Arc::clone(&events);
+    env.run(move |mgr| async move {
+        let (b, knobs) = disk(&mgr, BdevProps::new("d4", "Test", 512, 100), RW);
+        let desc = mgr
+            .open("d4", true, move |e| {
+                assert_eq!(e, BdevEvent::Remove);
+                ev2.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let removed = Arc::new(AtomicBool::new(false));
+        let r2 = Arc::clone(&removed);
+        mgr.unregister(&b, move || r2.store(true, Ordering::SeqCst));
+        while events.load(Ordering::SeqCst) == 0 {
+            sleep_ms(1).await;
+        }
+        assert!(
+            mgr.open("d4", false, |_| {}).is_err(),
+            "no new opens while removing"
+        );
+        // I/O on the still-open channel keeps working until close.
+        ch.read(0, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+        sleep_ms(10).await;
+        assert!(!knobs.destructed.load(Ordering::SeqCst));
+        assert!(!removed.load(Ordering::SeqCst));
+        drop(ch);
+        desc.close();
+        while !removed.load(Ordering::SeqCst) {
+            sleep_ms(1).await;
+        }
+        assert!(knobs.destructed.load(Ordering::SeqCst));
+        assert!(mgr.get("d4").is_none());
+        assert!(mgr.bdevs().is_empty());
+    });
+}
+
+#[test]
+fn io_wait_pool_of_8_with_64_submitters() {
+    let opts = BdevOptions {
+        bdev_io_pool_size: 8,
+        bdev_io_cache_size: 2,
+        ..BdevOptions::default()
+    };
+    let env = Env::new("0x1", opts);
+    let done = env.run(|mgr| async move {
+        disk(&mgr, BdevProps::new("d5", "Test", 512, 1024), RW);
+        let desc = mgr.open("d5", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let completed = Rc::new(Cell::new(0usize));
+        let t = Thread::current().unwrap();
+        for s in 0..64u64 {
+            let ch = ch.clone();
+            let completed = Rc::clone(&completed);
+            t.spawn_local(async move {
+                for k in 0..10u64 {
+                    let off = (s * 10 + k) % 1024;
+                    let buf = ch.write(off, 1, pattern(512, 3)).await.unwrap();
+                    let got = ch.read(off, 1, buf).await.unwrap();
+                    assert_eq!(&got[..], &pattern(512, 3)[..]);
+                    completed.set(completed.get() + 1);
+                }
+            });
+        }
+        while completed.get() < 640 {
+            sleep_ms(1).await;
+        }
+        assert!(mgr.io_pool_available() <= 8);
+        completed.get()
+    });
+    assert_eq!(done, 640);
+}
+
+#[test]
+fn reset_waits_for_in_flight_io_and_aborts_new_io() {
+    let env = Env::new("0x3", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (_b, knobs) = disk(&mgr, BdevProps::new("d6", "Test", 512, 1024), RW);
+        let desc = mgr.open("d6", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        knobs.hold.store(true, Ordering::SeqCst);
+        let order = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..10u64 {
+            let mut io = ch.alloc_io().unwrap();
+            let o = Rc::clone(&order);
+            io.read(i, 1, DmaBuf::new(512).unwrap())
+                .on_done_closure(move |io| {
+                    assert_eq!(io.status(), IoStatus::Success);
+                    o.borrow_mut().push("read");
+                });
+            ch.submit(io).unwrap();
+        }
+        let mut io = ch.alloc_io().unwrap();
+        let o = Rc::clone(&order);
+        io.reset().on_done_closure(move |io| {
+            assert_eq!(io.status(), IoStatus::Success);
+            o.borrow_mut().push("reset");
+        });
+        ch.submit(io).unwrap();
+        sleep_ms(20).await;
+        assert!(
+            order.borrow().is_empty(),
+            "reset finished with I/O in flight"
+        );
+        // New I/O during the reset is aborted.
+        let mut io = ch.alloc_io().unwrap();
+        let o = Rc::clone(&order);
+        io.read(0, 1, DmaBuf::new(512).unwrap())
+            .on_done_closure(move |io| {
+                assert_eq!(io.status(), IoStatus::Aborted);
+                o.borrow_mut().push("aborted");
+            });
+        ch.submit(io).unwrap();
+        sleep_ms(5).await;
+        assert_eq!(*order.borrow(), vec!["aborted"]);
+        knobs.hold.store(false, Ordering::SeqCst);
+        while order.borrow().len() < 12 {
+            sleep_ms(1).await;
+        }
+        let snapshot = order.borrow().clone();
+        assert_eq!(snapshot.last().unwrap(), &"reset", "{snapshot:?}");
+        assert_eq!(snapshot.iter().filter(|s| **s == "read").count(), 10);
+        // After the reset, I/O flows again.
+        ch.read(0, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+    });
+}
+
+#[test]
+fn splits_respect_limits_and_keep_data() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let mut p = BdevProps::new("d7", "Test", 512, 4096);
+        p.optimal_io_boundary = 8;
+        p.split_on_optimal_io_boundary = true;
+        p.max_rw_size = 6;
+        p.max_segment_size = 1024;
+        p.max_num_segments = 3;
+        let (_b, knobs) = disk(&mgr, p, ALL);
+        let desc = mgr.open("d7", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let mut seed = 7u64;
+        for round in 0..60u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (seed >> 33) % 4000;
+            let n = 1 + (seed >> 20) % 64;
+            let n = n.min(4096 - off);
+            // Several buffers of odd (block-multiple) sizes.
+            let mut bufs = Vec::new();
+            let mut left = n;
+            let mut k = 0u8;
+            while left > 0 {
+                let take = left.min(1 + u64::from(k % 5));
+                bufs.push(pattern(
+                    usize::try_from(take * 512).unwrap(),
+                    k.wrapping_add(u8::try_from(round).unwrap()),
+                ));
+                left -= take;
+                k += 1;
+            }
+            let expect: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let mut io = ch.alloc_io_async().await;
+            io.writev(off, n, bufs);
+            let done = ch.submit_async(io).unwrap().await;
+            assert_eq!(done.status(), IoStatus::Success);
+            let got = ch
+                .read(
+                    off,
+                    n,
+                    DmaBuf::new(usize::try_from(n * 512).unwrap()).unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(&got[..], &expect[..], "round {round} off {off} n {n}");
+        }
+        assert!(knobs.max_children_blocks.load(Ordering::SeqCst) <= 6);
+        // Unmap/write-zeroes split too and zero the range.
+        ch.write_zeroes(0, 100).await.unwrap();
+        let got = ch.read(0, 100, DmaBuf::new(51200).unwrap()).await.unwrap();
+        assert!(got.iter().all(|x| *x == 0));
+    });
+}
+
+#[test]
+fn misaligned_buffers_are_bounced() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let mut p = BdevProps::new("d8", "Test", 512, 64);
+        p.required_alignment = 12;
+        disk(&mgr, p, RW);
+        let desc = mgr.open("d8", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        // 512-aligned, not 4096-aligned: two 512-byte buffers.
+        let mut data = Vec::new();
+        for s in 0..4u8 {
+            let b = DmaBuf::alloc(512, 512).unwrap();
+            data.push(b);
+            let _ = s;
+        }
+        let mut bufs = Vec::new();
+        for (i, mut b) in data.into_iter().enumerate() {
+            let v = u8::try_from(i).unwrap() + 1;
+            b.iter_mut().for_each(|x| *x = v);
+            bufs.push(b);
+        }
+        let mut io = ch.alloc_io().unwrap();
+        io.writev(4, 4, bufs);
+        assert_eq!(
+            ch.submit_async(io).unwrap().await.status(),
+            IoStatus::Success
+        );
+        let mut io = ch.alloc_io().unwrap();
+        let rbufs: Vec<DmaBuf> = (0..4).map(|_| DmaBuf::alloc(512, 512).unwrap()).collect();
+        io.readv(4, 4, rbufs);
+        let mut done = ch.submit_async(io).unwrap().await;
+        assert_eq!(done.status(), IoStatus::Success);
+        for (i, b) in done.take_bufs().iter().enumerate() {
+            let v = u8::try_from(i).unwrap() + 1;
+            assert!(b.iter().all(|x| *x == v));
+        }
+    });
+}
+
+#[test]
+fn write_zeroes_is_emulated_with_writes() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (b, _) = disk(&mgr, BdevProps::new("d9", "Test", 4096, 1024), RW);
+        assert!(b.supports(IoType::WriteZeroes));
+        assert!(!b.module_supports(IoType::WriteZeroes));
+        let desc = mgr.open("d9", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let all = usize::try_from(1024 * 4096u64).unwrap();
+        ch.write(0, 1024, pattern(all, 9)).await.unwrap();
+        // More than the 1 MiB zero buffer: several emulated writes.
+        ch.write_zeroes(10, 600).await.unwrap();
+        let got = ch.read(0, 1024, DmaBuf::new(all).unwrap()).await.unwrap();
+        let z = 10 * 4096..610 * 4096;
+        assert!(got[z.clone()].iter().all(|x| *x == 0));
+        assert_eq!(&got[..z.start], &pattern(all, 9)[..z.start]);
+        assert_eq!(&got[z.end..], &pattern(all, 9)[z.end..]);
+    });
+}
+
+#[test]
+fn nomem_completions_are_retried() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (_b, knobs) = disk(&mgr, BdevProps::new("d10", "Test", 512, 128), RW);
+        knobs.nomem_left.store(25, Ordering::SeqCst);
+        let desc = mgr.open("d10", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let t = Thread::current().unwrap();
+        let ok = Rc::new(Cell::new(0));
+        for i in 0..20u64 {
+            let ch = ch.clone();
+            let ok = Rc::clone(&ok);
+            t.spawn_local(async move {
+                ch.write(i, 1, pattern(512, 1)).await.unwrap();
+                ok.set(ok.get() + 1);
+            });
+        }
+        while ok.get() < 20 {
+            sleep_ms(1).await;
+        }
+        assert_eq!(knobs.nomem_left.load(Ordering::SeqCst), 0);
+        assert_eq!(ch.stat().errors.nomem, 0, "retried, not failed");
+    });
+}
+
+#[test]
+fn qos_holds_iops_limit_within_5_percent() {
+    let env = Env::new("0x1", BdevOptions::default());
+    let (count, secs) = env.run(|mgr| async move {
+        let (b, _) = disk(&mgr, BdevProps::new("d11", "Test", 512, 1024), RW);
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.set_qos_limits([Some(20_000), None, None, None], move |r| {
+            tx.send(r).unwrap()
+        });
+        loop {
+            if let Ok(r) = rx.try_recv() {
+                r.unwrap();
+                break;
+            }
+            sleep_ms(1).await;
+        }
+        assert_eq!(b.qos_limits(), [20_000, 0, 0, 0]);
+        let desc = mgr.open("d11", false, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let count = Rc::new(Cell::new(0u64));
+        let stop = Rc::new(Cell::new(false));
+        let t = Thread::current().unwrap();
+        for q in 0..32u64 {
+            let (ch, count, stop) = (ch.clone(), Rc::clone(&count), Rc::clone(&stop));
+            t.spawn_local(async move {
+                let mut buf = DmaBuf::new(512).unwrap();
+                while !stop.get() {
+                    buf = ch.read(q, 1, buf).await.unwrap();
+                    count.set(count.get() + 1);
+                }
+            });
+        }
+        sleep_ms(300).await;
+        let (c0, t0) = (count.get(), Instant::now());
+        sleep_ms(2000).await;
+        let (c1, t1) = (count.get(), Instant::now());
+        stop.set(true);
+        sleep_ms(50).await;
+        (c1 - c0, (t1 - t0).as_secs_f64())
+    });
+    let rate = count as f64 / secs;
+    let err = (rate - 20_000.0).abs() / 20_000.0;
+    assert!(
+        err < 0.05,
+        "rate {rate:.0} IOPS vs limit 20000 ({:.1}% off)",
+        err * 100.0
+    );
+}
+
+#[test]
+fn examine_offers_new_bdevs_and_vbdev_attaches() {
+    struct Watcher {
+        seen: Mutex<Vec<String>>,
+        descs: Mutex<Vec<BdevDesc>>,
+    }
+    impl BdevModule for Watcher {
+        fn name(&self) -> &'static str {
+            "watcher"
+        }
+        fn has_examine(&self) -> bool {
+            true
+        }
+        fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
+            self.seen.lock().unwrap().push(bdev.name().to_string());
+            if bdev.name() == "base" {
+                let d = mgr.open("base", false, |_| {}).unwrap();
+                d.claim(ClaimType::ExclusiveWrite, "watcher").unwrap();
+                self.descs.lock().unwrap().push(d);
+            }
+        }
+    }
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let w = Arc::new(Watcher {
+            seen: Mutex::new(Vec::new()),
+            descs: Mutex::new(Vec::new()),
+        });
+        mgr.register_module(Arc::clone(&w) as Arc<dyn BdevModule>);
+        disk(&mgr, BdevProps::new("other", "Test", 512, 8), RW);
+        let (b, _) = disk(&mgr, BdevProps::new("base", "Test", 512, 8), RW);
+        assert_eq!(*w.seen.lock().unwrap(), vec!["other", "base"]);
+        assert_eq!(b.claim().unwrap().1, "watcher");
+        let (tx, rx) = std::sync::mpsc::channel();
+        mgr.wait_for_examine(move || tx.send(()).unwrap());
+        while rx.try_recv().is_err() {
+            sleep_ms(1).await;
+        }
+        w.descs.lock().unwrap().clear();
+    });
+}
+
+#[test]
+fn resize_event_reaches_holders() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (b, _) = disk(&mgr, BdevProps::new("d12", "Test", 512, 64), RW);
+        let got = Arc::new(AtomicUsize::new(0));
+        let g2 = Arc::clone(&got);
+        let _d = mgr
+            .open("d12", false, move |e| {
+                if e == BdevEvent::Resize {
+                    g2.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        b.notify_resize(32);
+        while got.load(Ordering::SeqCst) == 0 {
+            sleep_ms(1).await;
+        }
+        assert_eq!(b.num_blocks(), 32);
+    });
+}
+
+#[test]
+fn register_rejects_duplicates_and_unregister_all_orders_stacks() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (b, _) = disk(&mgr, BdevProps::new("x", "Test", 512, 8), RW);
+        let knobs = Arc::new(Knobs::default());
+        let d = TestDisk {
+            mem: SharedMem::new(4096).unwrap(),
+            bs: 512,
+            props: BdevProps::new("x", "Test", 512, 8),
+            types: RW.to_vec(),
+            knobs,
+        };
+        let e = mgr
+            .register_bdev("test", BdevProps::new("x", "Test", 512, 8), Arc::new(d))
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EEXIST);
+        let mut p = BdevProps::new("y", "Test", 512, 8);
+        p.aliases = vec![b.uuid().to_string()];
+        let d = TestDisk {
+            mem: SharedMem::new(4096).unwrap(),
+            bs: 512,
+            props: p.clone(),
+            types: RW.to_vec(),
+            knobs: Arc::new(Knobs::default()),
+        };
+        assert!(
+            mgr.register_bdev("test", p, Arc::new(d)).is_err(),
+            "alias clash"
+        );
+        assert!(mgr.get("y").is_none(), "failed create left nothing behind");
+        let held = mgr.open("x", false, |_| {}).unwrap();
+        held.claim(ClaimType::ExclusiveWrite, "t").unwrap();
+        disk(&mgr, BdevProps::new("top", "Test", 512, 8), RW);
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop(held);
+        mgr.unregister_all(move || tx.send(()).unwrap());
+        while rx.try_recv().is_err() {
+            sleep_ms(1).await;
+        }
+        assert!(mgr.bdevs().is_empty());
+    });
+}

@@ -1,0 +1,378 @@
+//! Plain types shared by the consumer and module sides of the bdev API.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// I/O types, in SPDK's order (`enum spdk_bdev_io_type`, 1..=22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum IoType {
+    /// Read blocks.
+    Read = 1,
+    /// Write blocks.
+    Write,
+    /// Deallocate blocks.
+    Unmap,
+    /// Make previous writes durable.
+    Flush,
+    /// Abort outstanding I/O and reset the device.
+    Reset,
+    /// NVMe admin passthrough.
+    NvmeAdmin,
+    /// NVMe I/O passthrough.
+    NvmeIo,
+    /// NVMe I/O passthrough with metadata.
+    NvmeIoMd,
+    /// Write zeroes (emulated with writes where the module lacks it).
+    WriteZeroes,
+    /// Zero-copy (not used by bdevkit modules yet).
+    Zcopy,
+    /// Zoned: get zone info.
+    GetZoneInfo,
+    /// Zoned: zone management.
+    ZoneManagement,
+    /// Zoned: zone append.
+    ZoneAppend,
+    /// Compare blocks with a buffer.
+    Compare,
+    /// Atomic compare then write.
+    CompareAndWrite,
+    /// Abort one outstanding I/O.
+    Abort,
+    /// Seek to the next hole.
+    SeekHole,
+    /// Seek to the next data.
+    SeekData,
+    /// Copy blocks inside the bdev.
+    Copy,
+    /// NVMe I/O passthrough with separate metadata iovecs.
+    NvmeIovMd,
+    /// NVM subsystem reset.
+    NvmeNssr,
+    /// Write uncorrectable.
+    WriteUncorrectable,
+}
+
+impl IoType {
+    /// Every type, in SPDK's order (the order of `supported_io_types`).
+    pub const ALL: [IoType; 22] = [
+        IoType::Read,
+        IoType::Write,
+        IoType::Unmap,
+        IoType::Flush,
+        IoType::Reset,
+        IoType::NvmeAdmin,
+        IoType::NvmeIo,
+        IoType::NvmeIoMd,
+        IoType::WriteZeroes,
+        IoType::Zcopy,
+        IoType::GetZoneInfo,
+        IoType::ZoneManagement,
+        IoType::ZoneAppend,
+        IoType::Compare,
+        IoType::CompareAndWrite,
+        IoType::Abort,
+        IoType::SeekHole,
+        IoType::SeekData,
+        IoType::Copy,
+        IoType::NvmeIovMd,
+        IoType::NvmeNssr,
+        IoType::WriteUncorrectable,
+    ];
+
+    /// SPDK's name (`supported_io_types` keys).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            IoType::Read => "read",
+            IoType::Write => "write",
+            IoType::Unmap => "unmap",
+            IoType::Flush => "flush",
+            IoType::Reset => "reset",
+            IoType::NvmeAdmin => "nvme_admin",
+            IoType::NvmeIo => "nvme_io",
+            IoType::NvmeIoMd => "nvme_io_md",
+            IoType::WriteZeroes => "write_zeroes",
+            IoType::Zcopy => "zcopy",
+            IoType::GetZoneInfo => "get_zone_info",
+            IoType::ZoneManagement => "zone_management",
+            IoType::ZoneAppend => "zone_append",
+            IoType::Compare => "compare",
+            IoType::CompareAndWrite => "compare_and_write",
+            IoType::Abort => "abort",
+            IoType::SeekHole => "seek_hole",
+            IoType::SeekData => "seek_data",
+            IoType::Copy => "copy",
+            IoType::NvmeIovMd => "nvme_iov_md",
+            IoType::NvmeNssr => "nvme_nssr",
+            IoType::WriteUncorrectable => "write_uncorrectable",
+        }
+    }
+
+    /// Bit in a supported-types mask.
+    #[must_use]
+    pub fn bit(self) -> u32 {
+        1 << (self as u8)
+    }
+
+    /// Whether the type modifies data (needs a writable descriptor).
+    #[must_use]
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            IoType::Write
+                | IoType::Unmap
+                | IoType::WriteZeroes
+                | IoType::CompareAndWrite
+                | IoType::Copy
+                | IoType::ZoneAppend
+                | IoType::ZoneManagement
+                | IoType::WriteUncorrectable
+                | IoType::NvmeIo
+                | IoType::NvmeIoMd
+                | IoType::NvmeIovMd
+                | IoType::NvmeAdmin
+                | IoType::NvmeNssr
+        )
+    }
+
+    /// Whether the I/O addresses a block range that must lie inside the bdev.
+    #[must_use]
+    pub fn has_range(self) -> bool {
+        matches!(
+            self,
+            IoType::Read
+                | IoType::Write
+                | IoType::Unmap
+                | IoType::Flush
+                | IoType::WriteZeroes
+                | IoType::Compare
+                | IoType::CompareAndWrite
+                | IoType::Copy
+                | IoType::WriteUncorrectable
+        )
+    }
+
+    /// Whether the I/O carries a data buffer of `num_blocks` blocks.
+    #[must_use]
+    pub fn has_data(self) -> bool {
+        matches!(
+            self,
+            IoType::Read | IoType::Write | IoType::Compare | IoType::CompareAndWrite
+        )
+    }
+}
+
+impl fmt::Display for IoType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How an I/O ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoStatus {
+    /// Not completed yet.
+    #[default]
+    Pending,
+    /// Completed successfully.
+    Success,
+    /// Failed, no more detail.
+    Failed,
+    /// Failed with an errno (SPDK's `aio_error`), positive.
+    Errno(i32),
+    /// Failed with an NVMe status.
+    Nvme {
+        /// Status code type.
+        sct: u8,
+        /// Status code.
+        sc: u8,
+    },
+    /// Out of resources: the bdev layer queues and retries it; a consumer
+    /// sees it only when it bypasses the retry.
+    NoMem,
+    /// Compare found different data.
+    Miscompare,
+    /// Aborted (reset, hot remove, abort request).
+    Aborted,
+    /// The first command of a fused pair failed.
+    FirstFusedFailed,
+}
+
+impl IoStatus {
+    /// Whether the I/O succeeded.
+    #[must_use]
+    pub fn is_success(self) -> bool {
+        self == IoStatus::Success
+    }
+
+    /// The errno for a failure (0 on success/pending).
+    #[must_use]
+    pub fn errno(self) -> i32 {
+        match self {
+            IoStatus::Success | IoStatus::Pending => 0,
+            IoStatus::Errno(e) => e,
+            IoStatus::NoMem => libc::ENOMEM,
+            IoStatus::Miscompare => libc::EILSEQ,
+            IoStatus::Aborted => libc::ECANCELED,
+            IoStatus::Failed | IoStatus::Nvme { .. } | IoStatus::FirstFusedFailed => libc::EIO,
+        }
+    }
+}
+
+/// Events delivered to descriptor holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BdevEvent {
+    /// The bdev is being removed: close the descriptor.
+    Remove,
+    /// The block count changed.
+    Resize,
+    /// Media management event (NVMe).
+    MediaManagement,
+}
+
+/// Claim types (SPDK's v1 `exclusive_write` and the three v2 types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimType {
+    /// One claimant, which becomes a writer; no other claim allowed.
+    ExclusiveWrite,
+    /// The claiming descriptor is the only writer; readers allowed.
+    ReadManyWriteOne,
+    /// Nobody writes; shared among read-only claimants.
+    ReadManyWriteNone,
+    /// Writers that present the same non-zero key share the claim.
+    ReadManyWriteShared {
+        /// Shared claim key.
+        key: u64,
+    },
+}
+
+impl ClaimType {
+    /// SPDK's name as reported by `bdev_get_bdevs`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimType::ExclusiveWrite => "exclusive_write",
+            ClaimType::ReadManyWriteOne => "read_many_write_one",
+            ClaimType::ReadManyWriteNone => "read_many_write_none",
+            ClaimType::ReadManyWriteShared { .. } => "read_many_write_shared",
+        }
+    }
+}
+
+/// Properties a module declares when registering a bdev.
+#[derive(Debug, Clone)]
+pub struct BdevProps {
+    /// Unique name.
+    pub name: String,
+    /// Extra names.
+    pub aliases: Vec<String>,
+    /// UUID; generated when `None`.
+    pub uuid: Option<Uuid>,
+    /// `product_name` of `bdev_get_bdevs`.
+    pub product_name: String,
+    /// Logical block size in bytes (data + interleaved metadata).
+    pub block_size: u32,
+    /// Number of blocks.
+    pub num_blocks: u64,
+    /// Physical block size (0 = block size).
+    pub phys_block_size: u32,
+    /// log2 of the buffer alignment the module needs (0 = none).
+    pub required_alignment: u8,
+    /// Boundary in blocks I/O should not cross (0 = none).
+    pub optimal_io_boundary: u32,
+    /// Split I/O on `optimal_io_boundary`.
+    pub split_on_optimal_io_boundary: bool,
+    /// Atomic write unit in blocks (0 = 1).
+    pub write_unit_size: u32,
+    /// Largest iovec segment in bytes (0 = no limit).
+    pub max_segment_size: u32,
+    /// Most iovec segments per I/O (0 = no limit).
+    pub max_num_segments: u32,
+    /// Largest read/write in blocks (0 = no limit).
+    pub max_rw_size: u32,
+    /// Largest unmap in blocks (0 = no limit).
+    pub max_unmap: u32,
+    /// Largest write_zeroes in blocks (0 = no limit).
+    pub max_write_zeroes: u32,
+    /// Largest copy in blocks (0 = no limit).
+    pub max_copy: u32,
+    /// Volatile write cache present (flush matters).
+    pub write_cache: bool,
+    /// Metadata bytes per block.
+    pub md_size: u32,
+    /// Metadata interleaved with data.
+    pub md_interleave: bool,
+    /// DIF type (0-3).
+    pub dif_type: u32,
+    /// DIF at the head of metadata.
+    pub dif_is_head_of_md: bool,
+    /// DIF PI format.
+    pub dif_pi_format: u32,
+    /// NUMA node, when the module knows it.
+    pub numa_id: Option<i32>,
+    /// Preferred write alignment (blocks, 0 = not reported).
+    pub preferred_write_alignment: u32,
+    /// Preferred write granularity (blocks).
+    pub preferred_write_granularity: u32,
+    /// Optimal write size (blocks).
+    pub optimal_write_size: u32,
+    /// Preferred unmap alignment (blocks).
+    pub preferred_unmap_alignment: u32,
+    /// Preferred unmap granularity (blocks).
+    pub preferred_unmap_granularity: u32,
+}
+
+impl BdevProps {
+    /// Properties with the given name, product, geometry and defaults
+    /// elsewhere.
+    #[must_use]
+    pub fn new(
+        name: impl Into<String>,
+        product_name: impl Into<String>,
+        block_size: u32,
+        num_blocks: u64,
+    ) -> Self {
+        BdevProps {
+            name: name.into(),
+            aliases: Vec::new(),
+            uuid: None,
+            product_name: product_name.into(),
+            block_size,
+            num_blocks,
+            phys_block_size: 0,
+            required_alignment: 0,
+            optimal_io_boundary: 0,
+            split_on_optimal_io_boundary: false,
+            write_unit_size: 0,
+            max_segment_size: 0,
+            max_num_segments: 0,
+            max_rw_size: 0,
+            max_unmap: 0,
+            max_write_zeroes: 0,
+            max_copy: 0,
+            write_cache: false,
+            md_size: 0,
+            md_interleave: false,
+            dif_type: 0,
+            dif_is_head_of_md: false,
+            dif_pi_format: 0,
+            numa_id: None,
+            preferred_write_alignment: 0,
+            preferred_write_granularity: 0,
+            optimal_write_size: 0,
+            preferred_unmap_alignment: 0,
+            preferred_unmap_granularity: 0,
+        }
+    }
+}
+
+/// An NVMe command for passthrough I/O (64 bytes, the submission entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NvmeCmd {
+    /// The sixteen command dwords.
+    pub cdw: [u32; 16],
+}

@@ -1,0 +1,297 @@
+//! The `malloc` bdev module: RAM-backed bdevs. The memory is allocated and
+//! touched at creation (no page faults during I/O) and shared by every
+//! thread's channel; data moves with plain memory copies and completes
+//! from the channel's poller.
+//!
+//! RPCs: `bdev_malloc_create`, `bdev_malloc_delete` (see [`rpc`]).
+//! Supported I/O: read, write, write_zeroes, unmap, flush, reset, compare,
+//! compare_and_write, copy, abort.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod rpc;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bdevkit::bdev::{
+    Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
+};
+use bdevkit::dma::SharedMem;
+use bdevkit::error::BoxError;
+use bdevkit::{Error, Result};
+use serde_json::{json, Value};
+
+pub use rpc::MallocCreateParams;
+
+/// Module name.
+pub const MODULE: &str = "malloc";
+/// `product_name` of malloc bdevs.
+pub const PRODUCT_NAME: &str = "Malloc disk";
+
+/// The malloc module.
+#[derive(Debug, Default)]
+pub struct MallocModule;
+
+impl BdevModule for MallocModule {
+    fn name(&self) -> &'static str {
+        MODULE
+    }
+
+    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
+        mgr.bdevs()
+            .iter()
+            .filter(|b| b.module_name() == MODULE && !b.is_removing())
+            .filter_map(|b| b.ops_as::<MallocBdev>().map(|m| m.config(b)))
+            .collect()
+    }
+}
+
+/// Adds the malloc module to `mgr`.
+pub fn register(mgr: &BdevManager) {
+    mgr.register_module(Arc::new(MallocModule));
+}
+
+/// One malloc bdev.
+#[derive(Debug)]
+pub struct MallocBdev {
+    params: MallocCreateParams,
+    mem: SharedMem,
+    block_size: u64,
+}
+
+impl MallocBdev {
+    fn config(&self, b: &Bdev) -> Value {
+        let p = &self.params;
+        json!({
+            "method": "bdev_malloc_create",
+            "params": {
+                "name": b.name(),
+                "num_blocks": b.num_blocks(),
+                "block_size": p.block_size,
+                "physical_block_size": p.physical_block_size.unwrap_or(0),
+                "uuid": b.uuid().to_string(),
+                "optimal_io_boundary": p.optimal_io_boundary.unwrap_or(0),
+                "md_size": p.md_size.unwrap_or(0),
+                "dif_type": p.dif_type.unwrap_or(0),
+                "dif_is_head_of_md": p.dif_is_head_of_md.unwrap_or(false),
+                "dif_pi_format": p.dif_pi_format.unwrap_or(0),
+                "numa_id": p.numa_id.unwrap_or(-1),
+            }
+        })
+    }
+
+    fn byte_range(&self, offset_blocks: u64, num_blocks: u64) -> Option<(usize, usize)> {
+        let off = usize::try_from(offset_blocks.checked_mul(self.block_size)?).ok()?;
+        let len = usize::try_from(num_blocks.checked_mul(self.block_size)?).ok()?;
+        Some((off, len))
+    }
+
+    /// Serves `io` synchronously; returns its status.
+    fn execute(&self, io: &mut BdevIo) -> IoStatus {
+        let Some((off, len)) = self.byte_range(io.offset_blocks(), io.num_blocks()) else {
+            return IoStatus::Errno(libc::EINVAL);
+        };
+        let ok = |b: bool| {
+            if b {
+                IoStatus::Success
+            } else {
+                IoStatus::Errno(libc::EINVAL)
+            }
+        };
+        match io.io_type() {
+            IoType::Read => {
+                let mut pos = off;
+                let mut good = true;
+                io.for_each_segment_mut(|seg| {
+                    good &= self.mem.read(pos, seg);
+                    pos += seg.len();
+                });
+                ok(good)
+            }
+            IoType::Write => {
+                let mut pos = off;
+                let mut good = true;
+                io.for_each_segment(|seg| {
+                    good &= self.mem.write(pos, seg);
+                    pos += seg.len();
+                });
+                ok(good)
+            }
+            IoType::Unmap | IoType::WriteZeroes => ok(self.mem.fill(off, len, 0)),
+            IoType::Flush | IoType::Reset => IoStatus::Success,
+            IoType::Compare => {
+                if self.segments_equal(io, off) {
+                    IoStatus::Success
+                } else {
+                    IoStatus::Miscompare
+                }
+            }
+            IoType::CompareAndWrite => {
+                if !self.segments_equal(io, off) {
+                    return IoStatus::Miscompare;
+                }
+                let mut data = vec![0u8; len];
+                io.copy_from_aux_iovs(&mut data);
+                ok(self.mem.write(off, &data))
+            }
+            IoType::Copy => {
+                let Some((src, _)) = self.byte_range(io.src_offset_blocks(), io.num_blocks())
+                else {
+                    return IoStatus::Errno(libc::EINVAL);
+                };
+                ok(self.mem.copy_within(src, off, len))
+            }
+            // Every I/O completes before the next poll: nothing to abort.
+            IoType::Abort => IoStatus::Failed,
+            _ => IoStatus::Errno(libc::ENOTSUP),
+        }
+    }
+
+    fn segments_equal(&self, io: &BdevIo, off: usize) -> bool {
+        let mut pos = off;
+        let mut equal = true;
+        io.for_each_segment(|seg| {
+            equal &= self.mem.equals(pos, seg);
+            pos += seg.len();
+        });
+        equal
+    }
+}
+
+/// Per-thread channel: finished I/Os wait for the next poll.
+#[derive(Debug)]
+pub struct MallocChannel {
+    q: CompletionQueue,
+}
+
+impl BdevOps for MallocBdev {
+    type Channel = MallocChannel;
+
+    fn create_channel(&self) -> std::result::Result<MallocChannel, BoxError> {
+        Ok(MallocChannel {
+            q: CompletionQueue::new("malloc_io")?,
+        })
+    }
+
+    #[inline]
+    fn submit(&self, ch: &MallocChannel, mut io: BdevIo) {
+        let status = self.execute(&mut io);
+        ch.q.push(io, status);
+    }
+
+    fn io_type_supported(&self, io_type: IoType) -> bool {
+        matches!(
+            io_type,
+            IoType::Read
+                | IoType::Write
+                | IoType::WriteZeroes
+                | IoType::Unmap
+                | IoType::Flush
+                | IoType::Reset
+                | IoType::Compare
+                | IoType::CompareAndWrite
+                | IoType::Copy
+                | IoType::Abort
+        )
+    }
+}
+
+fn props(name: &str, p: &MallocCreateParams) -> Result<BdevProps> {
+    if p.block_size == 0 || !p.block_size.is_multiple_of(512) {
+        return Err(Error::InvalidArg(format!(
+            "block_size {} is not a multiple of 512",
+            p.block_size
+        )));
+    }
+    if p.num_blocks == 0 {
+        return Err(Error::InvalidArg(
+            "num_blocks must be greater than 0".into(),
+        ));
+    }
+    let md = p.md_size.unwrap_or(0);
+    if ![0, 8, 16, 32, 64, 128].contains(&md) {
+        return Err(Error::InvalidArg(format!(
+            "md_size {md} must be one of 0, 8, 16, 32, 64, 128"
+        )));
+    }
+    if md != 0 && !p.md_interleave.unwrap_or(false) {
+        return Err(Error::InvalidArg(
+            "separate metadata is not supported; use md_interleave".into(),
+        ));
+    }
+    let dif = p.dif_type.unwrap_or(0);
+    if !(0..=3).contains(&dif) || (dif != 0 && md == 0) {
+        return Err(Error::InvalidArg(format!("invalid dif_type {dif}")));
+    }
+    let pbs = p.physical_block_size.unwrap_or(0);
+    if !pbs.is_multiple_of(512) {
+        return Err(Error::InvalidArg(format!(
+            "physical_block_size {pbs} is not a multiple of 512"
+        )));
+    }
+    if let Some(n) = p.numa_id {
+        if n != -1 && n != 0 {
+            return Err(Error::InvalidArg(format!("numa_id {n} does not exist")));
+        }
+    }
+    let mut props = BdevProps::new(name, PRODUCT_NAME, p.block_size + md, p.num_blocks);
+    props.uuid = p.uuid;
+    props.phys_block_size = pbs;
+    props.md_size = md;
+    props.md_interleave = md != 0;
+    props.dif_type = u32::try_from(dif).unwrap_or(0);
+    props.dif_is_head_of_md = p.dif_is_head_of_md.unwrap_or(false);
+    props.dif_pi_format = p.dif_pi_format.unwrap_or(0);
+    props.numa_id = Some(p.numa_id.unwrap_or(-1));
+    props.write_cache = false;
+    let boundary = p.optimal_io_boundary.unwrap_or(0);
+    props.optimal_io_boundary = boundary;
+    props.split_on_optimal_io_boundary = boundary != 0;
+    Ok(props)
+}
+
+/// Creates a malloc bdev (call on a bdevkit thread). Without a name it is
+/// called `Malloc<N>`.
+pub fn create(mgr: &BdevManager, mut params: MallocCreateParams) -> Result<Bdev> {
+    let name = match &params.name {
+        Some(n) if !n.is_empty() => n.clone(),
+        Some(_) => return Err(Error::InvalidArg("name must not be empty".into())),
+        None => next_name(mgr),
+    };
+    let props = props(&name, &params)?;
+    let bytes = params
+        .num_blocks
+        .checked_mul(u64::from(props.block_size))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::InvalidArg("bdev too large".into()))?;
+    if mgr.get(&name).is_some() {
+        return Err(Error::Exists(name));
+    }
+    let mem = SharedMem::new(bytes).map_err(|_| Error::NoMem)?;
+    params.name = Some(name);
+    let bdev = MallocBdev {
+        block_size: u64::from(props.block_size),
+        params,
+        mem,
+    };
+    mgr.register_bdev(MODULE, props, Arc::new(bdev))
+}
+
+/// Counter for generated names (process-wide, as SPDK's).
+static NEXT_MALLOC: AtomicU64 = AtomicU64::new(0);
+
+fn next_name(mgr: &BdevManager) -> String {
+    loop {
+        let n = NEXT_MALLOC.fetch_add(1, Ordering::Relaxed);
+        let name = format!("Malloc{n}");
+        if mgr.get(&name).is_none() {
+            return name;
+        }
+    }
+}
+
+/// Deletes the malloc bdev `name`; `done` runs on the calling thread.
+pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce() + Send + 'static) -> Result<()> {
+    mgr.unregister_by_name(name, MODULE, done)
+}

@@ -1,0 +1,90 @@
+//! Parameters of the null module's RPCs (SPDK names and types).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// `bdev_null_create` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NullCreateParams {
+    /// Bdev name.
+    pub name: String,
+    /// Data block size in bytes (a multiple of 512).
+    pub block_size: u32,
+    /// Number of blocks (> 0).
+    pub num_blocks: u64,
+    /// UUID (generated when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<Uuid>,
+    /// Physical block size (0 = block size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_block_size: Option<u32>,
+    /// Interleaved metadata bytes per block: 0, 8, 16, 32, 64 or 128.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub md_size: Option<u32>,
+    /// DIF type 0-3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dif_type: Option<i32>,
+    /// DIF PI format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dif_pi_format: Option<u32>,
+    /// DIF at the head of the metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dif_is_head_of_md: Option<bool>,
+    /// Preferred write alignment (blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_write_alignment: Option<u32>,
+    /// Preferred write granularity (blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_write_granularity: Option<u32>,
+    /// Optimal write size (blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimal_write_size: Option<u32>,
+    /// Preferred unmap alignment (blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_unmap_alignment: Option<u32>,
+    /// Preferred unmap granularity (blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_unmap_granularity: Option<u32>,
+}
+
+impl NullCreateParams {
+    /// Params with the required fields and defaults elsewhere.
+    #[must_use]
+    pub fn new(name: impl Into<String>, block_size: u32, num_blocks: u64) -> Self {
+        NullCreateParams {
+            name: name.into(),
+            block_size,
+            num_blocks,
+            uuid: None,
+            physical_block_size: None,
+            md_size: None,
+            dif_type: None,
+            dif_pi_format: None,
+            dif_is_head_of_md: None,
+            preferred_write_alignment: None,
+            preferred_write_granularity: None,
+            optimal_write_size: None,
+            preferred_unmap_alignment: None,
+            preferred_unmap_granularity: None,
+        }
+    }
+}
+
+/// `bdev_null_delete` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NullDeleteParams {
+    /// Bdev name.
+    pub name: String,
+}
+
+/// `bdev_null_resize` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NullResizeParams {
+    /// Bdev name.
+    pub name: String,
+    /// New size in MiB (may only grow).
+    pub new_size: u64,
+}
