@@ -981,19 +981,22 @@ impl BdevManager {
     }
 
     /// Unregisters the bdev `name` if `module` created it (what every
-    /// `bdev_<module>_delete` does): `NotFound` otherwise.
+    /// `bdev_<module>_delete` does). `done` gets `NotFound` at once when
+    /// there is no such bdev of that module, or `Ok` once it is gone (on
+    /// the calling thread).
     pub fn unregister_by_name(
         &self,
         name: &str,
         module: &str,
-        done: impl FnOnce() + Send + 'static,
-    ) -> Result<(), BdevError> {
-        let b = self
+        done: impl FnOnce(Result<(), BdevError>) + Send + 'static,
+    ) {
+        match self
             .get(name)
-            .filter(|b| b.module_name() == module)
-            .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
-        self.unregister(&b, done);
-        Ok(())
+            .filter(|b| b.module_name() == module && !b.is_removing())
+        {
+            Some(b) => self.unregister(&b, move || done(Ok(()))),
+            None => done(Err(BdevError::NotFound(name.to_string()))),
+        }
     }
 
     /// Unregisters every bdev, top of each stack first (unclaimed bdevs, in

@@ -291,7 +291,8 @@ fn next_name(mgr: &BdevManager) -> String {
     }
 }
 
-/// Deletes the malloc bdev `name`; `done` runs on the calling thread.
-pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce() + Send + 'static) -> Result<()> {
-    mgr.unregister_by_name(name, MODULE, done)
+/// Deletes the malloc bdev `name`; `done` gets the outcome on the calling
+/// thread (at once when there is no such bdev).
+pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
+    mgr.unregister_by_name(name, MODULE, done);
 }

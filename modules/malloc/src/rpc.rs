@@ -1,6 +1,9 @@
-//! Parameters of the malloc module's RPCs (SPDK names and types).
+//! The malloc module's RPCs: parameters (SPDK names and types) and handlers.
 
+use bdevkit::bdev::BdevManager;
+use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use uuid::Uuid;
 
 /// `bdev_malloc_create` params.
@@ -70,4 +73,30 @@ impl MallocCreateParams {
 pub struct MallocDeleteParams {
     /// Bdev name.
     pub name: String,
+}
+
+/// Registers `bdev_malloc_create` and `bdev_malloc_delete`. Handlers run on
+/// the thread that polls the RPC server (the app thread).
+pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register("bdev_malloc_create", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<MallocCreateParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        match crate::create(&m, p) {
+            Ok(b) => resp.ok(json!(b.name())),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        }
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_malloc_delete", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<MallocDeleteParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        crate::delete(&m, &p.name, move |r| match r {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        });
+    })?;
+    Ok(())
 }

@@ -171,9 +171,10 @@ pub fn create(mgr: &BdevManager, params: NullCreateParams) -> Result<Bdev> {
     Ok(bdev)
 }
 
-/// Deletes the null bdev `name`; `done` runs on the calling thread.
-pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce() + Send + 'static) -> Result<()> {
-    mgr.unregister_by_name(name, MODULE, done)
+/// Deletes the null bdev `name`; `done` gets the outcome on the calling
+/// thread (at once when there is no such bdev).
+pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
+    mgr.unregister_by_name(name, MODULE, done);
 }
 
 /// Grows the null bdev `name` to `new_size_mib` MiB.

@@ -1,6 +1,9 @@
-//! Parameters of the null module's RPCs (SPDK names and types).
+//! The null module's RPCs: parameters (SPDK names and types) and handlers.
 
+use bdevkit::bdev::BdevManager;
+use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use uuid::Uuid;
 
 /// `bdev_null_create` params.
@@ -87,4 +90,40 @@ pub struct NullResizeParams {
     pub name: String,
     /// New size in MiB (may only grow).
     pub new_size: u64,
+}
+
+/// Registers `bdev_null_create`, `bdev_null_delete` and `bdev_null_resize`.
+/// Handlers run on the thread that polls the RPC server (the app thread).
+pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register("bdev_null_create", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<NullCreateParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        match crate::create(&m, p) {
+            Ok(b) => resp.ok(json!(b.name())),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        }
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_null_delete", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<NullDeleteParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        crate::delete(&m, &p.name, move |r| match r {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        });
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_null_resize", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<NullResizeParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        match crate::resize(&m, &p.name, p.new_size) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        }
+    })?;
+    Ok(())
 }
