@@ -1,0 +1,125 @@
+//! The aio module's RPCs (SPDK names, types and error codes): parameters
+//! and handlers. Handlers run on the thread that polls the RPC server (the
+//! app thread); they decode, call [`crate::create`] / [`crate::delete`] /
+//! [`crate::rescan`] and encode.
+//!
+//! * `bdev_aio_create {name, filename, block_size?, readonly?, fallocate?,
+//!   uuid?, nowait?}` → the name, answered after `bdev_wait_for_examine`
+//!   would complete; failures are errno-style (`-2` no such file, `-17`
+//!   duplicate name, `-22` bad block size or size, `-95` nowait on a file).
+//! * `bdev_aio_delete {name}` → `true` once the bdev is gone; `-19` if there
+//!   is no such aio bdev.
+//! * `bdev_aio_rescan {name}` → `true`; `-19` if there is no such aio bdev.
+
+use bdevkit::bdev::BdevManager;
+use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+/// `bdev_aio_create` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AioCreateParams {
+    /// Bdev name.
+    pub name: String,
+    /// File or block device path.
+    pub filename: String,
+    /// Block size in bytes; absent or 0 = the device's (512 for files).
+    /// Must be a power of two, >= 512 and >= the device's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// Open read-only; writes are refused (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readonly: Option<bool>,
+    /// Serve unmap and write zeroes with `fallocate` (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallocate: Option<bool>,
+    /// UUID (generated when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<Uuid>,
+    /// `RWF_NOWAIT` reads and writes; block devices only (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nowait: Option<bool>,
+}
+
+impl AioCreateParams {
+    /// Params with the required fields and defaults elsewhere.
+    #[must_use]
+    pub fn new(name: impl Into<String>, filename: impl Into<String>) -> Self {
+        AioCreateParams {
+            name: name.into(),
+            filename: filename.into(),
+            block_size: None,
+            readonly: None,
+            fallocate: None,
+            uuid: None,
+            nowait: None,
+        }
+    }
+}
+
+/// `bdev_aio_delete` and `bdev_aio_rescan` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AioNameParams {
+    /// Bdev name.
+    pub name: String,
+}
+
+/// Registers `bdev_aio_create`, `bdev_aio_delete` and `bdev_aio_rescan`.
+pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register("bdev_aio_create", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<AioCreateParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        let filename = p.filename.clone();
+        match crate::create(&m, p) {
+            Ok(b) => {
+                let name = b.name().to_string();
+                m.wait_for_examine(move || resp.ok(json!(name)));
+            }
+            Err(e) => {
+                tracing::error!(filename, error = %error_chain(&e), "bdev_aio_create failed");
+                resp.err(RpcError::from_errno(e.errno()));
+            }
+        }
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_aio_delete", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<AioNameParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        crate::delete(&m, &p.name, move |r| match r {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        });
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_aio_rescan", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<AioNameParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        match crate::rescan(&m, &p.name) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => {
+                tracing::error!(bdev = p.name, error = %error_chain(&e), "bdev_aio_rescan failed");
+                resp.err(RpcError::from_errno(e.errno()));
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// `e` and its sources, for the log.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}

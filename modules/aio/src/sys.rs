@@ -1,0 +1,607 @@
+//! The only unsafe code of the crate: Linux AIO through raw syscalls, the
+//! in-flight table whose slots own everything the kernel may touch, the
+//! user-space reaping of the completion ring, and the few file syscalls
+//! std does not wrap (block device ioctls, fallocate, fdatasync, eventfd).
+//!
+//! The table is the safety boundary. A slot owns its [`BdevIo`] (and so the
+//! data buffers and the iovec array the iocb points at) from [`Table::prep`]
+//! until the kernel reported its completion and [`Table::take`] hands it
+//! back; `take` refuses while the kernel may still use it. The iocbs live in
+//! a boxed slice that never reallocates. `io_destroy` (in `Drop`) waits for
+//! every request the kernel still holds before the slots are dropped.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bdevkit::bdev::{BdevIo, IoVec};
+
+// ---- kernel ABI (include/uapi/linux/aio_abi.h) ----
+
+/// `IOCB_CMD_PREADV`.
+const IOCB_CMD_PREADV: u16 = 7;
+/// `IOCB_CMD_PWRITEV`.
+const IOCB_CMD_PWRITEV: u16 = 8;
+/// `IOCB_CMD_FDSYNC`.
+const IOCB_CMD_FDSYNC: u16 = 3;
+/// `IOCB_FLAG_RESFD`: signal `aio_resfd` (an eventfd) on completion.
+const IOCB_FLAG_RESFD: u32 = 1;
+/// `AIO_RING_MAGIC`: the completion ring layout this code knows.
+const AIO_RING_MAGIC: u32 = 0xa10a_10a1;
+
+/// `struct iocb` (little-endian field order of `aio_key`/`aio_rw_flags`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Iocb {
+    aio_data: u64,
+    aio_key: u32,
+    aio_rw_flags: i32,
+    aio_lio_opcode: u16,
+    aio_reqprio: i16,
+    aio_fildes: u32,
+    aio_buf: u64,
+    aio_nbytes: u64,
+    aio_offset: i64,
+    aio_reserved2: u64,
+    aio_flags: u32,
+    aio_resfd: u32,
+}
+const _: () = assert!(std::mem::size_of::<Iocb>() == 64);
+#[cfg(not(target_endian = "little"))]
+compile_error!("the iocb layout here is the little-endian one");
+
+/// `struct io_event`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct IoEvent {
+    data: u64,
+    obj: u64,
+    res: i64,
+    res2: i64,
+}
+const _: () = assert!(std::mem::size_of::<IoEvent>() == 32);
+
+/// `struct aio_ring`, the header of the completion ring the kernel maps at
+/// the address that is the context id.
+#[repr(C)]
+struct AioRing {
+    id: u32,
+    nr: u32,
+    head: u32,
+    tail: u32,
+    magic: u32,
+    compat_features: u32,
+    incompat_features: u32,
+    header_length: u32,
+}
+
+fn syscall_result(r: libc::c_long) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        usize::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+    }
+}
+
+/// What a slot is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    /// Unused.
+    Free,
+    /// Prepared, not yet given to the kernel: the owner may still take it.
+    Queued,
+    /// Submitted: the kernel may use its buffers.
+    InKernel,
+    /// The kernel reported completion: buffers are the owner's again.
+    Reaped,
+}
+
+/// The operation of a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Vectored read.
+    Read,
+    /// Vectored write.
+    Write,
+    /// `fdatasync` run by the kernel's AIO workqueue.
+    Fdsync,
+}
+
+/// One in-flight request. The fields other than the iocb and the I/O are
+/// bookkeeping for the owner (the group).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    iocb: Iocb,
+    io: Option<BdevIo>,
+    /// The rest of the data after a short transfer (kernel-visible while the
+    /// resubmission is in flight).
+    rest: Vec<IoVec>,
+    state: SlotState,
+    /// Operation.
+    pub(crate) op: Op,
+    /// File.
+    pub(crate) fd: RawFd,
+    /// Byte offset of the whole request.
+    pub(crate) offset: u64,
+    /// Bytes of the whole request.
+    pub(crate) len: u64,
+    /// Bytes transferred so far (short transfers).
+    pub(crate) done: u64,
+    /// `RWF_*` flags of the request.
+    pub(crate) rw_flags: i32,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            iocb: Iocb::default(),
+            io: None,
+            rest: Vec::new(),
+            state: SlotState::Free,
+            op: Op::Read,
+            fd: -1,
+            offset: 0,
+            len: 0,
+            done: 0,
+            rw_flags: 0,
+        }
+    }
+}
+
+/// Outcome of [`Table::submit`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Submitted {
+    /// Requests the kernel accepted.
+    pub(crate) accepted: usize,
+    /// The kernel is out of resources (`EAGAIN`): the rest stays queued.
+    pub(crate) again: bool,
+}
+
+/// An AIO context and its in-flight table (one per thread group).
+#[derive(Debug)]
+pub(crate) struct Table {
+    ctx: u64,
+    /// Whether completions can be read from the mapped ring (else
+    /// `io_getevents`).
+    user_reap: bool,
+    slots: Box<[Slot]>,
+    free: Vec<u32>,
+    queued: Vec<u32>,
+    ptrs: Vec<*mut Iocb>,
+    events: Box<[IoEvent]>,
+    resfd: Option<RawFd>,
+    in_kernel: u32,
+}
+
+impl Table {
+    /// `io_setup(depth)` plus a table of `depth` slots. With `resfd`, every
+    /// completion signals that eventfd.
+    pub(crate) fn new(depth: u32, resfd: Option<RawFd>) -> io::Result<Table> {
+        let mut ctx: u64 = 0;
+        // SAFETY: io_setup writes one aio_context_t (u64) to the pointer,
+        // which points at a live local.
+        let r = unsafe { libc::syscall(libc::SYS_io_setup, depth, &raw mut ctx) };
+        syscall_result(r)?;
+        let ring = ctx as *const AioRing;
+        // SAFETY: on success the context id is the address of the ring the
+        // kernel mapped into this process; it stays mapped until io_destroy
+        // (in Drop). Only the immutable header fields are read here.
+        let user_reap = unsafe {
+            (*ring).magic == AIO_RING_MAGIC
+                && (*ring).incompat_features == 0
+                && (*ring).header_length as usize == std::mem::size_of::<AioRing>()
+        };
+        let n = depth as usize;
+        Ok(Table {
+            ctx,
+            user_reap,
+            slots: (0..n).map(|_| Slot::new()).collect(),
+            free: (0..depth).rev().collect(),
+            queued: Vec::with_capacity(n),
+            ptrs: Vec::with_capacity(n),
+            events: vec![IoEvent::default(); n].into_boxed_slice(),
+            resfd,
+            in_kernel: 0,
+        })
+    }
+
+    /// Requests the kernel holds.
+    pub(crate) fn in_kernel(&self) -> u32 {
+        self.in_kernel
+    }
+
+    /// Requests prepared and waiting for [`Table::submit`].
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Whether a slot is free.
+    pub(crate) fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// The slot `idx`.
+    pub(crate) fn slot(&self, idx: u32) -> &Slot {
+        &self.slots[idx as usize]
+    }
+
+    /// Takes a free slot for `io` and queues the request: `op` on `fd` at
+    /// byte `offset` over the I/O's data segments. Gives the I/O back when
+    /// no slot is free.
+    pub(crate) fn prep(
+        &mut self,
+        io: BdevIo,
+        op: Op,
+        fd: RawFd,
+        offset: u64,
+        rw_flags: i32,
+    ) -> Result<u32, BdevIo> {
+        let Some(idx) = self.free.pop() else {
+            return Err(io);
+        };
+        let len = if op == Op::Fdsync {
+            0
+        } else {
+            io.iovs().iter().map(|v| v.len as u64).sum()
+        };
+        let s = &mut self.slots[idx as usize];
+        s.io = Some(io);
+        s.op = op;
+        s.fd = fd;
+        s.offset = offset;
+        s.len = len;
+        s.done = 0;
+        s.rw_flags = rw_flags;
+        self.fill_iocb(idx, false);
+        Ok(idx)
+    }
+
+    /// Records that slot `idx` has transferred `done` bytes so far.
+    pub(crate) fn set_done(&mut self, idx: u32, done: u64) {
+        self.slots[idx as usize].done = done;
+    }
+
+    /// Queues slot `idx` again for what is left after `s.done` bytes (a
+    /// short transfer), with `rw_flags`. The slot must be reaped.
+    pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
+        let s = &mut self.slots[idx as usize];
+        debug_assert_eq!(s.state, SlotState::Reaped);
+        s.rw_flags = rw_flags;
+        let io =
+            s.io.as_ref()
+                .expect("invariant: a reaped slot holds its I/O");
+        let done = usize::try_from(s.done).unwrap_or(usize::MAX);
+        advance_iovs(io.iovs(), done, &mut s.rest);
+        self.fill_iocb(idx, true);
+    }
+
+    fn fill_iocb(&mut self, idx: u32, use_rest: bool) {
+        let resfd = self.resfd;
+        let s = &mut self.slots[idx as usize];
+        let io =
+            s.io.as_ref()
+                .expect("invariant: a prepared slot holds its I/O");
+        let iovs: &[IoVec] = if use_rest { &s.rest } else { io.iovs() };
+        let (opcode, buf, nbytes) = match s.op {
+            Op::Read => (IOCB_CMD_PREADV, iovs.as_ptr() as u64, iovs.len() as u64),
+            Op::Write => (IOCB_CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64),
+            Op::Fdsync => (IOCB_CMD_FDSYNC, 0, 0),
+        };
+        s.iocb = Iocb {
+            aio_data: u64::from(idx),
+            aio_rw_flags: s.rw_flags,
+            aio_lio_opcode: opcode,
+            aio_fildes: u32::try_from(s.fd).unwrap_or(u32::MAX),
+            aio_buf: buf,
+            aio_nbytes: nbytes,
+            aio_offset: i64::try_from(s.offset + s.done).unwrap_or(i64::MAX),
+            aio_flags: if resfd.is_some() { IOCB_FLAG_RESFD } else { 0 },
+            aio_resfd: resfd.and_then(|f| u32::try_from(f).ok()).unwrap_or(0),
+            ..Iocb::default()
+        };
+        s.state = SlotState::Queued;
+        self.queued.push(idx);
+    }
+
+    /// Hands every queued request to the kernel with as few `io_submit`
+    /// calls as it takes (one unless the kernel refuses one). A request the
+    /// kernel refuses with an error other than `EAGAIN` goes to `failed`
+    /// with its errno; the others stay queued on `EAGAIN`.
+    pub(crate) fn submit(&mut self, failed: &mut Vec<(u32, i32)>) -> Submitted {
+        let mut out = Submitted::default();
+        let mut first = 0;
+        while first < self.queued.len() {
+            self.ptrs.clear();
+            for &idx in &self.queued[first..] {
+                self.ptrs.push(&raw mut self.slots[idx as usize].iocb);
+            }
+            let nr = libc::c_long::try_from(self.ptrs.len()).unwrap_or(libc::c_long::MAX);
+            // SAFETY: every pointer points at the iocb of a Queued slot in
+            // `self.slots`, a boxed slice that is never reallocated. Each
+            // iocb's iovec array is the slot's I/O's segment list or the
+            // slot's `rest`, and the data behind it is owned by the slot's
+            // BdevIo; the slot keeps both until the kernel reports the
+            // completion (`take` refuses InKernel slots) and io_destroy in
+            // Drop waits for any request still in the kernel.
+            let r =
+                unsafe { libc::syscall(libc::SYS_io_submit, self.ctx, nr, self.ptrs.as_mut_ptr()) };
+            match syscall_result(r) {
+                Ok(n) => {
+                    for &idx in &self.queued[first..first + n] {
+                        self.slots[idx as usize].state = SlotState::InKernel;
+                    }
+                    self.in_kernel += u32::try_from(n).unwrap_or(u32::MAX);
+                    out.accepted += n;
+                    first += n;
+                    if n == 0 {
+                        out.again = true;
+                        break;
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    out.again = true;
+                    break;
+                }
+                Err(e) => {
+                    // The first request was refused; the ones after it were
+                    // not looked at.
+                    let idx = self.queued[first];
+                    self.slots[idx as usize].state = SlotState::Reaped;
+                    failed.push((idx, e.raw_os_error().unwrap_or(libc::EIO)));
+                    first += 1;
+                }
+            }
+        }
+        self.queued.drain(..first);
+        out
+    }
+
+    /// Collects finished requests as `(slot, result)` (bytes or `-errno`)
+    /// without a system call when the ring layout is known.
+    pub(crate) fn reap(&mut self, out: &mut Vec<(u32, i64)>) -> usize {
+        if self.in_kernel == 0 {
+            return 0;
+        }
+        let n = if self.user_reap {
+            self.reap_ring()
+        } else {
+            self.reap_syscall()
+        };
+        for ev in &self.events[..n] {
+            let Ok(idx) = u32::try_from(ev.data) else {
+                continue;
+            };
+            if let Some(s) = self.slots.get_mut(idx as usize) {
+                if s.state == SlotState::InKernel {
+                    s.state = SlotState::Reaped;
+                    self.in_kernel -= 1;
+                    out.push((idx, ev.res));
+                }
+            }
+        }
+        n
+    }
+
+    fn reap_ring(&mut self) -> usize {
+        let ring = self.ctx as *mut AioRing;
+        // SAFETY: the ring stays mapped until io_destroy (Drop). `nr` and
+        // `header_length` never change after io_setup. `tail` is written by
+        // the kernel on completion, so it is read atomically with Acquire
+        // ordering, which makes the events before it visible; `head` is only
+        // written by us (the kernel writes it only inside io_getevents,
+        // which this context never calls when user_reap is set).
+        let (nr, head, tail, events) = unsafe {
+            let nr = (*ring).nr;
+            let head = (*ring).head;
+            let tail = AtomicU32::from_ptr(&raw mut (*ring).tail).load(Ordering::Acquire);
+            let events = ring
+                .cast::<u8>()
+                .add((*ring).header_length as usize)
+                .cast::<IoEvent>();
+            (nr, head, tail, events)
+        };
+        if nr == 0 || head == tail || head >= nr || tail >= nr {
+            return 0;
+        }
+        let avail = if tail > head {
+            tail - head
+        } else {
+            nr - head + tail
+        };
+        let n = (avail as usize).min(self.events.len());
+        let mut h = head;
+        for ev in &mut self.events[..n] {
+            // SAFETY: h < nr, so the event lies inside the mapped ring; the
+            // kernel finished writing it before publishing `tail` (Acquire
+            // above), and it does not reuse the entry before `head` passes it.
+            *ev = unsafe { std::ptr::read_volatile(events.add(h as usize)) };
+            h += 1;
+            if h == nr {
+                h = 0;
+            }
+        }
+        // SAFETY: `head` is ours to write (see above); the Release store
+        // orders the event copies before the kernel sees the slots free.
+        unsafe { AtomicU32::from_ptr(&raw mut (*ring).head).store(h, Ordering::Release) };
+        n
+    }
+
+    fn reap_syscall(&mut self) -> usize {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let max = libc::c_long::try_from(self.events.len()).unwrap_or(libc::c_long::MAX);
+        // SAFETY: `events` has room for `max` io_events; the timeout is a
+        // live local; min_nr 0 makes the call non-blocking.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_getevents,
+                self.ctx,
+                0 as libc::c_long,
+                max,
+                self.events.as_mut_ptr(),
+                &raw const ts,
+            )
+        };
+        syscall_result(r).unwrap_or(0)
+    }
+
+    /// Takes the I/O back from a slot the kernel is done with (or never
+    /// saw) and frees the slot. `None` while the kernel may use it.
+    pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
+        let s = self.slots.get_mut(idx as usize)?;
+        match s.state {
+            SlotState::Reaped => {}
+            SlotState::Queued => {
+                self.queued.retain(|q| *q != idx);
+            }
+            SlotState::Free | SlotState::InKernel => return None,
+        }
+        s.state = SlotState::Free;
+        s.rest.clear();
+        self.free.push(idx);
+        s.io.take()
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: `ctx` came from io_setup and is destroyed once. io_destroy
+        // cancels what it can and waits for every request still in the
+        // kernel, so the buffers the slots own are no longer in use when
+        // the slots drop after this.
+        let r = unsafe { libc::syscall(libc::SYS_io_destroy, self.ctx) };
+        if r < 0 {
+            tracing::warn!(error = %io::Error::last_os_error(), "io_destroy failed");
+        }
+    }
+}
+
+/// The segments of `iovs` after the first `skip` bytes, into `out`.
+pub(crate) fn advance_iovs(iovs: &[IoVec], skip: usize, out: &mut Vec<IoVec>) {
+    out.clear();
+    let mut skip = skip;
+    for v in iovs {
+        if skip >= v.len {
+            skip -= v.len;
+            continue;
+        }
+        out.push(IoVec {
+            base: v.base.wrapping_add(skip),
+            len: v.len - skip,
+        });
+        skip = 0;
+    }
+}
+
+// ---- files ----
+
+/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `BLKSSZGET`: `_IO(0x12, 104)`.
+const BLKSSZGET: libc::c_ulong = 0x1268;
+
+/// Size in bytes and logical block size of a block device.
+pub(crate) fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
+    let mut size: u64 = 0;
+    let mut bs: libc::c_int = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((size, u32::try_from(bs).unwrap_or(0)))
+}
+
+/// Clears `O_NONBLOCK` (files are opened with it so that opening a FIFO
+/// cannot block the reactor; it must not stay on for regular I/O).
+pub(crate) fn clear_nonblock(f: &File) -> io::Result<()> {
+    let fd = f.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `fallocate(fd, mode, offset, len)`.
+pub(crate) fn fallocate(fd: RawFd, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: fallocate takes plain integers; a stale fd yields EBADF.
+    if unsafe { libc::fallocate(fd, mode, off, len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fdatasync(fd)`.
+pub(crate) fn fdatasync(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fdatasync takes a plain fd; a stale fd yields EBADF.
+    if unsafe { libc::fdatasync(fd) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly created descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets an eventfd's counter (non-blocking read).
+pub(crate) fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
+    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+}
+
+/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
+pub(crate) fn eventfd_signal(fd: RawFd) {
+    let v: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local.
+    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(base: usize, len: usize) -> IoVec {
+        IoVec {
+            base: base as *mut u8,
+            len,
+        }
+    }
+
+    #[test]
+    fn advance_skips_whole_and_partial_segments() {
+        let iovs = [v(0x1000, 512), v(0x4000, 1024), v(0x9000, 512)];
+        let mut out = Vec::new();
+        advance_iovs(&iovs, 0, &mut out);
+        assert_eq!(out, iovs);
+        advance_iovs(&iovs, 512, &mut out);
+        assert_eq!(out, [v(0x4000, 1024), v(0x9000, 512)]);
+        advance_iovs(&iovs, 700, &mut out);
+        assert_eq!(out, [v(0x4000 + 188, 836), v(0x9000, 512)]);
+        advance_iovs(&iovs, 2047, &mut out);
+        assert_eq!(out, [v(0x9000 + 511, 1)]);
+        advance_iovs(&iovs, 2048, &mut out);
+        assert!(out.is_empty());
+    }
+}
