@@ -1,0 +1,153 @@
+//! The uring module's RPCs: parameters (SPDK names and types) and handlers.
+//! Handlers run on the thread that polls the RPC server (the app thread).
+//!
+//! * `bdev_uring_create {filename, name, block_size?, uuid?}` → the name;
+//!   every failure answers SPDK's fixed -32603 "Unable to create URING
+//!   bdev." (the real cause is logged).
+//! * `bdev_uring_delete {name}` → `true` once the bdev is gone; `-19` if
+//!   there is no such uring bdev.
+//! * `bdev_uring_rescan {name}` → `true`; `-19` if there is no such bdev.
+//! * `bdev_uring_set_options {sq_entries?, sqpoll?, sqpoll_idle_ms?,
+//!   iopoll?}` → `true` (bdevkit extension, see [`crate::UringOptions`]);
+//!   `-22` for invalid values. Absent keys keep their value.
+
+use bdevkit::bdev::BdevManager;
+use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME, STARTUP};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+/// SPDK's answer to every `bdev_uring_create` failure.
+pub const CREATE_FAILED: &str = "Unable to create URING bdev.";
+
+/// `bdev_uring_create` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UringCreateParams {
+    /// Bdev name.
+    pub name: String,
+    /// File or block device path.
+    pub filename: String,
+    /// Block size in bytes; absent or 0 = the device's (512 for files).
+    /// Must be a power of two, >= 512 and >= the device's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// UUID (generated when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<Uuid>,
+}
+
+impl UringCreateParams {
+    /// Params with the required fields and defaults elsewhere.
+    #[must_use]
+    pub fn new(name: impl Into<String>, filename: impl Into<String>) -> Self {
+        UringCreateParams {
+            name: name.into(),
+            filename: filename.into(),
+            block_size: None,
+            uuid: None,
+        }
+    }
+}
+
+/// `bdev_uring_delete` and `bdev_uring_rescan` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UringNameParams {
+    /// Bdev name.
+    pub name: String,
+}
+
+/// `bdev_uring_set_options` params: every key optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UringSetOptionsParams {
+    /// See [`crate::UringOptions::sq_entries`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sq_entries: Option<u32>,
+    /// See [`crate::UringOptions::sqpoll`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqpoll: Option<bool>,
+    /// See [`crate::UringOptions::sqpoll_idle_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqpoll_idle_ms: Option<u32>,
+    /// See [`crate::UringOptions::iopoll`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iopoll: Option<bool>,
+}
+
+/// Registers `bdev_uring_create`, `bdev_uring_delete`, `bdev_uring_rescan`
+/// and `bdev_uring_set_options`.
+pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register("bdev_uring_create", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<UringCreateParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        let filename = p.filename.clone();
+        match crate::create(&m, p) {
+            Ok(b) => resp.ok(json!(b.name())),
+            Err(e) => {
+                tracing::error!(filename, error = %error_chain(&e), "bdev_uring_create failed");
+                resp.err(RpcError::internal_error(CREATE_FAILED));
+            }
+        }
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_uring_delete", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<UringNameParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        crate::delete(&m, &p.name, move |r| match r {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        });
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_uring_rescan", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<UringNameParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        match crate::rescan(&m, &p.name) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => {
+                tracing::error!(bdev = p.name, error = %error_chain(&e), "bdev_uring_rescan failed");
+                resp.err(RpcError::from_errno(e.errno()));
+            }
+        }
+    })?;
+    reg.register(
+        "bdev_uring_set_options",
+        STARTUP | RUNTIME,
+        move |params, resp| {
+            let Ok(p) = decode_params::<UringSetOptionsParams>(params) else {
+                return resp.err(RpcError::decode_failed());
+            };
+            let mut o = crate::options();
+            o.sq_entries = p.sq_entries.unwrap_or(o.sq_entries);
+            o.sqpoll = p.sqpoll.unwrap_or(o.sqpoll);
+            o.sqpoll_idle_ms = p.sqpoll_idle_ms.unwrap_or(o.sqpoll_idle_ms);
+            o.iopoll = p.iopoll.unwrap_or(o.iopoll);
+            match crate::set_options(o) {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => {
+                    tracing::error!(error = %e, "bdev_uring_set_options failed");
+                    resp.err(RpcError::from_errno(libc::EINVAL));
+                }
+            }
+        },
+    )?;
+    Ok(())
+}
+
+/// `e` and its sources, for the log.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}

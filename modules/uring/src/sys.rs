@@ -1,0 +1,584 @@
+//! The only unsafe code of the crate: an io_uring ring with its in-flight
+//! table, whose slots own everything the kernel may touch, plus the few
+//! file syscalls std does not wrap (block device ioctls, eventfd, fcntl).
+//!
+//! The table is the safety boundary: callers hand a [`BdevIo`] to
+//! [`Ring::prep`], which builds the SQE from the I/O's own iovec array and
+//! keeps the I/O (so its buffers) in the slot whose index is the SQE's
+//! `user_data`. [`Ring::take`] gives it back only once the kernel posted
+//! the completion. `Drop` waits for every request still in the kernel
+//! before the slots are dropped.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use bdevkit::bdev::{BdevIo, IoVec};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+/// What a slot is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    /// Its SQE was pushed: the kernel may use its buffers (with SQPOLL even
+    /// before the next `io_uring_enter`).
+    InKernel,
+    /// The completion was reaped: buffers are the owner's again.
+    Reaped,
+}
+
+/// The operation of a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Read into the I/O's segments.
+    Read,
+    /// Write from the I/O's segments.
+    Write,
+    /// `fdatasync`.
+    Fsync,
+}
+
+/// How an SQE names its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileRef {
+    /// An index in the ring's registered file table.
+    Fixed(u32),
+    /// A plain descriptor (the table was full).
+    Raw(RawFd),
+}
+
+/// One in-flight request. Fields other than the I/O are bookkeeping for
+/// the owner (the group).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    io: Option<BdevIo>,
+    /// The rest of the data after a short transfer.
+    rest: Vec<IoVec>,
+    state: SlotState,
+    /// Operation.
+    pub(crate) op: Op,
+    /// File.
+    pub(crate) file: FileRef,
+    /// Byte offset of the whole request.
+    pub(crate) offset: u64,
+    /// Bytes of the whole request.
+    pub(crate) len: u64,
+    /// Bytes transferred so far.
+    pub(crate) done: u64,
+    /// `RWF_*` flags.
+    pub(crate) rw_flags: i32,
+}
+
+/// How a ring was set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct RingSetup {
+    /// SQ entries (slots).
+    pub(crate) entries: u32,
+    /// `IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN`: completions are only
+    /// posted when the owner enters the kernel (no interrupts of the reactor).
+    pub(crate) defer_taskrun: bool,
+    /// `IORING_SETUP_COOP_TASKRUN`.
+    pub(crate) coop_taskrun: bool,
+    /// `IORING_SETUP_SUBMIT_ALL`.
+    pub(crate) submit_all: bool,
+    /// `IORING_SETUP_SQPOLL` with this idle time in ms.
+    pub(crate) sqpoll_idle_ms: Option<u32>,
+    /// `IORING_SETUP_IOPOLL`.
+    pub(crate) iopoll: bool,
+}
+
+/// Registered file table size per ring.
+const FILE_TABLE: u32 = 256;
+
+/// An io_uring ring and its in-flight table (one per thread group).
+pub(crate) struct Ring {
+    // Field order is drop order: `Drop` drains the kernel first, then the
+    // slots (the I/Os and their buffers) drop, then the ring is unmapped.
+    slots: Box<[Slot]>,
+    free: Vec<u32>,
+    files_free: Vec<u32>,
+    in_kernel: u32,
+    pushed: u32,
+    setup: RingSetup,
+    ring: IoUring,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("setup", &self.setup)
+            .field("in_kernel", &self.in_kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ring {
+    /// Builds a ring with exactly the flags of `setup`.
+    pub(crate) fn build(setup: RingSetup) -> io::Result<Ring> {
+        let mut b = IoUring::builder();
+        b.setup_cqsize(setup.entries * 2);
+        if setup.defer_taskrun {
+            b.setup_single_issuer().setup_defer_taskrun();
+        }
+        if setup.coop_taskrun {
+            b.setup_coop_taskrun();
+        }
+        if setup.submit_all {
+            b.setup_submit_all();
+        }
+        if let Some(idle) = setup.sqpoll_idle_ms {
+            b.setup_sqpoll(idle);
+        }
+        if setup.iopoll {
+            b.setup_iopoll();
+        }
+        let ring = b.build(setup.entries)?;
+        let files = match ring.submitter().register_files_sparse(FILE_TABLE) {
+            Ok(()) => (0..FILE_TABLE).rev().collect(),
+            Err(e) => {
+                tracing::info!(error = %e, "io_uring: no registered file table; using plain fds");
+                Vec::new()
+            }
+        };
+        let n = ring.params().sq_entries();
+        Ok(Ring {
+            slots: (0..n)
+                .map(|_| Slot {
+                    io: None,
+                    rest: Vec::new(),
+                    state: SlotState::Free,
+                    op: Op::Read,
+                    file: FileRef::Raw(-1),
+                    offset: 0,
+                    len: 0,
+                    done: 0,
+                    rw_flags: 0,
+                })
+                .collect(),
+            free: (0..n).rev().collect(),
+            files_free: files,
+            in_kernel: 0,
+            pushed: 0,
+            setup,
+            ring,
+        })
+    }
+
+    /// How the ring was set up.
+    pub(crate) fn setup(&self) -> RingSetup {
+        self.setup
+    }
+
+    /// Completions `eventfd` is signalled for.
+    pub(crate) fn register_eventfd(&self, fd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_eventfd(fd)
+    }
+
+    /// Puts `fd` in the registered file table; a plain reference when the
+    /// table is full or missing.
+    pub(crate) fn add_file(&mut self, fd: RawFd) -> FileRef {
+        if let Some(idx) = self.files_free.pop() {
+            match self.ring.submitter().register_files_update(idx, &[fd]) {
+                Ok(_) => return FileRef::Fixed(idx),
+                Err(e) => {
+                    self.files_free.push(idx);
+                    tracing::debug!(error = %e, "io_uring: register file failed");
+                }
+            }
+        }
+        FileRef::Raw(fd)
+    }
+
+    /// Removes a file added with [`Ring::add_file`] (requests still using
+    /// it keep their own reference in the kernel).
+    pub(crate) fn remove_file(&mut self, f: FileRef) {
+        if let FileRef::Fixed(idx) = f {
+            if self
+                .ring
+                .submitter()
+                .register_files_update(idx, &[-1])
+                .is_ok()
+            {
+                self.files_free.push(idx);
+            }
+        }
+    }
+
+    /// Requests in the kernel (pushed, not yet reaped).
+    pub(crate) fn in_kernel(&self) -> u32 {
+        self.in_kernel
+    }
+
+    /// The slot `idx`.
+    pub(crate) fn slot(&self, idx: u32) -> &Slot {
+        &self.slots[idx as usize]
+    }
+
+    /// Takes a free slot for `io` and pushes its SQE: `op` on `file` at
+    /// byte `offset` over the I/O's segments. Gives the I/O back when no
+    /// slot is free.
+    pub(crate) fn prep(
+        &mut self,
+        io: BdevIo,
+        op: Op,
+        file: FileRef,
+        offset: u64,
+        rw_flags: i32,
+    ) -> Result<u32, BdevIo> {
+        let Some(idx) = self.free.pop() else {
+            return Err(io);
+        };
+        let len = if op == Op::Fsync {
+            0
+        } else {
+            io.iovs().iter().map(|v| v.len as u64).sum()
+        };
+        let s = &mut self.slots[idx as usize];
+        s.io = Some(io);
+        s.op = op;
+        s.file = file;
+        s.offset = offset;
+        s.len = len;
+        s.done = 0;
+        s.rw_flags = rw_flags;
+        self.push(idx, false);
+        Ok(idx)
+    }
+
+    /// Records that slot `idx` has transferred `done` bytes so far.
+    pub(crate) fn set_done(&mut self, idx: u32, done: u64) {
+        self.slots[idx as usize].done = done;
+    }
+
+    /// Pushes slot `idx` again for what is left after its `done` bytes,
+    /// with `rw_flags`. The slot must be reaped.
+    pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
+        let s = &mut self.slots[idx as usize];
+        debug_assert_eq!(s.state, SlotState::Reaped);
+        s.rw_flags = rw_flags;
+        let io =
+            s.io.as_ref()
+                .expect("invariant: a reaped slot holds its I/O");
+        let done = usize::try_from(s.done).unwrap_or(usize::MAX);
+        advance_iovs(io.iovs(), done, &mut s.rest);
+        self.push(idx, true);
+    }
+
+    fn push(&mut self, idx: u32, use_rest: bool) {
+        let s = &mut self.slots[idx as usize];
+        let io =
+            s.io.as_ref()
+                .expect("invariant: a prepared slot holds its I/O");
+        let iovs: &[IoVec] = if use_rest { &s.rest } else { io.iovs() };
+        let off = s.offset + s.done;
+        let sqe = match s.op {
+            Op::Fsync => match s.file {
+                FileRef::Fixed(i) => opcode::Fsync::new(types::Fixed(i))
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build(),
+                FileRef::Raw(fd) => opcode::Fsync::new(types::Fd(fd))
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build(),
+            },
+            op => rw_sqe(op, s.file, iovs, off, s.rw_flags),
+        };
+        let sqe = sqe.user_data(u64::from(idx));
+        s.state = SlotState::InKernel;
+        self.in_kernel += 1;
+        self.pushed += 1;
+        // SAFETY: the SQE points at `iovs` (the slot's I/O's segment list or
+        // the slot's `rest`) and, through it, at data owned by the slot's
+        // BdevIo; the slot keeps the I/O, and `rest` is not touched, until
+        // the completion for `user_data == idx` is reaped (`take` refuses
+        // InKernel slots, `requeue_rest` only runs on Reaped ones), and
+        // `Drop` waits for the kernel before the slots drop.
+        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        // Never full: there are as many slots as SQ entries and each slot
+        // has at most one SQE queued.
+        debug_assert!(pushed.is_ok(), "invariant: one SQ entry per slot");
+    }
+
+    /// One `io_uring_enter`: submits every pushed SQE and (unless SQPOLL)
+    /// runs the kernel's completion work, without waiting. Returns the
+    /// number of SQEs submitted.
+    pub(crate) fn enter(&mut self) -> io::Result<usize> {
+        let to_submit = self.pushed;
+        if self.setup.sqpoll_idle_ms.is_some() {
+            // The kernel thread submits; wake it if it went to sleep, and
+            // flush overflowed completions.
+            self.pushed = 0;
+            let sq_wakeup = self.ring.submission().need_wakeup();
+            let overflow = self.ring.submission().cq_overflow();
+            if sq_wakeup || overflow {
+                self.ring.submit()?;
+            }
+            return Ok(to_submit as usize);
+        }
+        if to_submit == 0 && self.in_kernel == 0 {
+            return Ok(0);
+        }
+        // GETEVENTS with min_complete 0 never waits; it runs the deferred
+        // completion work (DEFER_TASKRUN) and polls (IOPOLL).
+        let flags = io_uring::EnterFlags::GETEVENTS.bits();
+        // SAFETY: plain io_uring_enter on our own ring with no extra
+        // argument; the SQEs it consumes were validated by `push`.
+        let n = unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(to_submit, 0, flags, None)
+        }?;
+        self.pushed -= u32::try_from(n).unwrap_or(0).min(self.pushed);
+        Ok(n)
+    }
+
+    /// Collects posted completions as `(slot, result)`.
+    pub(crate) fn reap(&mut self, out: &mut Vec<(u32, i32)>) -> usize {
+        let mut n = 0;
+        for cqe in self.ring.completion() {
+            let cqe: cqueue::Entry = cqe;
+            let Ok(idx) = u32::try_from(cqe.user_data()) else {
+                continue;
+            };
+            if let Some(s) = self.slots.get_mut(idx as usize) {
+                if s.state == SlotState::InKernel {
+                    s.state = SlotState::Reaped;
+                    self.in_kernel -= 1;
+                    out.push((idx, cqe.result()));
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Takes the I/O back from a reaped slot and frees the slot; `None`
+    /// while the kernel may use it.
+    pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
+        let s = self.slots.get_mut(idx as usize)?;
+        if s.state != SlotState::Reaped {
+            return None;
+        }
+        s.state = SlotState::Free;
+        s.rest.clear();
+        self.free.push(idx);
+        s.io.take()
+    }
+}
+
+/// The SQE of a read or write: `Read`/`Write` for one segment (no iovec
+/// import in the kernel), `Readv`/`Writev` otherwise.
+fn rw_sqe(op: Op, f: FileRef, iovs: &[IoVec], off: u64, rw_flags: i32) -> squeue::Entry {
+    let single = match iovs {
+        [one] => u32::try_from(one.len).ok().map(|len| (one.base, len)),
+        _ => None,
+    };
+    let cnt = u32::try_from(iovs.len()).unwrap_or(u32::MAX);
+    // IoVec is #[repr(C)] {base, len}: the layout of struct iovec.
+    let iov = iovs.as_ptr().cast::<libc::iovec>();
+    macro_rules! build {
+        ($fd:expr) => {
+            match (op, single) {
+                (Op::Write, Some((p, l))) => opcode::Write::new($fd, p, l)
+                    .offset(off)
+                    .rw_flags(rw_flags)
+                    .build(),
+                (Op::Write, None) => opcode::Writev::new($fd, iov, cnt)
+                    .offset(off)
+                    .rw_flags(rw_flags)
+                    .build(),
+                (_, Some((p, l))) => opcode::Read::new($fd, p, l)
+                    .offset(off)
+                    .rw_flags(rw_flags)
+                    .build(),
+                (_, None) => opcode::Readv::new($fd, iov, cnt)
+                    .offset(off)
+                    .rw_flags(rw_flags)
+                    .build(),
+            }
+        };
+    }
+    match f {
+        FileRef::Fixed(i) => build!(types::Fixed(i)),
+        FileRef::Raw(fd) => build!(types::Fd(fd)),
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Unreachable in practice (an in-flight I/O keeps its channel, and
+        // so this ring, alive), but memory safety must not depend on it:
+        // wait until the kernel is done with every buffer.
+        let mut scratch = Vec::new();
+        let mut tries = 0u32;
+        while self.in_kernel > 0 && tries < 10_000 {
+            tries += 1;
+            if self.ring.submit_and_wait(1).is_err() {
+                break;
+            }
+            scratch.clear();
+            self.reap(&mut scratch);
+        }
+        if self.in_kernel > 0 {
+            // Keep the buffers alive forever rather than free memory the
+            // kernel may still write.
+            tracing::error!(
+                in_kernel = self.in_kernel,
+                "io_uring ring dropped with I/O in the kernel; leaking its buffers"
+            );
+            for s in self.slots.iter_mut() {
+                if s.state == SlotState::InKernel {
+                    std::mem::forget(s.io.take());
+                }
+            }
+        }
+        for s in self.slots.iter_mut() {
+            if let Some(io) = s.io.take() {
+                // Completed by the kernel but never handed back: nobody can
+                // complete it any more (its thread is being torn down).
+                std::mem::forget(io);
+            }
+        }
+    }
+}
+
+/// Whether `fd` serves polled I/O: one read of `block_size` bytes at offset 0
+/// on a throw-away `IOPOLL` ring built like `base`, waited for (blocking;
+/// called once at bdev creation).
+pub(crate) fn probe_iopoll(fd: RawFd, block_size: u32, base: RingSetup) -> io::Result<()> {
+    let mut setup = base;
+    setup.entries = 4;
+    setup.iopoll = true;
+    setup.sqpoll_idle_ms = None;
+    let mut ring = Ring::build(setup)?;
+    let len = block_size as usize;
+    let mut buf = bdevkit::dma::DmaBuf::alloc(len, len.max(4096))
+        .map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+    let sqe = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), block_size)
+        .offset(0)
+        .build()
+        .user_data(u64::MAX);
+    // SAFETY: `buf` outlives the request: below, this function either sees
+    // the completion before dropping `buf`, or leaks `buf`.
+    unsafe { ring.ring.submission().push(&sqe) }
+        .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
+    let res = loop {
+        match ring.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => {
+                std::mem::forget(buf);
+                return Err(e);
+            }
+        }
+        if let Some(c) = ring.ring.completion().next() {
+            break c.result();
+        }
+    };
+    drop(buf);
+    if res < 0 {
+        return Err(io::Error::from_raw_os_error(-res));
+    }
+    Ok(())
+}
+
+/// The segments of `iovs` after the first `skip` bytes, into `out`.
+pub(crate) fn advance_iovs(iovs: &[IoVec], skip: usize, out: &mut Vec<IoVec>) {
+    out.clear();
+    let mut skip = skip;
+    for v in iovs {
+        if skip >= v.len {
+            skip -= v.len;
+            continue;
+        }
+        out.push(IoVec {
+            base: v.base.wrapping_add(skip),
+            len: v.len - skip,
+        });
+        skip = 0;
+    }
+}
+
+// ---- files ----
+
+/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `BLKSSZGET`: `_IO(0x12, 104)`.
+const BLKSSZGET: libc::c_ulong = 0x1268;
+
+/// Size in bytes and logical block size of a block device.
+pub(crate) fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
+    let mut size: u64 = 0;
+    let mut bs: libc::c_int = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((size, u32::try_from(bs).unwrap_or(0)))
+}
+
+/// Clears `O_NONBLOCK` (set during `open` so that a FIFO cannot block the
+/// reactor; io_uring would turn it into `EAGAIN` completions).
+pub(crate) fn clear_nonblock(f: &File) -> io::Result<()> {
+    let fd = f.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly created descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets an eventfd's counter (non-blocking read).
+pub(crate) fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
+    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+}
+
+/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
+pub(crate) fn eventfd_signal(fd: RawFd) {
+    let v: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local.
+    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(base: usize, len: usize) -> IoVec {
+        IoVec {
+            base: base as *mut u8,
+            len,
+        }
+    }
+
+    #[test]
+    fn advance_skips_whole_and_partial_segments() {
+        let iovs = [v(0x1000, 512), v(0x4000, 1024)];
+        let mut out = Vec::new();
+        advance_iovs(&iovs, 100, &mut out);
+        assert_eq!(out, [v(0x1000 + 100, 412), v(0x4000, 1024)]);
+        advance_iovs(&iovs, 512, &mut out);
+        assert_eq!(out, [v(0x4000, 1024)]);
+        advance_iovs(&iovs, 1536, &mut out);
+        assert!(out.is_empty());
+    }
+}
