@@ -19,6 +19,10 @@ use bdevkit::bdev::{BdevIo, IoVec};
 
 // ---- kernel ABI (include/uapi/linux/aio_abi.h) ----
 
+/// `IOCB_CMD_PREAD`.
+const IOCB_CMD_PREAD: u16 = 0;
+/// `IOCB_CMD_PWRITE`.
+const IOCB_CMD_PWRITE: u16 = 1;
 /// `IOCB_CMD_PREADV`.
 const IOCB_CMD_PREADV: u16 = 7;
 /// `IOCB_CMD_PWRITEV`.
@@ -283,10 +287,14 @@ impl Table {
             s.io.as_ref()
                 .expect("invariant: a prepared slot holds its I/O");
         let iovs: &[IoVec] = if use_rest { &s.rest } else { io.iovs() };
-        let (opcode, buf, nbytes) = match s.op {
-            Op::Read => (IOCB_CMD_PREADV, iovs.as_ptr() as u64, iovs.len() as u64),
-            Op::Write => (IOCB_CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64),
-            Op::Fdsync => (IOCB_CMD_FDSYNC, 0, 0),
+        // One segment: PREAD/PWRITE name the buffer directly (the kernel
+        // imports no iovec); several: PREADV/PWRITEV with the array.
+        let (opcode, buf, nbytes) = match (s.op, iovs) {
+            (Op::Read, [one]) => (IOCB_CMD_PREAD, one.base as u64, one.len as u64),
+            (Op::Write, [one]) => (IOCB_CMD_PWRITE, one.base as u64, one.len as u64),
+            (Op::Read, _) => (IOCB_CMD_PREADV, iovs.as_ptr() as u64, iovs.len() as u64),
+            (Op::Write, _) => (IOCB_CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64),
+            (Op::Fdsync, _) => (IOCB_CMD_FDSYNC, 0, 0),
         };
         s.iocb = Iocb {
             aio_data: u64::from(idx),

@@ -82,6 +82,9 @@ struct GroupInner {
     batch: RefCell<Vec<(BdevIo, IoStatus)>>,
     efd: Option<OwnedFd>,
     in_poll: Cell<bool>,
+    /// Yield the CPU on idle polls with requests in the kernel (poll
+    /// mode, [`crate::UringOptions::idle_yield`]).
+    idle_yield: bool,
 }
 
 impl UringGroup {
@@ -103,6 +106,7 @@ impl UringGroup {
                 enter_failed: false,
             }),
             batch: RefCell::new(Vec::with_capacity(depth)),
+            idle_yield: !interrupt && probe::options().idle_yield,
             efd,
             in_poll: Cell::new(false),
         });
@@ -208,6 +212,22 @@ impl GroupInner {
             }
         }
         let work = busy || !batch.is_empty();
+        if !work && self.idle_yield {
+            // Poll mode, nothing to do but wait for the kernel: give the
+            // CPU to whoever runs our requests here (io-wq workers run on
+            // the reactor's core for files without non-blocking I/O, such
+            // as tmpfs). Returns at once when nobody else is runnable.
+            let pending = self
+                .st
+                .borrow()
+                .rings
+                .iter()
+                .flatten()
+                .any(|r| r.in_kernel() > 0);
+            if pending {
+                sys::yield_cpu();
+            }
+        }
         for (io, status) in batch.drain(..) {
             io.complete(status);
         }

@@ -36,6 +36,18 @@ pub struct UringOptions {
     /// (NVMe with poll queues) use a second, `IORING_SETUP_IOPOLL` ring per
     /// thread; others keep the plain ring. Off by default.
     pub iopoll: bool,
+    /// In poll mode, a thread's poller that finds nothing to do while its
+    /// requests are in the kernel yields the CPU (`sched_yield`, which
+    /// returns at once when nothing else is runnable there). For files
+    /// without non-blocking reads (tmpfs) the kernel serves io_uring
+    /// requests in io-wq worker threads that share the reactor's core;
+    /// spinning would starve them. On by default.
+    #[serde(default = "default_true")]
+    pub idle_yield: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for UringOptions {
@@ -45,6 +57,7 @@ impl Default for UringOptions {
             sqpoll: false,
             sqpoll_idle_ms: DEFAULT_SQPOLL_IDLE_MS,
             iopoll: false,
+            idle_yield: true,
         }
     }
 }
@@ -67,6 +80,7 @@ static OPTIONS: Mutex<UringOptions> = Mutex::new(UringOptions {
     sqpoll: false,
     sqpoll_idle_ms: DEFAULT_SQPOLL_IDLE_MS,
     iopoll: false,
+    idle_yield: true,
 });
 
 /// The current options.

@@ -8,7 +8,7 @@
 //!   there is no such uring bdev.
 //! * `bdev_uring_rescan {name}` → `true`; `-19` if there is no such bdev.
 //! * `bdev_uring_set_options {sq_entries?, sqpoll?, sqpoll_idle_ms?,
-//!   iopoll?}` → `true` (bdevkit extension, see [`crate::UringOptions`]);
+//!   iopoll?, idle_yield?}` → `true` (bdevkit extension, see [`crate::UringOptions`]);
 //!   `-22` for invalid values. Absent keys keep their value.
 
 use bdevkit::bdev::BdevManager;
@@ -74,6 +74,9 @@ pub struct UringSetOptionsParams {
     /// See [`crate::UringOptions::iopoll`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iopoll: Option<bool>,
+    /// See [`crate::UringOptions::idle_yield`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_yield: Option<bool>,
 }
 
 /// Registers `bdev_uring_create`, `bdev_uring_delete`, `bdev_uring_rescan`
@@ -128,6 +131,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             o.sqpoll = p.sqpoll.unwrap_or(o.sqpoll);
             o.sqpoll_idle_ms = p.sqpoll_idle_ms.unwrap_or(o.sqpoll_idle_ms);
             o.iopoll = p.iopoll.unwrap_or(o.iopoll);
+            o.idle_yield = p.idle_yield.unwrap_or(o.idle_yield);
             match crate::set_options(o) {
                 Ok(()) => resp.ok(json!(true)),
                 Err(e) => {

@@ -89,6 +89,20 @@ pub(crate) struct RingSetup {
 
 /// Registered file table size per ring.
 const FILE_TABLE: u32 = 256;
+/// `IORING_REGISTER_RING_FDS` / `IORING_UNREGISTER_RING_FDS`.
+const IORING_REGISTER_RING_FDS: libc::c_long = 20;
+const IORING_UNREGISTER_RING_FDS: libc::c_long = 21;
+/// `IORING_ENTER_REGISTERED_RING`.
+const IORING_ENTER_REGISTERED_RING: u32 = 16;
+
+/// `struct io_uring_rsrc_update`.
+#[repr(C)]
+struct RsrcUpdate {
+    offset: u32,
+    resv: u32,
+    data: u64,
+}
+const _: () = assert!(std::mem::size_of::<RsrcUpdate>() == 16);
 
 /// An io_uring ring and its in-flight table (one per thread group).
 pub(crate) struct Ring {
@@ -100,6 +114,10 @@ pub(crate) struct Ring {
     in_kernel: u32,
     pushed: u32,
     setup: RingSetup,
+    /// The ring's index in this OS thread's registered ring table
+    /// (`io_uring_enter` then skips the fd lookup); `None` if not
+    /// registered. Rings are only entered from the thread that built them.
+    reg_index: Option<u32>,
     ring: IoUring,
 }
 
@@ -141,6 +159,7 @@ impl Ring {
             }
         };
         let n = ring.params().sq_entries();
+        let reg_index = register_ring_fd(ring.as_raw_fd());
         Ok(Ring {
             slots: (0..n)
                 .map(|_| Slot {
@@ -160,6 +179,7 @@ impl Ring {
             in_kernel: 0,
             pushed: 0,
             setup,
+            reg_index,
             ring,
         })
     }
@@ -320,13 +340,35 @@ impl Ring {
         // GETEVENTS with min_complete 0 never waits; it runs the deferred
         // completion work (DEFER_TASKRUN) and polls (IOPOLL).
         let flags = io_uring::EnterFlags::GETEVENTS.bits();
-        // SAFETY: plain io_uring_enter on our own ring with no extra
-        // argument; the SQEs it consumes were validated by `push`.
-        let n = unsafe {
-            self.ring
-                .submitter()
-                .enter::<libc::sigset_t>(to_submit, 0, flags, None)
-        }?;
+        let n = match self.reg_index {
+            Some(idx) => {
+                // SAFETY: io_uring_enter on our own ring, named by its
+                // index in this thread's registered ring table (rings are
+                // entered only on the thread that built them), no extra
+                // argument; the SQEs it consumes were built by `push`.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_io_uring_enter,
+                        idx,
+                        to_submit,
+                        0u32,
+                        flags | IORING_ENTER_REGISTERED_RING,
+                        std::ptr::null::<libc::c_void>(),
+                        0usize,
+                    )
+                };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                usize::try_from(r).unwrap_or(0)
+            }
+            // SAFETY: as above, with the ring's fd.
+            None => unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(to_submit, 0, flags, None)
+            }?,
+        };
         self.pushed -= u32::try_from(n).unwrap_or(0).min(self.pushed);
         Ok(n)
     }
@@ -403,6 +445,27 @@ fn rw_sqe(op: Op, f: FileRef, iovs: &[IoVec], off: u64, rw_flags: i32) -> squeue
     }
 }
 
+/// Registers `fd` in the calling thread's registered ring table.
+fn register_ring_fd(fd: RawFd) -> Option<u32> {
+    let mut up = RsrcUpdate {
+        offset: u32::MAX,
+        resv: 0,
+        data: u64::try_from(fd).ok()?,
+    };
+    // SAFETY: IORING_REGISTER_RING_FDS reads and updates one
+    // io_uring_rsrc_update, a live local.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            fd,
+            IORING_REGISTER_RING_FDS,
+            &raw mut up,
+            1u32,
+        )
+    };
+    (r == 1).then_some(up.offset)
+}
+
 impl Drop for Ring {
     fn drop(&mut self) {
         // Unreachable in practice (an in-flight I/O keeps its channel, and
@@ -430,6 +493,25 @@ impl Drop for Ring {
                     std::mem::forget(s.io.take());
                 }
             }
+        }
+        if let Some(idx) = self.reg_index.take() {
+            let mut up = RsrcUpdate {
+                offset: idx,
+                resv: 0,
+                data: 0,
+            };
+            // SAFETY: IORING_UNREGISTER_RING_FDS reads one
+            // io_uring_rsrc_update, a live local; without it the thread's
+            // table would keep the ring alive until the thread exits.
+            let _ = unsafe {
+                libc::syscall(
+                    libc::SYS_io_uring_register,
+                    self.ring.as_raw_fd(),
+                    IORING_UNREGISTER_RING_FDS,
+                    &raw mut up,
+                    1u32,
+                )
+            };
         }
         for s in self.slots.iter_mut() {
             if let Some(io) = s.io.take() {
@@ -557,6 +639,13 @@ pub(crate) fn eventfd_signal(fd: RawFd) {
     let v: u64 = 1;
     // SAFETY: writes 8 bytes from a live local.
     let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
+}
+
+/// Gives the CPU to another runnable task on this CPU, if any (returns at
+/// once otherwise).
+pub(crate) fn yield_cpu() {
+    // SAFETY: sched_yield takes no arguments and cannot fail.
+    unsafe { libc::sched_yield() };
 }
 
 #[cfg(test)]
