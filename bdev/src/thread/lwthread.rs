@@ -424,6 +424,8 @@ pub(crate) struct ThreadInner {
     pub(crate) channels: RefCell<HashMap<u64, Weak<dyn Any>>>,
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
+    busy_ticks: Cell<u64>,
+    idle_ticks: Cell<u64>,
     fds: RefCell<Vec<RawFd>>,
     local_msgs: RefCell<std::collections::VecDeque<Box<dyn FnOnce()>>>,
 }
@@ -475,6 +477,8 @@ impl Thread {
             channels: RefCell::new(HashMap::new()),
             tasks: RefCell::new(Tasks::default()),
             exiting: Cell::new(false),
+            busy_ticks: Cell::new(0),
+            idle_ticks: Cell::new(0),
             fds: RefCell::new(Vec::new()),
             local_msgs: RefCell::new(std::collections::VecDeque::new()),
         }))
@@ -593,6 +597,20 @@ impl Thread {
     #[must_use]
     pub fn is_exiting(&self) -> bool {
         self.0.exiting.get()
+    }
+
+    /// Adds one poll's ticks to the busy or idle counter (single writer:
+    /// published with plain stores).
+    #[inline]
+    pub(crate) fn account(&self, busy: bool, ticks: u64) {
+        let (local, shared) = if busy {
+            (&self.0.busy_ticks, &self.0.shared.busy_ticks)
+        } else {
+            (&self.0.idle_ticks, &self.0.shared.idle_ticks)
+        };
+        let v = local.get().wrapping_add(ticks);
+        local.set(v);
+        shared.store(v, Ordering::Relaxed);
     }
 
     /// Adds `fd` to the reactor's wake-up set: in interrupt mode the idle
@@ -792,13 +810,14 @@ impl ThreadInner {
         e.in_heap.set(true);
     }
 
-    fn run_poller(e: &Rc<PollerEntry>) -> bool {
+    #[inline]
+    fn run_poller(handle: &Poller) -> bool {
+        let e = &handle.0;
         let Ok(mut slot) = e.f.try_borrow_mut() else {
             return false;
         };
         let Some(f) = slot.as_mut() else { return false };
-        let handle = Poller(Rc::clone(e));
-        let busy = f(&handle) == PollerStatus::Busy;
+        let busy = f(handle) == PollerStatus::Busy;
         if e.state.get() == PollerState::Unregistered {
             // Unregistered from inside: drop the closure now.
             let f = slot.take();
@@ -839,16 +858,15 @@ impl ThreadInner {
 
         let n = self.pollers.borrow().active.len();
         for i in 0..n {
-            let e = {
+            let p = {
                 let ps = self.pollers.borrow();
                 match ps.active.get(i) {
-                    Some(e) => Rc::clone(e),
+                    Some(e) if e.state.get() == PollerState::Running => Poller(Rc::clone(e)),
+                    Some(_) => continue,
                     None => break,
                 }
             };
-            if e.state.get() == PollerState::Running {
-                busy |= Self::run_poller(&e);
-            }
+            busy |= Self::run_poller(&p);
         }
 
         loop {
@@ -860,13 +878,14 @@ impl ThreadInner {
                 }
             };
             let Some(slot) = slot else { break };
-            let e = slot.entry;
+            let p = Poller(slot.entry);
+            let e = &p.0;
             e.in_heap.set(false);
             match e.state.get() {
                 PollerState::Running => {
-                    busy |= Self::run_poller(&e);
+                    busy |= Self::run_poller(&p);
                     if e.state.get() == PollerState::Running && !e.in_heap.get() {
-                        self.schedule_timed(&e, now.max(slot.deadline));
+                        self.schedule_timed(e, now.max(slot.deadline));
                     }
                 }
                 PollerState::Paused | PollerState::Unregistered => {}
