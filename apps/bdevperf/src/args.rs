@@ -112,12 +112,12 @@ struct Cli {
     /// Read percentage for rw/randrw (0-100)
     #[arg(short = 'M', value_name = "PERCENT")]
     rw_percentage: Option<u8>,
-    /// Core mask: 0x3, [0,1], [0-3]
     #[arg(
         short = 'm',
         long = "cpumask",
         default_value = "0x1",
-        value_name = "MASK"
+        value_name = "MASK",
+        help = "Core mask: 0x3, [0,1], [0-3]"
     )]
     cpumask: String,
     /// SPDK-format JSON config creating the bdevs

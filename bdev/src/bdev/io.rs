@@ -408,7 +408,16 @@ impl IsEmpty for Completion {
     }
 }
 
-/// One block I/O. See the [module docs](self).
+/// One block I/O request.
+///
+/// A consumer allocates one from its channel
+/// ([`super::BdevChannel::alloc_io`]), fills it with a request builder
+/// ([`BdevIo::read`], [`BdevIo::write`], ...), names a completion and submits
+/// it. The module receives it by value and completes it exactly once with
+/// [`BdevIo::complete`]; the bdev layer then accounts for it and calls the
+/// consumer's completion on the submitting thread. Dropping it returns it to
+/// the pool. Data buffers are owned ([`DmaBuf`]): moved in with the request
+/// and taken back with [`BdevIo::take_buf`] after completion.
 pub struct BdevIo(pub(crate) Option<Box<IoInner>>);
 
 impl fmt::Debug for BdevIo {
