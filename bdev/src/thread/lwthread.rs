@@ -731,6 +731,19 @@ impl Thread {
         self.enter(|| self.0.poll_inner(now))
     }
 
+    /// Whether a poll now could do anything: messages queued, an active
+    /// poller, a timed poller due, or cleanup pending. Idle threads (an app
+    /// thread between RPCs) are skipped without entering them.
+    #[inline]
+    pub(crate) fn has_work(&self, now: u64) -> bool {
+        let i = &self.0;
+        if !i.shared.msgs.is_empty() || !i.local_msgs.borrow().is_empty() {
+            return true;
+        }
+        let ps = i.pollers.borrow();
+        !ps.active.is_empty() || ps.dirty || ps.timed.peek().is_some_and(|s| s.deadline <= now)
+    }
+
     /// Earliest timed-poller deadline, for the reactor's sleep.
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.0.pollers.borrow().timed.peek().map(|s| s.deadline)

@@ -534,7 +534,7 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
         let iter_start = now;
         let mut busy = false;
         for t in &threads {
-            let b = t.poll(now);
+            let b = t.has_work(now) && t.poll(now);
             // One tick reading per thread: its end is the next one's start.
             let end = clock::ticks();
             t.account(b, end.wrapping_sub(now));
