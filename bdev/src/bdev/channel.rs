@@ -320,7 +320,7 @@ impl BdevChannel {
         i.state = IoState::Submitted;
         i.role = Role::User;
         i.status = IoStatus::Pending;
-        i.submit_tick = clock::ticks();
+        i.submit_tick = clock::poll_ticks();
         if !matches!(&i.ch, Some(c) if IoChannel::ptr_eq(c, &self.core)) {
             i.ch = Some(self.core.clone());
         }
@@ -588,7 +588,7 @@ pub(crate) fn complete(mut io: BdevIo) {
 
 /// Completes a consumer I/O: statistics, then the consumer's callback.
 pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
-    let now = clock::ticks();
+    let now = clock::poll_ticks();
     let i = io.inner_mut();
     if i.status == IoStatus::Pending {
         i.status = IoStatus::Success;

@@ -830,6 +830,7 @@ impl ThreadInner {
             return false;
         };
         let Some(f) = slot.as_mut() else { return false };
+        crate::clock::refresh_poll_ticks();
         let busy = f(handle) == PollerStatus::Busy;
         if e.state.get() == PollerState::Unregistered {
             // Unregistered from inside: drop the closure now.
@@ -853,6 +854,7 @@ impl ThreadInner {
             let m = self.local_msgs.borrow_mut().pop_front();
             match m {
                 Some(m) => {
+                    crate::clock::refresh_poll_ticks();
                     m();
                     busy = true;
                 }
@@ -862,6 +864,7 @@ impl ThreadInner {
         for _ in 0..MSG_BATCH {
             match self.shared.msgs.pop() {
                 Some(m) => {
+                    crate::clock::refresh_poll_ticks();
                     m();
                     busy = true;
                 }

@@ -533,13 +533,23 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
         }
         let iter_start = now;
         let mut busy = false;
+        let mut polled = false;
         for t in &threads {
-            let b = t.has_work(now) && t.poll(now);
-            // One tick reading per thread: its end is the next one's start.
+            // A thread with nothing to do is skipped: no entering, no tick
+            // reading (its poll takes no time).
+            if !t.has_work(now) {
+                continue;
+            }
+            polled = true;
+            let b = t.poll(now);
+            // One tick reading per polled thread: its end is the next start.
             let end = clock::ticks();
             t.account(b, end.wrapping_sub(now));
             now = end;
             busy |= b;
+        }
+        if !polled {
+            now = clock::ticks();
         }
         if threads.iter().any(Thread::is_exiting) && threads.iter().any(Thread::can_finish_exit) {
             threads.retain(|t| {
