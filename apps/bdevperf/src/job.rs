@@ -102,6 +102,9 @@ pub struct Job {
     first_slot: u64,
     num_slots: u64,
     check_data: bool,
+    /// Hot-path copies of `cfg` facts.
+    random: bool,
+    verify: bool,
     rng: Cell<u64>,
     seq: Cell<u64>,
     running: Cell<bool>,
@@ -248,6 +251,8 @@ impl Job {
             io_blocks,
             block_size,
             check_data,
+            random: cfg.workload.is_random(),
+            verify: cfg.workload.verifies(),
             ch,
             desc: RefCell::new(Some(desc)),
             me: RefCell::new(None),
@@ -366,7 +371,7 @@ impl Job {
 
     #[inline]
     fn next_slot(&self) -> u64 {
-        let rel = if self.cfg.workload.is_random() {
+        let rel = if self.random {
             below(next_rand(&self.rng), self.num_slots)
         } else {
             let s = self.seq.get();
@@ -499,11 +504,8 @@ impl Job {
     #[inline]
     fn record(&self, ok: bool, latency: u64) {
         let mut s = self.stats.borrow_mut();
-        if ok {
-            s.ios += 1;
-        } else {
-            s.failed += 1;
-        }
+        s.ios += u64::from(ok);
+        s.failed += u64::from(!ok);
         s.completions += 1;
         s.total_ticks += latency;
         s.min_ticks = s.min_ticks.min(latency);
@@ -562,7 +564,7 @@ impl IoCompletion for Job {
         drop(io);
         let ok = status == IoStatus::Success;
         self.record(ok, latency);
-        let buf = if self.cfg.workload.verifies() {
+        let buf = if self.verify {
             self.verify_done(tag, ok, buf)
         } else {
             buf

@@ -14,6 +14,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -244,7 +245,7 @@ impl IoCache {
         inner.role = Role::User;
         inner.driver_ctx = [0; 4];
         inner.nvme_cdw0 = 0;
-        Some(BdevIo(Some(inner)))
+        Some(BdevIo(ManuallyDrop::new(inner)))
     }
 
     #[cold]
@@ -418,21 +419,20 @@ impl IsEmpty for Completion {
 /// consumer's completion on the submitting thread. Dropping it returns it to
 /// the pool. Data buffers are owned ([`DmaBuf`]): moved in with the request
 /// and taken back with [`BdevIo::take_buf`] after completion.
-pub struct BdevIo(pub(crate) Option<Box<IoInner>>);
+// The box is wrapped in `ManuallyDrop` so that `Drop` can move it back into
+// the pool: a plain `Option<Box<_>>` would cost a check on every accessor.
+pub struct BdevIo(ManuallyDrop<Box<IoInner>>);
 
 impl fmt::Debug for BdevIo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(i) => f
-                .debug_struct("BdevIo")
-                .field("type", &i.io_type)
-                .field("offset_blocks", &i.offset_blocks)
-                .field("num_blocks", &i.num_blocks)
-                .field("status", &i.status)
-                .field("tag", &i.tag)
-                .finish(),
-            None => f.write_str("BdevIo(<empty>)"),
-        }
+        let i = self.inner();
+        f.debug_struct("BdevIo")
+            .field("type", &i.io_type)
+            .field("offset_blocks", &i.offset_blocks)
+            .field("num_blocks", &i.num_blocks)
+            .field("status", &i.status)
+            .field("tag", &i.tag)
+            .finish()
     }
 }
 
@@ -442,9 +442,9 @@ impl Drop for BdevIo {
     /// recursive drops find the cache consistent.
     #[inline]
     fn drop(&mut self) {
-        let Some(inner) = self.0.take() else {
-            return;
-        };
+        // SAFETY: `drop` runs once and `self.0` is not touched afterwards;
+        // this is the only place that takes the box out.
+        let inner = unsafe { ManuallyDrop::take(&mut self.0) };
         debug_assert!(
             inner.state != IoState::Submitted || std::thread::panicking(),
             "BdevIo dropped while submitted: a module must complete every I/O"
@@ -483,16 +483,12 @@ fn recycle_slow(mut inner: Box<IoInner>) {
 impl BdevIo {
     #[inline]
     pub(crate) fn inner(&self) -> &IoInner {
-        self.0
-            .as_deref()
-            .expect("invariant: a live BdevIo has its inner box")
+        &self.0
     }
 
     #[inline]
     pub(crate) fn inner_mut(&mut self) -> &mut IoInner {
-        self.0
-            .as_deref_mut()
-            .expect("invariant: a live BdevIo has its inner box")
+        &mut self.0
     }
 
     fn set_request(
@@ -686,7 +682,7 @@ impl BdevIo {
     /// it with [`BdevIo::set_parent`]) until this I/O completes.
     pub fn copy_request_from(&mut self, other: &BdevIo) -> &mut Self {
         let o = other.inner();
-        let i = self.0.as_deref_mut().expect("invariant: live");
+        let i = self.inner_mut();
         i.io_type = o.io_type;
         i.offset_blocks = o.offset_blocks;
         i.num_blocks = o.num_blocks;
