@@ -382,10 +382,16 @@ impl Job {
         self.first_slot + rel
     }
 
-    /// Submits the next I/O of task `tag` (its buffer in hand).
+    /// Submits the next I/O of task `tag` (its buffer in hand), reusing
+    /// the task's just-completed I/O when there is one.
     #[inline]
     fn issue(&self, tag: usize, buf: Option<DmaBuf>) {
-        let Some(mut io) = self.ch.alloc_io() else {
+        self.issue_with(tag, buf, None);
+    }
+
+    #[inline]
+    fn issue_with(&self, tag: usize, buf: Option<DmaBuf>, reuse: Option<BdevIo>) {
+        let Some(mut io) = reuse.or_else(|| self.ch.alloc_io()) else {
             self.tasks.borrow_mut()[tag].buf = buf;
             let me = self.weak.borrow().clone();
             self.ch.queue_io_wait(move || {
@@ -561,7 +567,6 @@ impl IoCompletion for Job {
         let latency = io.complete_tick().wrapping_sub(io.submit_tick());
         let tag = usize::try_from(io.tag()).unwrap_or(0);
         let buf = io.take_buf();
-        drop(io);
         let ok = status == IoStatus::Success;
         self.record(ok, latency);
         let buf = if self.verify {
@@ -573,8 +578,9 @@ impl IoCompletion for Job {
             self.fail_job(&format!("I/O failed: {status:?}"));
         }
         if self.running.get() {
-            self.issue(tag, buf);
+            self.issue_with(tag, buf, Some(io));
         } else {
+            drop(io);
             if buf.is_some() {
                 self.tasks.borrow_mut()[tag].buf = buf;
             }

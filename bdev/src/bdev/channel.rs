@@ -384,7 +384,7 @@ impl BdevChannel {
     #[cold]
     fn rejection(&self, t: IoType, state: IoState) -> Error {
         if state != IoState::Building {
-            Error::InvalidArg("I/O already submitted".into())
+            Error::InvalidArg("I/O has no new request (submitted or completed already)".into())
         } else if !self.core.bdev.supports(t) {
             Error::NotSupported(t)
         } else {

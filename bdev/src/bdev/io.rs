@@ -8,7 +8,11 @@
 //! submitting thread**. Dropping a `BdevIo` returns it to the pool.
 //!
 //! Data buffers are owned ([`DmaBuf`]): moved in with the request and taken
-//! back with [`BdevIo::take_buf`] after completion. Modules see the data as
+//! back with [`BdevIo::take_buf`] after completion.
+//!
+//! A completed I/O may be filled again and resubmitted on the same channel
+//! instead of being dropped and a new one allocated: the fastest way for a
+//! consumer that keeps a queue depth busy. Modules see the data as
 //! iovecs ([`BdevIo::iovs`]) and through safe copy helpers.
 
 use std::cell::{Cell, RefCell};
@@ -498,7 +502,19 @@ impl BdevIo {
         num_blocks: u64,
     ) -> &mut IoInner {
         let i = self.inner_mut();
-        debug_assert_eq!(i.state, IoState::Building, "request set on a submitted I/O");
+        assert!(
+            i.state != IoState::Submitted,
+            "request set on a submitted I/O"
+        );
+        if i.state == IoState::Done {
+            // Reused after its completion: start afresh, keeping the pool
+            // slot and the channel.
+            i.state = IoState::Building;
+            i.status = IoStatus::Pending;
+            i.role = Role::User;
+            i.driver_ctx = [0; 4];
+            i.nvme_cdw0 = 0;
+        }
         i.io_type = io_type;
         i.offset_blocks = offset_blocks;
         i.num_blocks = num_blocks;
