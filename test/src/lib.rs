@@ -1,6 +1,6 @@
 //! Test support for bdevkit.
 //!
-//! * [`env`]: a runtime in interrupt mode plus a bdev manager, with a way
+//! * [`mod@env`]: a runtime in interrupt mode plus a bdev manager, with a way
 //!   to run async test bodies on the app thread.
 //! * [`conformance`]: checks every bdev module must pass (read after
 //!   write, range checks, flush/unmap/write-zeroes, reset with I/O in

@@ -16,7 +16,7 @@ use super::qos::{self, QosChannel};
 use super::reset;
 use super::split::{SplitCursor, SplitLimits};
 use super::stats::IoStat;
-use super::types::{IoStatus, IoType};
+use super::types::{IoStatus, IoType, DATA_TYPES, RANGE_TYPES};
 use crate::clock;
 use crate::dma::DmaBuf;
 use crate::error::{Error, Result};
@@ -88,6 +88,10 @@ pub(crate) struct ChannelCore {
     pub(crate) active_reset: RefCell<Option<BdevIo>>,
     limits: SplitLimits,
     split_rw: bool,
+    /// Reads and writes go straight to the module: no split limits, no
+    /// alignment requirement.
+    direct_rw: bool,
+    pub(crate) qos_on: Cell<bool>,
     align_mask: usize,
     block_size: u64,
     zeroes_native: bool,
@@ -178,12 +182,15 @@ pub(crate) fn create_core(b: &Arc<BdevInner>) -> Result<ChannelCore> {
         active_reset: RefCell::new(None),
         limits,
         split_rw,
+        direct_rw: !split_rw && align_mask == 0,
+        qos_on: Cell::new(false),
         align_mask,
         block_size: u64::from(p.block_size),
         zeroes_native: b.ops.io_type_supported(IoType::WriteZeroes),
     };
     if let Some(shared) = b.qos.shared() {
         *core.qos.borrow_mut() = Some(QosChannel::new(shared));
+        core.qos_on.set(true);
     }
     Ok(core)
 }
@@ -195,6 +202,9 @@ pub(crate) fn create_core(b: &Arc<BdevInner>) -> Result<ChannelCore> {
 pub struct BdevChannel {
     core: IoChannel<ChannelCore>,
     writable: bool,
+    /// I/O types this channel may submit (supported, emulated, and allowed
+    /// by the descriptor's mode): one bit test on the fast path.
+    allowed: u32,
 }
 
 impl fmt::Debug for BdevChannel {
@@ -239,7 +249,17 @@ impl std::error::Error for SubmitError {
 
 impl BdevChannel {
     pub(crate) fn new(core: IoChannel<ChannelCore>, writable: bool) -> Self {
-        BdevChannel { core, writable }
+        let mut allowed = 0u32;
+        for t in IoType::ALL {
+            if core.bdev.supports(t) && (writable || !t.is_write()) {
+                allowed |= t.bit();
+            }
+        }
+        BdevChannel {
+            core,
+            writable,
+            allowed,
+        }
     }
 
     /// The bdev.
@@ -300,7 +320,7 @@ impl BdevChannel {
         i.state = IoState::Submitted;
         i.role = Role::User;
         i.status = IoStatus::Pending;
-        i.submit_tick = clock::ticks();
+        i.submit_tick = clock::poll_ticks();
         if !matches!(&i.ch, Some(c) if IoChannel::ptr_eq(c, &self.core)) {
             i.ch = Some(self.core.clone());
         }
@@ -319,25 +339,20 @@ impl BdevChannel {
         Ok(())
     }
 
+    #[inline]
     fn check(&self, io: &mut BdevIo) -> Result<()> {
         let core: &ChannelCore = &self.core;
         if core.thread_id != current_thread_id() {
             return Err(Error::WrongThread);
         }
-        let b = &core.bdev;
         let i = io.inner_mut();
-        if i.state != IoState::Building {
-            return Err(Error::InvalidArg("I/O already submitted".into()));
-        }
         let t = i.io_type;
-        if !b.supports(t) {
-            return Err(Error::NotSupported(t));
+        let bit = t.bit();
+        if self.allowed & bit == 0 || i.state != IoState::Building {
+            return Err(self.rejection(i.io_type, i.state));
         }
-        if t.is_write() && !self.writable {
-            return Err(Error::ReadOnly(b.name.clone()));
-        }
-        if t.has_range() {
-            let num_blocks = b.num_blocks();
+        if RANGE_TYPES & bit != 0 {
+            let num_blocks = core.bdev.num_blocks();
             let in_range = |off: u64, n: u64| off.checked_add(n).is_some_and(|e| e <= num_blocks);
             if !in_range(i.offset_blocks, i.num_blocks)
                 || (t == IoType::Copy && !in_range(i.src_offset_blocks, i.num_blocks))
@@ -352,7 +367,7 @@ impl BdevChannel {
                 return Err(Error::InvalidArg("zero-length I/O".into()));
             }
         }
-        if t.has_data() {
+        if DATA_TYPES & bit != 0 {
             let need = i
                 .num_blocks
                 .checked_mul(core.block_size)
@@ -364,6 +379,17 @@ impl BdevChannel {
             }
         }
         Ok(())
+    }
+
+    #[cold]
+    fn rejection(&self, t: IoType, state: IoState) -> Error {
+        if state != IoState::Building {
+            Error::InvalidArg("I/O has no new request (submitted or completed already)".into())
+        } else if !self.core.bdev.supports(t) {
+            Error::NotSupported(t)
+        } else {
+            Error::ReadOnly(self.core.bdev.name.clone())
+        }
     }
 }
 
@@ -399,7 +425,17 @@ fn defer_complete(io: BdevIo) {
 
 /// Routes a checked consumer I/O: reset sequence, emulation, split or the
 /// module.
+#[inline]
 pub(crate) fn dispatch(core: &ChannelCore, io: BdevIo) {
+    let i = io.inner();
+    if core.direct_rw && matches!(i.io_type, IoType::Read | IoType::Write) {
+        core.module.submit(io);
+        return;
+    }
+    dispatch_slow(core, io);
+}
+
+fn dispatch_slow(core: &ChannelCore, io: BdevIo) {
     let i = io.inner();
     match i.io_type {
         IoType::Reset => reset::start(core, io),
@@ -552,7 +588,7 @@ pub(crate) fn complete(mut io: BdevIo) {
 
 /// Completes a consumer I/O: statistics, then the consumer's callback.
 pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
-    let now = clock::ticks();
+    let now = clock::poll_ticks();
     let i = io.inner_mut();
     if i.status == IoStatus::Pending {
         i.status = IoStatus::Success;
@@ -563,6 +599,7 @@ pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
         .record(i.io_type, bytes, i.status, now.wrapping_sub(i.submit_tick));
     core.outstanding.set(core.outstanding.get() - 1);
     i.state = IoState::Done;
+    i.complete_tick = now;
     let cb = std::mem::take(&mut i.cb);
     match cb {
         Completion::None => drop(io),

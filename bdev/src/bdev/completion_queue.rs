@@ -15,7 +15,6 @@ use crate::thread::{Poller, PollerStatus, Thread};
 #[derive(Default)]
 struct Queues {
     pending: RefCell<VecDeque<(BdevIo, IoStatus)>>,
-    spare: RefCell<VecDeque<(BdevIo, IoStatus)>>,
 }
 
 /// Completes queued I/Os from a poller on the current thread. Create one
@@ -68,18 +67,20 @@ impl Drop for CompletionQueue {
     }
 }
 
-/// Completes the whole batch. The queue is swapped with a spare so that
-/// completions which submit again go to the other queue, and no
-/// allocation happens in steady state.
+/// Completes the I/Os queued before this poll; those that completions
+/// submit again land behind them and wait for the next poll. No allocation
+/// in steady state (the deque keeps its capacity).
 fn drain(q: &Queues) -> PollerStatus {
-    if q.pending.borrow().is_empty() {
+    let n = q.pending.borrow().len();
+    if n == 0 {
         return PollerStatus::Idle;
     }
-    let mut batch = std::mem::take(&mut *q.spare.borrow_mut());
-    std::mem::swap(&mut batch, &mut *q.pending.borrow_mut());
-    for (io, status) in batch.drain(..) {
-        io.complete(status);
+    for _ in 0..n {
+        let next = q.pending.borrow_mut().pop_front();
+        match next {
+            Some((io, status)) => io.complete(status),
+            None => break,
+        }
     }
-    *q.spare.borrow_mut() = batch;
     PollerStatus::Busy
 }

@@ -8,12 +8,17 @@
 //! submitting thread**. Dropping a `BdevIo` returns it to the pool.
 //!
 //! Data buffers are owned ([`DmaBuf`]): moved in with the request and taken
-//! back with [`BdevIo::take_buf`] after completion. Modules see the data as
+//! back with [`BdevIo::take_buf`] after completion.
+//!
+//! A completed I/O may be filled again and resubmitted on the same channel
+//! instead of being dropped and a new one allocated: the fastest way for a
+//! consumer that keeps a queue depth busy. Modules see the data as
 //! iovecs ([`BdevIo::iovs`]) and through safe copy helpers.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -115,6 +120,7 @@ pub(crate) struct IoInner {
     pub(crate) ch: Option<IoChannel<ChannelCore>>,
     pub(crate) thread_id: u64,
     pub(crate) submit_tick: u64,
+    pub(crate) complete_tick: u64,
     pub(crate) role: Role,
     pub(crate) state: IoState,
     pub(crate) bounce: Option<DmaBuf>,
@@ -123,31 +129,15 @@ pub(crate) struct IoInner {
 }
 
 impl IoInner {
-    fn clear(
-        &mut self,
-    ) -> (
-        Option<IoChannel<ChannelCore>>,
-        Option<BdevIo>,
-        Completion,
-        Bufs,
-        Bufs,
-    ) {
-        self.iovs.clear();
-        self.aux_iovs.clear();
-        self.status = IoStatus::Pending;
-        self.tag = 0;
-        self.state = IoState::Building;
-        self.role = Role::User;
-        self.bounce = None;
-        self.driver_ctx = [0; 4];
-        self.nvme_cdw0 = 0;
-        (
-            self.ch.take(),
-            self.parent.take(),
-            std::mem::take(&mut self.cb),
-            std::mem::take(&mut self.bufs),
-            std::mem::take(&mut self.aux_bufs),
-        )
+    /// Whether dropping this I/O has more to release than its channel
+    /// (buffers, a parent, a completion, a bounce buffer).
+    #[inline]
+    fn owns_extras(&self) -> bool {
+        self.parent.is_some()
+            || self.bounce.is_some()
+            || !matches!(self.cb, Completion::None)
+            || !matches!(self.bufs, Bufs::None)
+            || !matches!(self.aux_bufs, Bufs::None)
     }
 }
 
@@ -213,6 +203,7 @@ pub(crate) struct IoCache {
     held: Cell<usize>,
     pub(crate) shared: Arc<PoolShared>,
     waiters: RefCell<VecDeque<IoWaitFn>>,
+    has_waiters: Cell<bool>,
     waiter_poller: RefCell<Option<crate::thread::Poller>>,
     pub(crate) bounce_cache: RefCell<Vec<DmaBuf>>,
     /// Set when the owning thread's management channel is destroyed: late
@@ -236,6 +227,7 @@ impl IoCache {
             held: Cell::new(0),
             shared,
             waiters: RefCell::new(VecDeque::new()),
+            has_waiters: Cell::new(false),
             waiter_poller: RefCell::new(None),
             bounce_cache: RefCell::new(Vec::new()),
             closed: Cell::new(false),
@@ -252,7 +244,12 @@ impl IoCache {
         };
         inner.ch = Some(ch.clone());
         inner.thread_id = thread_id;
-        Some(BdevIo(Some(inner)))
+        inner.tag = 0;
+        inner.status = IoStatus::Pending;
+        inner.role = Role::User;
+        inner.driver_ctx = [0; 4];
+        inner.nvme_cdw0 = 0;
+        Some(BdevIo(ManuallyDrop::new(inner)))
     }
 
     #[cold]
@@ -279,6 +276,7 @@ impl IoCache {
             ch: None,
             thread_id: 0,
             submit_tick: 0,
+            complete_tick: 0,
             role: Role::User,
             state: IoState::Building,
             bounce: None,
@@ -287,6 +285,7 @@ impl IoCache {
         }))
     }
 
+    #[inline]
     fn put(&self, inner: Box<IoInner>) {
         let cache_size = self.shared.cache_size.load(Ordering::Relaxed);
         let mut free = self.free.borrow_mut();
@@ -294,17 +293,24 @@ impl IoCache {
             free.push(inner);
         } else {
             drop(free);
-            drop(inner);
-            self.held.set(self.held.get() - 1);
-            self.shared.return_credit();
+            self.shrink(inner);
         }
-        if !self.waiters.borrow().is_empty() {
+        if self.has_waiters.get() {
             self.wake_waiter();
         }
     }
 
+    #[cold]
+    fn shrink(&self, inner: Box<IoInner>) {
+        drop(inner);
+        self.held.set(self.held.get() - 1);
+        self.shared.return_credit();
+    }
+
+    #[cold]
     fn wake_waiter(&self) {
         let w = self.waiters.borrow_mut().pop_front();
+        self.has_waiters.set(!self.waiters.borrow().is_empty());
         if let Some(w) = w {
             w();
         }
@@ -315,6 +321,7 @@ impl IoCache {
     /// belongs to other threads.
     pub(crate) fn wait(self: &Rc<Self>, f: IoWaitFn) {
         self.waiters.borrow_mut().push_back(f);
+        self.has_waiters.set(true);
         if self.waiter_poller.borrow().is_none() {
             if let Some(t) = Thread::current() {
                 let me = Rc::downgrade(self);
@@ -344,6 +351,7 @@ impl IoCache {
     pub(crate) fn release(&self) {
         self.closed.set(true);
         self.waiters.borrow_mut().clear();
+        self.has_waiters.set(false);
         self.bounce_cache.borrow_mut().clear();
         let free = std::mem::take(&mut *self.free.borrow_mut());
         for b in free {
@@ -368,56 +376,123 @@ impl Drop for IoCache {
     }
 }
 
-/// One block I/O. See the [module docs](self).
-pub struct BdevIo(pub(crate) Option<Box<IoInner>>);
+/// Stores `new` in `slot`; the old value is dropped out of line, and only
+/// when it holds something (on the fast path the slot is empty, and a plain
+/// assignment would still call the enum's drop glue).
+#[inline]
+fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
+    let old = std::mem::replace(slot, new);
+    if old.is_empty() {
+        // Nothing to release; skip the drop glue.
+        std::mem::forget(old);
+    } else {
+        drop_cold(old);
+    }
+}
+
+#[cold]
+fn drop_cold<T>(v: T) {
+    drop(v);
+}
+
+trait IsEmpty {
+    fn is_empty(&self) -> bool;
+}
+
+impl IsEmpty for Bufs {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        matches!(self, Bufs::None)
+    }
+}
+
+impl IsEmpty for Completion {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        matches!(self, Completion::None)
+    }
+}
+
+/// One block I/O request.
+///
+/// A consumer allocates one from its channel
+/// ([`super::BdevChannel::alloc_io`]), fills it with a request builder
+/// ([`BdevIo::read`], [`BdevIo::write`], ...), names a completion and submits
+/// it. The module receives it by value and completes it exactly once with
+/// [`BdevIo::complete`]; the bdev layer then accounts for it and calls the
+/// consumer's completion on the submitting thread. Dropping it returns it to
+/// the pool. Data buffers are owned ([`DmaBuf`]): moved in with the request
+/// and taken back with [`BdevIo::take_buf`] after completion.
+// The box is wrapped in `ManuallyDrop` so that `Drop` can move it back into
+// the pool: a plain `Option<Box<_>>` would cost a check on every accessor.
+pub struct BdevIo(ManuallyDrop<Box<IoInner>>);
 
 impl fmt::Debug for BdevIo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(i) => f
-                .debug_struct("BdevIo")
-                .field("type", &i.io_type)
-                .field("offset_blocks", &i.offset_blocks)
-                .field("num_blocks", &i.num_blocks)
-                .field("status", &i.status)
-                .field("tag", &i.tag)
-                .finish(),
-            None => f.write_str("BdevIo(<empty>)"),
-        }
+        let i = self.inner();
+        f.debug_struct("BdevIo")
+            .field("type", &i.io_type)
+            .field("offset_blocks", &i.offset_blocks)
+            .field("num_blocks", &i.num_blocks)
+            .field("status", &i.status)
+            .field("tag", &i.tag)
+            .finish()
     }
 }
 
 impl Drop for BdevIo {
+    /// Returns the I/O to its thread's cache. What it still owns (buffers,
+    /// parent, completion) is dropped after the box is back, so that
+    /// recursive drops find the cache consistent.
+    #[inline]
     fn drop(&mut self) {
-        let Some(mut inner) = self.0.take() else {
-            return;
-        };
+        // SAFETY: `drop` runs once and `self.0` is not touched afterwards;
+        // this is the only place that takes the box out.
+        let inner = unsafe { ManuallyDrop::take(&mut self.0) };
         debug_assert!(
             inner.state != IoState::Submitted || std::thread::panicking(),
             "BdevIo dropped while submitted: a module must complete every I/O"
         );
-        let parts = inner.clear();
-        if let Some(ch) = &parts.0 {
-            ch.cache().put(inner);
+        if inner.owns_extras() {
+            recycle_slow(inner);
+            return;
         }
-        // Buffers, parent, completion and channel drop after the box is back.
-        drop(parts);
+        recycle(inner);
     }
+}
+
+#[inline]
+fn recycle(mut inner: Box<IoInner>) {
+    inner.iovs.clear();
+    inner.aux_iovs.clear();
+    inner.state = IoState::Building;
+    if let Some(ch) = inner.ch.take() {
+        ch.cache().put(inner);
+    }
+}
+
+#[cold]
+fn recycle_slow(mut inner: Box<IoInner>) {
+    let extras = (
+        inner.parent.take(),
+        std::mem::take(&mut inner.cb),
+        std::mem::take(&mut inner.bufs),
+        std::mem::take(&mut inner.aux_bufs),
+        inner.bounce.take(),
+    );
+    recycle(inner);
+    drop(extras);
 }
 
 impl BdevIo {
     #[inline]
     pub(crate) fn inner(&self) -> &IoInner {
-        self.0
-            .as_deref()
-            .expect("invariant: a live BdevIo has its inner box")
+        &self.0
     }
 
     #[inline]
     pub(crate) fn inner_mut(&mut self) -> &mut IoInner {
-        self.0
-            .as_deref_mut()
-            .expect("invariant: a live BdevIo has its inner box")
+        &mut self.0
     }
 
     fn set_request(
@@ -427,7 +502,19 @@ impl BdevIo {
         num_blocks: u64,
     ) -> &mut IoInner {
         let i = self.inner_mut();
-        debug_assert_eq!(i.state, IoState::Building, "request set on a submitted I/O");
+        assert!(
+            i.state != IoState::Submitted,
+            "request set on a submitted I/O"
+        );
+        if i.state == IoState::Done {
+            // Reused after its completion: start afresh, keeping the pool
+            // slot and the channel.
+            i.state = IoState::Building;
+            i.status = IoStatus::Pending;
+            i.role = Role::User;
+            i.driver_ctx = [0; 4];
+            i.nvme_cdw0 = 0;
+        }
         i.io_type = io_type;
         i.offset_blocks = offset_blocks;
         i.num_blocks = num_blocks;
@@ -436,12 +523,13 @@ impl BdevIo {
         i
     }
 
+    #[inline]
     fn set_buf(i: &mut IoInner, mut buf: DmaBuf) {
         i.iovs.push(IoVec {
             base: buf.as_mut_ptr(),
             len: buf.len(),
         });
-        i.bufs = Bufs::One(buf);
+        replace_field(&mut i.bufs, Bufs::One(buf));
     }
 
     fn set_bufs(i: &mut IoInner, mut bufs: Vec<DmaBuf>) {
@@ -451,7 +539,7 @@ impl BdevIo {
                 len: b.len(),
             });
         }
-        i.bufs = Bufs::Many(bufs);
+        replace_field(&mut i.bufs, Bufs::Many(bufs));
     }
 
     // ---- request builders (consumer side) ----
@@ -575,19 +663,20 @@ impl BdevIo {
 
     /// Completion: a plain function.
     pub fn on_done_fn(&mut self, f: fn(BdevIo)) -> &mut Self {
-        self.inner_mut().cb = Completion::Fn(f);
+        replace_field(&mut self.inner_mut().cb, Completion::Fn(f));
         self
     }
 
     /// Completion: a shared handler.
+    #[inline]
     pub fn on_done(&mut self, h: Rc<dyn IoCompletion>) -> &mut Self {
-        self.inner_mut().cb = Completion::Handler(h);
+        replace_field(&mut self.inner_mut().cb, Completion::Handler(h));
         self
     }
 
     /// Completion: a closure (allocates once per I/O).
     pub fn on_done_closure(&mut self, f: impl FnOnce(BdevIo) + 'static) -> &mut Self {
-        self.inner_mut().cb = Completion::Closure(Box::new(f));
+        replace_field(&mut self.inner_mut().cb, Completion::Closure(Box::new(f)));
         self
     }
 
@@ -609,7 +698,7 @@ impl BdevIo {
     /// it with [`BdevIo::set_parent`]) until this I/O completes.
     pub fn copy_request_from(&mut self, other: &BdevIo) -> &mut Self {
         let o = other.inner();
-        let i = self.0.as_deref_mut().expect("invariant: live");
+        let i = self.inner_mut();
         i.io_type = o.io_type;
         i.offset_blocks = o.offset_blocks;
         i.num_blocks = o.num_blocks;
@@ -761,6 +850,13 @@ impl BdevIo {
     #[must_use]
     pub fn submit_tick(&self) -> u64 {
         self.inner().submit_tick
+    }
+
+    /// Ticks when the bdev layer completed the I/O to its consumer (the
+    /// same reading its statistics use; valid inside the completion).
+    #[must_use]
+    pub fn complete_tick(&self) -> u64 {
+        self.inner().complete_tick
     }
 
     /// Four words of per-I/O scratch space for the module serving it.

@@ -1,9 +1,10 @@
 //! QoS rate limits (`bdev_set_qos_limit`), after SPDK 26.x: each channel
 //! queues its own over-limit I/O; quotas are shared atomics per limit,
 //! refilled every 1 ms timeslice by a poller on the thread that set the
-//! limits (a negative balance from overdraw carries over, an unused
-//! positive one does not accumulate). Channels drain their queues from a
-//! short timed poller while quota remains.
+//! limits (a negative balance from overdraw carries over; unlike SPDK, an
+//! unused positive balance carries over up to 10 slices, so that a refill
+//! poller delayed by the scheduler does not lose quota). Channels drain
+//! their queues from a short timed poller while quota remains.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -21,6 +22,10 @@ use crate::thread::{IoChannel, Poller, PollerStatus, Thread};
 
 /// Timeslice length.
 const TIMESLICE_US: u64 = 1_000;
+/// Unused quota carries over up to this many timeslices (a token bucket
+/// 10 ms deep): a refill poller delayed by scheduling loses nothing, so the
+/// long-run rate stays on target, while bursts stay bounded.
+const BURST_SLICES: i64 = 10;
 /// How often a channel with queued I/O retries.
 const CHANNEL_POLL_US: u64 = 100;
 const MIB: u64 = 1024 * 1024;
@@ -89,7 +94,7 @@ impl QosShared {
                 continue;
             }
             let add = self.per_slice[k].saturating_mul(slices);
-            let cap = self.per_slice[k];
+            let cap = self.per_slice[k].saturating_mul(BURST_SLICES);
             let _ = self.remaining[k].fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
                 Some(r.saturating_add(add).min(cap))
             });
@@ -146,10 +151,11 @@ impl QosChannel {
 /// Whether `io_type` on this channel goes through QoS.
 #[inline]
 pub(crate) fn is_limited(core: &ChannelCore, io_type: IoType) -> bool {
-    matches!(
-        io_type,
-        IoType::Read | IoType::Write | IoType::WriteZeroes | IoType::Unmap | IoType::Compare
-    ) && core.qos.borrow().is_some()
+    core.qos_on.get()
+        && matches!(
+            io_type,
+            IoType::Read | IoType::Write | IoType::WriteZeroes | IoType::Unmap | IoType::Compare
+        )
 }
 
 pub(crate) fn submit(core: &ChannelCore, io: BdevIo) {
@@ -298,9 +304,14 @@ pub(crate) fn set_limits(
                 (Some(s), Some(mut qc)) => {
                     qc.shared = Arc::clone(s);
                     *ch.qos.borrow_mut() = Some(qc);
+                    ch.qos_on.set(true);
                 }
-                (Some(s), None) => *ch.qos.borrow_mut() = Some(QosChannel::new(Arc::clone(s))),
+                (Some(s), None) => {
+                    *ch.qos.borrow_mut() = Some(QosChannel::new(Arc::clone(s)));
+                    ch.qos_on.set(true);
+                }
                 (None, Some(qc)) => {
+                    ch.qos_on.set(false);
                     let QosChannel { queue, poller, .. } = qc;
                     if let Some(p) = poller {
                         p.unregister();

@@ -706,7 +706,7 @@ fn qos_holds_iops_limit_within_5_percent() {
     let (count, secs) = env.run(|mgr| async move {
         let (b, _) = disk(&mgr, BdevProps::new("d11", "Test", 512, 1024), RW);
         let (tx, rx) = std::sync::mpsc::channel();
-        b.set_qos_limits([Some(20_000), None, None, None], move |r| {
+        b.set_qos_limits([Some(5_000), None, None, None], move |r| {
             tx.send(r).unwrap()
         });
         loop {
@@ -716,7 +716,7 @@ fn qos_holds_iops_limit_within_5_percent() {
             }
             sleep_ms(1).await;
         }
-        assert_eq!(b.qos_limits(), [20_000, 0, 0, 0]);
+        assert_eq!(b.qos_limits(), [5_000, 0, 0, 0]);
         let desc = mgr.open("d11", false, |_| {}).unwrap();
         let ch = desc.get_io_channel().unwrap();
         let count = Rc::new(Cell::new(0u64));
@@ -741,10 +741,10 @@ fn qos_holds_iops_limit_within_5_percent() {
         (c1 - c0, (t1 - t0).as_secs_f64())
     });
     let rate = count as f64 / secs;
-    let err = (rate - 20_000.0).abs() / 20_000.0;
+    let err = (rate - 5_000.0).abs() / 5_000.0;
     assert!(
         err < 0.05,
-        "rate {rate:.0} IOPS vs limit 20000 ({:.1}% off)",
+        "rate {rate:.0} IOPS vs limit 5000 ({:.1}% off)",
         err * 100.0
     );
 }

@@ -113,58 +113,81 @@ impl IoType {
     }
 
     /// Bit in a supported-types mask.
+    #[inline]
     #[must_use]
     pub fn bit(self) -> u32 {
         1 << (self as u8)
     }
 
     /// Whether the type modifies data (needs a writable descriptor).
+    #[inline]
     #[must_use]
     pub fn is_write(self) -> bool {
-        matches!(
-            self,
-            IoType::Write
-                | IoType::Unmap
-                | IoType::WriteZeroes
-                | IoType::CompareAndWrite
-                | IoType::Copy
-                | IoType::ZoneAppend
-                | IoType::ZoneManagement
-                | IoType::WriteUncorrectable
-                | IoType::NvmeIo
-                | IoType::NvmeIoMd
-                | IoType::NvmeIovMd
-                | IoType::NvmeAdmin
-                | IoType::NvmeNssr
-        )
+        WRITE_TYPES & self.bit() != 0
     }
 
     /// Whether the I/O addresses a block range that must lie inside the bdev.
+    #[inline]
     #[must_use]
     pub fn has_range(self) -> bool {
-        matches!(
-            self,
-            IoType::Read
-                | IoType::Write
-                | IoType::Unmap
-                | IoType::Flush
-                | IoType::WriteZeroes
-                | IoType::Compare
-                | IoType::CompareAndWrite
-                | IoType::Copy
-                | IoType::WriteUncorrectable
-        )
+        RANGE_TYPES & self.bit() != 0
     }
 
     /// Whether the I/O carries a data buffer of `num_blocks` blocks.
+    #[inline]
     #[must_use]
     pub fn has_data(self) -> bool {
-        matches!(
-            self,
-            IoType::Read | IoType::Write | IoType::Compare | IoType::CompareAndWrite
-        )
+        DATA_TYPES & self.bit() != 0
     }
 }
+
+const fn mask(types: &[IoType]) -> u32 {
+    let mut m = 0;
+    let mut i = 0;
+    while i < types.len() {
+        m |= 1 << (types[i] as u8);
+        i += 1;
+    }
+    m
+}
+
+/// Types that need a writable descriptor.
+pub(crate) const WRITE_TYPES: u32 = mask(&[
+    IoType::Write,
+    IoType::Unmap,
+    IoType::WriteZeroes,
+    IoType::CompareAndWrite,
+    IoType::Copy,
+    IoType::ZoneAppend,
+    IoType::ZoneManagement,
+    IoType::WriteUncorrectable,
+    IoType::NvmeIo,
+    IoType::NvmeIoMd,
+    IoType::NvmeIovMd,
+    IoType::NvmeAdmin,
+    IoType::NvmeNssr,
+]);
+
+/// Types whose block range is checked against the bdev size.
+pub(crate) const RANGE_TYPES: u32 = mask(&[
+    IoType::Read,
+    IoType::Write,
+    IoType::Unmap,
+    IoType::Flush,
+    IoType::WriteZeroes,
+    IoType::Compare,
+    IoType::CompareAndWrite,
+    IoType::Copy,
+    IoType::WriteUncorrectable,
+]);
+
+/// Types that carry `num_blocks` of data.
+pub(crate) const DATA_TYPES: u32 = mask(&[
+    IoType::Read,
+    IoType::Write,
+    IoType::Compare,
+    IoType::CompareAndWrite,
+]);
 
 impl fmt::Display for IoType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -424,6 +424,8 @@ pub(crate) struct ThreadInner {
     pub(crate) channels: RefCell<HashMap<u64, Weak<dyn Any>>>,
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
+    busy_ticks: Cell<u64>,
+    idle_ticks: Cell<u64>,
     fds: RefCell<Vec<RawFd>>,
     local_msgs: RefCell<std::collections::VecDeque<Box<dyn FnOnce()>>>,
 }
@@ -475,6 +477,8 @@ impl Thread {
             channels: RefCell::new(HashMap::new()),
             tasks: RefCell::new(Tasks::default()),
             exiting: Cell::new(false),
+            busy_ticks: Cell::new(0),
+            idle_ticks: Cell::new(0),
             fds: RefCell::new(Vec::new()),
             local_msgs: RefCell::new(std::collections::VecDeque::new()),
         }))
@@ -595,6 +599,20 @@ impl Thread {
         self.0.exiting.get()
     }
 
+    /// Adds one poll's ticks to the busy or idle counter (single writer:
+    /// published with plain stores).
+    #[inline]
+    pub(crate) fn account(&self, busy: bool, ticks: u64) {
+        let (local, shared) = if busy {
+            (&self.0.busy_ticks, &self.0.shared.busy_ticks)
+        } else {
+            (&self.0.idle_ticks, &self.0.shared.idle_ticks)
+        };
+        let v = local.get().wrapping_add(ticks);
+        local.set(v);
+        shared.store(v, Ordering::Relaxed);
+    }
+
     /// Adds `fd` to the reactor's wake-up set: in interrupt mode the idle
     /// reactor wakes when it becomes readable and runs every poller (the
     /// owner of `fd` must drain it). Removed when the guard drops.
@@ -713,6 +731,19 @@ impl Thread {
         self.enter(|| self.0.poll_inner(now))
     }
 
+    /// Whether a poll now could do anything: messages queued, an active
+    /// poller, a timed poller due, or cleanup pending. Idle threads (an app
+    /// thread between RPCs) are skipped without entering them.
+    #[inline]
+    pub(crate) fn has_work(&self, now: u64) -> bool {
+        let i = &self.0;
+        if !i.shared.msgs.is_empty() || !i.local_msgs.borrow().is_empty() {
+            return true;
+        }
+        let ps = i.pollers.borrow();
+        !ps.active.is_empty() || ps.dirty || ps.timed.peek().is_some_and(|s| s.deadline <= now)
+    }
+
     /// Earliest timed-poller deadline, for the reactor's sleep.
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.0.pollers.borrow().timed.peek().map(|s| s.deadline)
@@ -792,13 +823,15 @@ impl ThreadInner {
         e.in_heap.set(true);
     }
 
-    fn run_poller(e: &Rc<PollerEntry>) -> bool {
+    #[inline]
+    fn run_poller(handle: &Poller) -> bool {
+        let e = &handle.0;
         let Ok(mut slot) = e.f.try_borrow_mut() else {
             return false;
         };
         let Some(f) = slot.as_mut() else { return false };
-        let handle = Poller(Rc::clone(e));
-        let busy = f(&handle) == PollerStatus::Busy;
+        crate::clock::refresh_poll_ticks();
+        let busy = f(handle) == PollerStatus::Busy;
         if e.state.get() == PollerState::Unregistered {
             // Unregistered from inside: drop the closure now.
             let f = slot.take();
@@ -821,6 +854,7 @@ impl ThreadInner {
             let m = self.local_msgs.borrow_mut().pop_front();
             match m {
                 Some(m) => {
+                    crate::clock::refresh_poll_ticks();
                     m();
                     busy = true;
                 }
@@ -830,6 +864,7 @@ impl ThreadInner {
         for _ in 0..MSG_BATCH {
             match self.shared.msgs.pop() {
                 Some(m) => {
+                    crate::clock::refresh_poll_ticks();
                     m();
                     busy = true;
                 }
@@ -839,16 +874,15 @@ impl ThreadInner {
 
         let n = self.pollers.borrow().active.len();
         for i in 0..n {
-            let e = {
+            let p = {
                 let ps = self.pollers.borrow();
                 match ps.active.get(i) {
-                    Some(e) => Rc::clone(e),
+                    Some(e) if e.state.get() == PollerState::Running => Poller(Rc::clone(e)),
+                    Some(_) => continue,
                     None => break,
                 }
             };
-            if e.state.get() == PollerState::Running {
-                busy |= Self::run_poller(&e);
-            }
+            busy |= Self::run_poller(&p);
         }
 
         loop {
@@ -860,13 +894,14 @@ impl ThreadInner {
                 }
             };
             let Some(slot) = slot else { break };
-            let e = slot.entry;
+            let p = Poller(slot.entry);
+            let e = &p.0;
             e.in_heap.set(false);
             match e.state.get() {
                 PollerState::Running => {
-                    busy |= Self::run_poller(&e);
+                    busy |= Self::run_poller(&p);
                     if e.state.get() == PollerState::Running && !e.in_heap.get() {
-                        self.schedule_timed(&e, now.max(slot.deadline));
+                        self.schedule_timed(e, now.max(slot.deadline));
                     }
                 }
                 PollerState::Paused | PollerState::Unregistered => {}

@@ -523,25 +523,35 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
     let mut threads: Vec<Thread> = Vec::new();
     let mut tokens = Vec::with_capacity(32);
     let mut stop_seen: Option<Instant> = None;
-    let mut last = clock::ticks();
+    let mut now = clock::ticks();
+    let (mut busy_ticks, mut idle_ticks) = (0u64, 0u64);
     loop {
-        while let Some(ts) = r.incoming.pop() {
-            threads.push(Thread::adopt(ts));
-        }
-        let mut busy = false;
-        for t in &threads {
-            let start = clock::ticks();
-            let b = t.poll(start);
-            let end = clock::ticks();
-            let s = &t.0.shared;
-            if b {
-                s.busy_ticks.fetch_add(end - start, Ordering::Relaxed);
-            } else {
-                s.idle_ticks.fetch_add(end - start, Ordering::Relaxed);
+        if !r.incoming.is_empty() {
+            while let Some(ts) = r.incoming.pop() {
+                threads.push(Thread::adopt(ts));
             }
+        }
+        let iter_start = now;
+        let mut busy = false;
+        let mut polled = false;
+        for t in &threads {
+            // A thread with nothing to do is skipped: no entering, no tick
+            // reading (its poll takes no time).
+            if !t.has_work(now) {
+                continue;
+            }
+            polled = true;
+            let b = t.poll(now);
+            // One tick reading per polled thread: its end is the next start.
+            let end = clock::ticks();
+            t.account(b, end.wrapping_sub(now));
+            now = end;
             busy |= b;
         }
-        if threads.iter().any(Thread::can_finish_exit) {
+        if !polled {
+            now = clock::ticks();
+        }
+        if threads.iter().any(Thread::is_exiting) && threads.iter().any(Thread::can_finish_exit) {
             threads.retain(|t| {
                 if t.can_finish_exit() {
                     finish_thread(rt, r, t);
@@ -551,13 +561,14 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
                 }
             });
         }
-        let now = clock::ticks();
-        let spent = now.saturating_sub(last);
-        last = now;
+        // Single writer: plain stores, no read-modify-write on the loop.
+        let spent = now.wrapping_sub(iter_start);
         if busy {
-            r.busy_ticks.fetch_add(spent, Ordering::Relaxed);
+            busy_ticks += spent;
+            r.busy_ticks.store(busy_ticks, Ordering::Relaxed);
         } else {
-            r.idle_ticks.fetch_add(spent, Ordering::Relaxed);
+            idle_ticks += spent;
+            r.idle_ticks.store(idle_ticks, Ordering::Relaxed);
         }
 
         if rt.stop.load(Ordering::Acquire) {
@@ -587,6 +598,10 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
 
         if !busy && (rt.opts.interrupt_mode || stop_seen.is_some()) {
             sleep(rt, r, &threads, &mut tokens, stop_seen.is_some());
+            let woke = clock::ticks();
+            idle_ticks += woke.wrapping_sub(now);
+            r.idle_ticks.store(idle_ticks, Ordering::Relaxed);
+            now = woke;
         }
     }
 }

@@ -1,0 +1,314 @@
+//! Command line: SPDK bdevperf's flags.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use bdevkit::thread::CpuSet;
+use clap::Parser;
+
+/// Workloads, as SPDK names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Uniform random reads.
+    RandRead,
+    /// Uniform random writes.
+    RandWrite,
+    /// Sequential mix (`-M` % reads).
+    Rw,
+    /// Random mix (`-M` % reads).
+    RandRw,
+    /// Write a pattern, read it back, compare.
+    Verify,
+    /// Verify plus a bdev reset every 10 s.
+    Reset,
+    /// Sequential unmaps.
+    Unmap,
+    /// Sequential flushes.
+    Flush,
+    /// Sequential write-zeroes.
+    WriteZeroes,
+}
+
+impl Workload {
+    fn parse(s: &str) -> Result<Workload> {
+        Ok(match s {
+            "read" => Workload::Read,
+            "write" => Workload::Write,
+            "randread" => Workload::RandRead,
+            "randwrite" => Workload::RandWrite,
+            "rw" => Workload::Rw,
+            "randrw" => Workload::RandRw,
+            "verify" => Workload::Verify,
+            "reset" => Workload::Reset,
+            "unmap" => Workload::Unmap,
+            "flush" => Workload::Flush,
+            "write_zeroes" => Workload::WriteZeroes,
+            other => bail!(
+                "unknown workload '{other}' (expected one of read, write, randread, randwrite, rw, randrw, verify, reset, unmap, flush, write_zeroes)"
+            ),
+        })
+    }
+
+    /// SPDK's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Read => "read",
+            Workload::Write => "write",
+            Workload::RandRead => "randread",
+            Workload::RandWrite => "randwrite",
+            Workload::Rw => "rw",
+            Workload::RandRw => "randrw",
+            Workload::Verify => "verify",
+            Workload::Reset => "reset",
+            Workload::Unmap => "unmap",
+            Workload::Flush => "flush",
+            Workload::WriteZeroes => "write_zeroes",
+        }
+    }
+
+    /// Whether offsets are random.
+    pub fn is_random(self) -> bool {
+        matches!(
+            self,
+            Workload::RandRead | Workload::RandWrite | Workload::RandRw
+        )
+    }
+
+    /// Whether `-M` applies.
+    pub fn is_mixed(self) -> bool {
+        matches!(self, Workload::Rw | Workload::RandRw)
+    }
+
+    /// Whether the data is checked.
+    pub fn verifies(self) -> bool {
+        matches!(self, Workload::Verify | Workload::Reset)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bdevperf",
+    about = "Block device benchmark and verifier (SPDK bdevperf compatible)",
+    after_help = "With no -c/--json config, a built-in 256 MiB malloc bdev (Malloc0, 4096-byte blocks) is used.\n\
+                  Example: bdevperf -q 128 -o 4096 -w randread -t 5"
+)]
+struct Cli {
+    /// Queue depth per job
+    #[arg(short = 'q', value_name = "DEPTH")]
+    queue_depth: Option<u32>,
+    /// I/O size in bytes (k/m/g suffixes, binary)
+    #[arg(short = 'o', value_name = "SIZE")]
+    io_size: Option<String>,
+    /// Workload: read, write, randread, randwrite, rw, randrw, verify, reset, unmap, flush, write_zeroes
+    #[arg(short = 'w', value_name = "TYPE")]
+    workload: Option<String>,
+    /// Run time in seconds
+    #[arg(short = 't', value_name = "SEC")]
+    time: Option<u64>,
+    /// Read percentage for rw/randrw (0-100)
+    #[arg(short = 'M', value_name = "PERCENT")]
+    rw_percentage: Option<u8>,
+    #[arg(
+        short = 'm',
+        long = "cpumask",
+        default_value = "0x1",
+        value_name = "MASK",
+        help = "Core mask: 0x3, [0,1], [0-3]"
+    )]
+    cpumask: String,
+    /// SPDK-format JSON config creating the bdevs
+    #[arg(
+        short = 'c',
+        long = "json",
+        visible_alias = "config",
+        value_name = "FILE"
+    )]
+    config: Option<PathBuf>,
+    /// Run only on this bdev (default: every bdev nobody claimed)
+    #[arg(short = 'T', value_name = "BDEV")]
+    target: Option<String>,
+    /// Every core runs a job on every bdev, each on its own slice of the bdev
+    #[arg(short = 'C')]
+    multithread: bool,
+    /// Print the full table every N seconds
+    #[arg(short = 'S', value_name = "SEC")]
+    stats_interval: Option<u64>,
+    /// Start, then wait for the perform_tests RPC
+    #[arg(short = 'z')]
+    wait_for_tests: bool,
+    /// RPC socket (with -z)
+    #[arg(short = 'r', long = "rpc-socket", value_name = "PATH")]
+    rpc_socket: Option<PathBuf>,
+    /// Continue after I/O failures
+    #[arg(short = 'f')]
+    continue_on_failure: bool,
+    /// Count I/Os slower than this many seconds as timed out (TO/s)
+    #[arg(short = 'k', value_name = "SEC")]
+    timeout: Option<u64>,
+    /// Latency summary (-ll adds the histogram)
+    #[arg(short = 'l', action = clap::ArgAction::Count)]
+    latency: u8,
+    /// Write results as JSON (SPDK perform_tests shape plus percentiles)
+    #[arg(long = "output-json", value_name = "FILE")]
+    output_json: Option<PathBuf>,
+    /// Sleep when idle instead of polling (for shared machines)
+    #[arg(long = "interrupt-mode")]
+    interrupt_mode: bool,
+}
+
+/// Validated options.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// Queue depth.
+    pub queue_depth: u32,
+    /// I/O size in bytes.
+    pub io_size: u64,
+    /// Workload.
+    pub workload: Workload,
+    /// Run time in seconds.
+    pub time_sec: u64,
+    /// Read percentage for mixed workloads.
+    pub rw_percentage: Option<u8>,
+    /// Cores.
+    pub cpumask: CpuSet,
+    /// Config file.
+    pub config: Option<PathBuf>,
+    /// Single target bdev.
+    pub target: Option<String>,
+    /// `-C`.
+    pub multithread: bool,
+    /// `-S`.
+    pub stats_interval: Option<u64>,
+    /// `-z`.
+    pub wait_for_tests: bool,
+    /// `-r`.
+    pub rpc_socket: Option<PathBuf>,
+    /// `-f`.
+    pub continue_on_failure: bool,
+    /// `-k`.
+    pub timeout_sec: Option<u64>,
+    /// `-l` count.
+    pub latency: u8,
+    /// `--output-json`.
+    pub output_json: Option<PathBuf>,
+    /// `--interrupt-mode`.
+    pub interrupt_mode: bool,
+}
+
+/// Parses `4096`, `4k`, `1M`, `2g` (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("invalid I/O size '{s}'"))?;
+    n.checked_mul(mult)
+        .filter(|v| *v > 0)
+        .with_context(|| format!("invalid I/O size '{s}'"))
+}
+
+/// Parses and validates the command line.
+pub fn parse() -> Result<Opts> {
+    let cli = Cli::parse();
+    let cpumask: CpuSet = cli.cpumask.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let need = |what: &str, flag: &str| anyhow::anyhow!("missing {what} ({flag}); see --help");
+    let (queue_depth, io_size, workload) = if cli.wait_for_tests {
+        (
+            cli.queue_depth.unwrap_or(1),
+            cli.io_size
+                .as_deref()
+                .map(parse_size)
+                .transpose()?
+                .unwrap_or(4096),
+            Workload::parse(cli.workload.as_deref().unwrap_or("randread"))?,
+        )
+    } else {
+        (
+            cli.queue_depth.ok_or_else(|| need("queue depth", "-q"))?,
+            parse_size(&cli.io_size.ok_or_else(|| need("I/O size", "-o"))?)?,
+            Workload::parse(&cli.workload.ok_or_else(|| need("workload", "-w"))?)?,
+        )
+    };
+    if queue_depth == 0 {
+        bail!("queue depth (-q) must be at least 1");
+    }
+    let time_sec = match cli.time {
+        Some(0) => bail!("run time (-t) must be greater than 0"),
+        Some(t) => t,
+        None if cli.wait_for_tests => 1,
+        None => return Err(need("run time", "-t")),
+    };
+    if workload.is_mixed() {
+        match cli.rw_percentage {
+            Some(p) if p <= 100 => {}
+            Some(p) => bail!("read percentage (-M) {p} is above 100"),
+            None => bail!(
+                "workload {} needs a read percentage (-M 0-100)",
+                workload.name()
+            ),
+        }
+    } else if cli.rw_percentage.is_some() {
+        eprintln!("warning: -M is ignored for workload {}", workload.name());
+    }
+    if let Some(path) = &cli.config {
+        if !path.is_file() {
+            bail!("config file {} is not readable", path.display());
+        }
+    }
+    if cli.stats_interval == Some(0) {
+        bail!("stats interval (-S) must be at least 1 second");
+    }
+    Ok(Opts {
+        queue_depth,
+        io_size,
+        workload,
+        time_sec,
+        rw_percentage: workload
+            .is_mixed()
+            .then_some(cli.rw_percentage.unwrap_or(0)),
+        cpumask,
+        config: cli.config,
+        target: cli.target,
+        multithread: cli.multithread,
+        stats_interval: cli.stats_interval,
+        wait_for_tests: cli.wait_for_tests,
+        rpc_socket: cli.rpc_socket,
+        continue_on_failure: cli.continue_on_failure,
+        timeout_sec: cli.timeout.filter(|t| *t > 0),
+        latency: cli.latency,
+        output_json: cli.output_json,
+        interrupt_mode: cli.interrupt_mode,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4k").unwrap(), 4096);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("4kb").is_err());
+    }
+
+    #[test]
+    fn workloads() {
+        assert_eq!(Workload::parse("randrw").unwrap(), Workload::RandRw);
+        assert!(Workload::parse("randomread").is_err());
+        assert_eq!(Workload::WriteZeroes.name(), "write_zeroes");
+    }
+}

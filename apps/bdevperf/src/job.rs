@@ -1,0 +1,621 @@
+//! One job: a queue depth of I/Os kept in flight on one bdev from one
+//! lightweight thread. The completion path resubmits at once; nothing on
+//! it allocates.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use bdevkit::bdev::{BdevChannel, BdevDesc, BdevIo, BdevManager, IoCompletion, IoStatus, IoType};
+use bdevkit::clock;
+use bdevkit::dma::DmaBuf;
+
+use crate::args::Workload;
+use crate::hist::Histogram;
+
+/// What one job does.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// Job id (unique in the run).
+    pub id: u64,
+    /// Target bdev.
+    pub bdev: String,
+    /// Core the job runs on.
+    pub core: u32,
+    /// Workload.
+    pub workload: Workload,
+    /// Read percentage for mixed workloads.
+    pub rw_percentage: u8,
+    /// Queue depth.
+    pub queue_depth: u32,
+    /// I/O size in bytes.
+    pub io_size: u64,
+    /// This job's slice of the bdev: `(index, count)` (`-C`).
+    pub slice: (u64, u64),
+    /// Seed of offsets and patterns.
+    pub seed: u64,
+    /// I/Os slower than this count as timed out (0 = off).
+    pub timeout_ticks: u64,
+    /// Keep going after failures (`-f`).
+    pub continue_on_failure: bool,
+}
+
+/// Counters a job keeps.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Successful I/Os.
+    pub ios: u64,
+    /// Failed I/Os (and verify mismatches).
+    pub failed: u64,
+    /// I/Os slower than the timeout.
+    pub timeouts: u64,
+    /// Sum of latencies (all completions).
+    pub total_ticks: u64,
+    /// Smallest latency.
+    pub min_ticks: u64,
+    /// Largest latency.
+    pub max_ticks: u64,
+    /// Completions counted in `total_ticks`.
+    pub completions: u64,
+    /// Latency distribution.
+    pub hist: Histogram,
+}
+
+/// A finished job, sent to the main thread.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    /// The config it ran.
+    pub cfg: JobConfig,
+    /// Seconds it ran.
+    pub runtime_sec: f64,
+    /// Counters.
+    pub stats: Stats,
+    /// Verify LBA range in I/O-size units.
+    pub verify_range: Option<(u64, u64)>,
+    /// Stopped early because of a failure.
+    pub ended_with_error: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Write,
+    Read,
+}
+
+struct Task {
+    buf: Option<DmaBuf>,
+    slot: u64,
+    gen: u64,
+    phase: Phase,
+}
+
+type DoneFn = Box<dyn FnOnce(JobSummary)>;
+
+/// A running job (lives on its thread).
+pub struct Job {
+    cfg: JobConfig,
+    ch: BdevChannel,
+    desc: RefCell<Option<BdevDesc>>,
+    me: RefCell<Option<Rc<dyn IoCompletion>>>,
+    weak: RefCell<std::rc::Weak<Job>>,
+    io_blocks: u64,
+    block_size: u64,
+    first_slot: u64,
+    num_slots: u64,
+    check_data: bool,
+    /// Hot-path copies of `cfg` facts.
+    random: bool,
+    verify: bool,
+    rng: Cell<u64>,
+    seq: Cell<u64>,
+    running: Cell<bool>,
+    outstanding: Cell<u32>,
+    failed: Cell<bool>,
+    stats: RefCell<Stats>,
+    tasks: RefCell<Vec<Task>>,
+    start_tick: Cell<u64>,
+    stop_tick: Cell<u64>,
+    on_done: RefCell<Option<DoneFn>>,
+    resets: RefCell<Option<bdevkit::thread::Poller>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// xorshift64*.
+#[inline]
+fn next_rand(state: &Cell<u64>) -> u64 {
+    let mut x = state.get();
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    state.set(x);
+    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+/// Uniform in `0..n` without a division (Lemire).
+#[inline]
+fn below(r: u64, n: u64) -> u64 {
+    u64::try_from((u128::from(r) * u128::from(n)) >> 64).unwrap_or(0)
+}
+
+/// The pattern key of one write: offset, seed and generation.
+#[inline]
+fn pattern_key(offset_blocks: u64, seed: u64, gen: u64) -> u64 {
+    let mut z = offset_blocks ^ seed.rotate_left(17) ^ gen.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[inline]
+fn pattern_word(key: u64, i: usize) -> u64 {
+    key ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+fn fill_pattern(buf: &mut [u8], key: u64) {
+    for (i, chunk) in buf.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&pattern_word(key, i).to_le_bytes());
+    }
+}
+
+/// First differing byte: `(index, expected, actual)`.
+fn check_pattern(buf: &[u8], key: u64) -> Option<(usize, u8, u8)> {
+    for (i, chunk) in buf.chunks_exact(8).enumerate() {
+        let want = pattern_word(key, i).to_le_bytes();
+        if chunk != want {
+            let j = chunk
+                .iter()
+                .zip(want.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Some((i * 8 + j, want[j], chunk[j]));
+        }
+    }
+    None
+}
+
+impl Job {
+    /// Opens the bdev and prepares buffers; call on the job's thread.
+    pub fn new(cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
+        let desc = mgr
+            .open(&cfg.bdev, true, |_| {})
+            .map_err(|e| anyhow::anyhow!("open bdev {}: {e}", cfg.bdev))?;
+        let bdev = desc.bdev().clone();
+        let block_size = u64::from(bdev.block_size());
+        if !cfg.io_size.is_multiple_of(block_size) {
+            anyhow::bail!(
+                "I/O size {} is not a multiple of the block size {block_size} of bdev {}",
+                cfg.io_size,
+                cfg.bdev
+            );
+        }
+        let io_blocks = cfg.io_size / block_size;
+        let total_slots = bdev.num_blocks() / io_blocks;
+        let (index, count) = cfg.slice;
+        let per = total_slots / count.max(1);
+        if per == 0 {
+            anyhow::bail!(
+                "bdev {} is smaller than one I/O of {} bytes per job",
+                cfg.bdev,
+                cfg.io_size
+            );
+        }
+        let ch = desc
+            .get_io_channel()
+            .map_err(|e| anyhow::anyhow!("I/O channel for {}: {e}", cfg.bdev))?;
+        let needs = |t: IoType| {
+            if !bdev.supports(t) {
+                Err(anyhow::anyhow!("bdev {} does not support {t}", cfg.bdev))
+            } else {
+                Ok(())
+            }
+        };
+        match cfg.workload {
+            Workload::Unmap => needs(IoType::Unmap)?,
+            Workload::Flush => needs(IoType::Flush)?,
+            Workload::WriteZeroes => needs(IoType::WriteZeroes)?,
+            Workload::Reset => needs(IoType::Reset)?,
+            _ => {}
+        }
+        let len = usize::try_from(cfg.io_size)?;
+        let data = !matches!(
+            cfg.workload,
+            Workload::Unmap | Workload::Flush | Workload::WriteZeroes
+        );
+        let mut tasks = Vec::new();
+        for _ in 0..cfg.queue_depth {
+            let buf = if data {
+                Some(DmaBuf::new(len).map_err(|e| anyhow::anyhow!("I/O buffer: {e}"))?)
+            } else {
+                None
+            };
+            tasks.push(Task {
+                buf,
+                slot: 0,
+                gen: 0,
+                phase: Phase::Write,
+            });
+        }
+        // A bdev that stores nothing cannot give data back: verify checks
+        // completions only there.
+        let check_data = cfg.workload.verifies() && bdev.product_name() != "Null disk";
+        let job = Rc::new(Job {
+            rng: Cell::new(cfg.seed | 1),
+            first_slot: index * per,
+            num_slots: per,
+            io_blocks,
+            block_size,
+            check_data,
+            random: cfg.workload.is_random(),
+            verify: cfg.workload.verifies(),
+            ch,
+            desc: RefCell::new(Some(desc)),
+            me: RefCell::new(None),
+            weak: RefCell::new(std::rc::Weak::new()),
+            seq: Cell::new(0),
+            running: Cell::new(false),
+            outstanding: Cell::new(0),
+            failed: Cell::new(false),
+            stats: RefCell::new(Stats {
+                min_ticks: u64::MAX,
+                ..Stats::default()
+            }),
+            tasks: RefCell::new(tasks),
+            start_tick: Cell::new(0),
+            stop_tick: Cell::new(0),
+            on_done: RefCell::new(None),
+            resets: RefCell::new(None),
+            cfg,
+        });
+        *job.me.borrow_mut() = Some(Rc::clone(&job) as Rc<dyn IoCompletion>);
+        *job.weak.borrow_mut() = Rc::downgrade(&job);
+        Ok(job)
+    }
+
+    /// The verify range in I/O-size slots.
+    pub fn verify_range(&self) -> Option<(u64, u64)> {
+        self.cfg
+            .workload
+            .verifies()
+            .then_some((self.first_slot, self.num_slots))
+    }
+
+    /// Starts the I/O; `done` gets the summary once stopped and drained.
+    pub fn start(self: &Rc<Self>, done: DoneFn) {
+        *self.on_done.borrow_mut() = Some(done);
+        self.running.set(true);
+        self.start_tick.set(clock::ticks());
+        if self.cfg.workload == Workload::Reset {
+            let me = Rc::downgrade(self);
+            let t = bdevkit::thread::Thread::current().expect("invariant: job runs on a thread");
+            let p = t.register_poller("bdevperf_reset", 10_000_000, move |_| {
+                if let Some(job) = me.upgrade() {
+                    job.submit_reset();
+                }
+                bdevkit::thread::PollerStatus::Busy
+            });
+            *self.resets.borrow_mut() = Some(p);
+        }
+        for tag in 0..self.cfg.queue_depth as usize {
+            let buf = self.tasks.borrow_mut()[tag].buf.take();
+            self.outstanding.set(self.outstanding.get() + 1);
+            self.issue(tag, buf);
+        }
+    }
+
+    /// Stops submitting; the summary follows once in-flight I/O drains.
+    pub fn stop(&self) {
+        if self.running.replace(false) {
+            self.stop_tick.set(clock::ticks());
+        }
+        if let Some(p) = self.resets.borrow_mut().take() {
+            p.unregister();
+        }
+        if self.outstanding.get() == 0 {
+            self.finish();
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn snapshot(&self) -> JobSummary {
+        self.summary(clock::ticks())
+    }
+
+    fn summary(&self, now: u64) -> JobSummary {
+        let end = if self.running.get() {
+            now
+        } else {
+            self.stop_tick.get()
+        };
+        let runtime = clock::ticks_to_ns(end.saturating_sub(self.start_tick.get()));
+        #[expect(clippy::cast_precision_loss, reason = "seconds for display")]
+        let runtime_sec = runtime as f64 / 1e9;
+        JobSummary {
+            cfg: self.cfg.clone(),
+            runtime_sec,
+            stats: self.stats.borrow().clone(),
+            verify_range: self.verify_range(),
+            ended_with_error: self.failed.get() && !self.cfg.continue_on_failure,
+        }
+    }
+
+    fn finish(&self) {
+        let Some(done) = self.on_done.borrow_mut().take() else {
+            return;
+        };
+        let summary = self.summary(clock::ticks());
+        // Break the handler cycle; the job is dropped by its owner.
+        self.me.borrow_mut().take();
+        done(summary);
+    }
+
+    /// Releases the channel and descriptor (call on the job's thread).
+    pub fn close(&self) {
+        self.desc.borrow_mut().take();
+        self.me.borrow_mut().take();
+    }
+
+    fn fail_job(&self, what: &str) {
+        if !self.failed.replace(true) {
+            tracing::error!(bdev = %self.cfg.bdev, "{what}");
+        }
+        if !self.cfg.continue_on_failure && self.running.get() {
+            self.stop();
+        }
+    }
+
+    #[inline]
+    fn next_slot(&self) -> u64 {
+        let rel = if self.random {
+            below(next_rand(&self.rng), self.num_slots)
+        } else {
+            let s = self.seq.get();
+            self.seq
+                .set(if s + 1 == self.num_slots { 0 } else { s + 1 });
+            s
+        };
+        self.first_slot + rel
+    }
+
+    /// Submits the next I/O of task `tag` (its buffer in hand), reusing
+    /// the task's just-completed I/O when there is one.
+    #[inline]
+    fn issue(&self, tag: usize, buf: Option<DmaBuf>) {
+        self.issue_with(tag, buf, None);
+    }
+
+    #[inline]
+    fn issue_with(&self, tag: usize, buf: Option<DmaBuf>, reuse: Option<BdevIo>) {
+        let Some(mut io) = reuse.or_else(|| self.ch.alloc_io()) else {
+            self.tasks.borrow_mut()[tag].buf = buf;
+            let me = self.weak.borrow().clone();
+            self.ch.queue_io_wait(move || {
+                if let Some(job) = me.upgrade() {
+                    let buf = job.tasks.borrow_mut()[tag].buf.take();
+                    job.issue(tag, buf);
+                }
+            });
+            return;
+        };
+        let w = self.cfg.workload;
+        let n = self.io_blocks;
+        match w {
+            Workload::Verify | Workload::Reset => {
+                let mut tasks = self.tasks.borrow_mut();
+                let t = &mut tasks[tag];
+                let mut buf = buf.expect("invariant: verify tasks own a buffer");
+                match t.phase {
+                    Phase::Write => {
+                        t.slot = self.next_slot();
+                        t.gen += 1;
+                        if self.check_data {
+                            fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
+                        }
+                        io.write(t.slot * n, n, buf);
+                    }
+                    Phase::Read => {
+                        if self.check_data {
+                            buf.fill(0xA5);
+                        }
+                        io.read(t.slot * n, n, buf);
+                    }
+                }
+            }
+            Workload::Read | Workload::RandRead => {
+                io.read(
+                    self.next_slot() * n,
+                    n,
+                    buf.expect("invariant: data buffer"),
+                );
+            }
+            Workload::Write | Workload::RandWrite => {
+                io.write(
+                    self.next_slot() * n,
+                    n,
+                    buf.expect("invariant: data buffer"),
+                );
+            }
+            Workload::Rw | Workload::RandRw => {
+                let buf = buf.expect("invariant: data buffer");
+                let slot = self.next_slot();
+                if below(next_rand(&self.rng), 100) < u64::from(self.cfg.rw_percentage) {
+                    io.read(slot * n, n, buf);
+                } else {
+                    io.write(slot * n, n, buf);
+                }
+            }
+            Workload::Unmap => {
+                io.unmap(self.next_slot() * n, n);
+            }
+            Workload::Flush => {
+                io.flush(self.next_slot() * n, n);
+            }
+            Workload::WriteZeroes => {
+                io.write_zeroes(self.next_slot() * n, n);
+            }
+        }
+        io.set_tag(tag as u64);
+        if let Some(h) = self.me.borrow().as_ref() {
+            io.on_done(Rc::clone(h));
+        }
+        if let Err(mut e) = self.ch.submit(io) {
+            self.tasks.borrow_mut()[tag].buf = e.io.take_buf();
+            self.stats.borrow_mut().failed += 1;
+            self.outstanding.set(self.outstanding.get() - 1);
+            self.failed.set(true);
+            tracing::error!(bdev = %self.cfg.bdev, error = %e.error, "submit failed");
+            // A task that cannot submit stops; the others carry on with -f.
+            if !self.cfg.continue_on_failure || self.outstanding.get() == 0 {
+                self.stop();
+            }
+        }
+    }
+
+    fn submit_reset(self: &Rc<Self>) {
+        if !self.running.get() {
+            return;
+        }
+        let Some(mut io) = self.ch.alloc_io() else {
+            return;
+        };
+        io.reset();
+        let me = Rc::clone(self);
+        self.outstanding.set(self.outstanding.get() + 1);
+        io.on_done_closure(move |io| {
+            if !io.status().is_success() {
+                me.stats.borrow_mut().failed += 1;
+                me.fail_job("reset failed");
+            }
+            drop(io);
+            me.retire();
+        });
+        if self.ch.submit(io).is_err() {
+            self.outstanding.set(self.outstanding.get() - 1);
+        }
+    }
+
+    fn retire(&self) {
+        let left = self.outstanding.get() - 1;
+        self.outstanding.set(left);
+        if left == 0 && !self.running.get() {
+            self.finish();
+        }
+    }
+
+    #[inline]
+    fn record(&self, ok: bool, latency: u64) {
+        let mut s = self.stats.borrow_mut();
+        s.ios += u64::from(ok);
+        s.failed += u64::from(!ok);
+        s.completions += 1;
+        s.total_ticks += latency;
+        s.min_ticks = s.min_ticks.min(latency);
+        s.max_ticks = s.max_ticks.max(latency);
+        if self.cfg.timeout_ticks != 0 && latency > self.cfg.timeout_ticks {
+            s.timeouts += 1;
+        }
+        s.hist.record(latency);
+    }
+
+    fn verify_done(&self, tag: usize, ok: bool, buf: Option<DmaBuf>) -> Option<DmaBuf> {
+        let mut tasks = self.tasks.borrow_mut();
+        let t = &mut tasks[tag];
+        match t.phase {
+            Phase::Write => {
+                if ok {
+                    t.phase = Phase::Read;
+                }
+            }
+            Phase::Read => {
+                t.phase = Phase::Write;
+                if ok && self.check_data {
+                    if let Some(b) = &buf {
+                        let off = t.slot * self.io_blocks;
+                        let key = pattern_key(off, self.cfg.seed, t.gen);
+                        if let Some((i, want, got)) = check_pattern(b, key) {
+                            let byte = off * self.block_size + i as u64;
+                            eprintln!(
+                                "bdevperf: {}: miscompare at offset {byte} (block {}, byte {i} of the I/O): expected 0x{want:02x}, got 0x{got:02x}",
+                                self.cfg.bdev,
+                                byte / self.block_size,
+                            );
+                            drop(tasks);
+                            let mut s = self.stats.borrow_mut();
+                            s.ios -= 1;
+                            s.failed += 1;
+                            drop(s);
+                            self.fail_job("verify failed");
+                            return buf;
+                        }
+                    }
+                }
+            }
+        }
+        buf
+    }
+}
+
+impl IoCompletion for Job {
+    #[inline]
+    fn io_done(&self, mut io: BdevIo) {
+        let status = io.status();
+        let latency = io.complete_tick().wrapping_sub(io.submit_tick());
+        let tag = usize::try_from(io.tag()).unwrap_or(0);
+        let buf = io.take_buf();
+        let ok = status == IoStatus::Success;
+        self.record(ok, latency);
+        let buf = if self.verify {
+            self.verify_done(tag, ok, buf)
+        } else {
+            buf
+        };
+        if !ok {
+            self.fail_job(&format!("I/O failed: {status:?}"));
+        }
+        if self.running.get() {
+            self.issue_with(tag, buf, Some(io));
+        } else {
+            drop(io);
+            if buf.is_some() {
+                self.tasks.borrow_mut()[tag].buf = buf;
+            }
+            self.retire();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_roundtrip_and_mismatch() {
+        let mut b = vec![0u8; 4096];
+        let k = pattern_key(100, 7, 1);
+        fill_pattern(&mut b, k);
+        assert_eq!(check_pattern(&b, k), None);
+        assert!(
+            check_pattern(&b, pattern_key(100, 7, 2)).is_some(),
+            "generation matters"
+        );
+        assert!(
+            check_pattern(&b, pattern_key(101, 7, 1)).is_some(),
+            "offset matters"
+        );
+        b[1000] ^= 1;
+        assert_eq!(check_pattern(&b, k).map(|x| x.0), Some(1000));
+    }
+
+    #[test]
+    fn below_is_in_range() {
+        let s = Cell::new(12345);
+        for _ in 0..10_000 {
+            assert!(below(next_rand(&s), 7) < 7);
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! End-to-end tests of the bdevperf binary.
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::process::{Command, Output};
+
+    fn bin() -> Command {
+        Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+    }
+
+    fn tmp(name: &str, content: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("bdevperf-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    fn config(entries: &str) -> String {
+        format!(r#"{{"subsystems":[{{"subsystem":"bdev","config":[{entries}]}}]}}"#)
+    }
+
+    const NULL0: &str = r#"{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}"#;
+    const MALLOC0: &str = r#"{"method":"bdev_malloc_create","params":{"name":"Malloc0","num_blocks":16384,"block_size":4096}}"#;
+
+    fn run(args: &[&str]) -> Output {
+        bin().args(args).arg("--interrupt-mode").output().unwrap()
+    }
+
+    fn stdout(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn stderr(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    /// IOPS of the Total line.
+    fn total_iops(out: &str) -> f64 {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start_matches('\r').trim_start().starts_with("Total"))
+            .unwrap_or_else(|| panic!("no Total line in:\n{out}"));
+        line.split(':')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn ok(o: &Output) {
+        assert!(
+            o.status.success(),
+            "bdevperf failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+            o.status,
+            stdout(o),
+            stderr(o)
+        );
+    }
+
+    #[test]
+    fn workloads_on_null_and_malloc() {
+        let cfg = tmp("both.json", &config(&format!("{NULL0},{MALLOC0}")));
+        let cfg = cfg.to_str().unwrap();
+        for w in ["randread", "randwrite", "verify"] {
+            let o = run(&["-c", cfg, "-q", "16", "-o", "4096", "-w", w, "-t", "1"]);
+            ok(&o);
+            let out = stdout(&o);
+            assert!(
+                out.contains(&format!(
+                    "Job: Null0 (Core Mask 0x1, workload: {w}, depth: 16, IO size: 4096)"
+                )),
+                "{out}"
+            );
+            assert!(
+                out.contains(&format!(
+                    "Job: Malloc0 (Core Mask 0x1, workload: {w}, depth: 16, IO size: 4096)"
+                )),
+                "{out}"
+            );
+            assert!(total_iops(&out) > 0.0);
+            if w == "verify" {
+                assert!(
+                    out.contains("\t Verification LBA range: start 0x0 length 0x"),
+                    "{out}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn table_layout_matches_spdk() {
+        let cfg = tmp("null.json", &config(NULL0));
+        let o = run(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-q",
+            "8",
+            "-o",
+            "4k",
+            "-w",
+            "randread",
+            "-t",
+            "1",
+        ]);
+        ok(&o);
+        let out = stdout(&o);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "Running I/O for 1 seconds...");
+        assert!(
+            out.contains(&format!("\n{}Latency(us)\n", " ".repeat(96))),
+            "{out}"
+        );
+        assert!(out.contains(
+            "\r Device Information          : runtime(s)       IOPS      MiB/s     Fail/s     TO/s    Average        min        max\n"
+        ));
+        assert!(out.contains(&format!("\r {}\n", "=".repeat(115))));
+        let data = lines.iter().find(|l| l.starts_with("\t Null0")).unwrap();
+        // "\t %-20s: %10.2f %10.2f %10.2f %10.2f %8.2f %10.2f %10.2f %10.2f"
+        assert_eq!(data.len(), 2 + 20 + 2 + 7 * 10 + 8 + 7, "{data:?}");
+        assert!(out.contains("Latency percentiles(us)"));
+    }
+
+    #[test]
+    fn verify_on_malloc_two_cores_with_c() {
+        let cfg = tmp("malloc.json", &config(MALLOC0));
+        let o = run(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-m",
+            "0x3",
+            "-C",
+            "-q",
+            "32",
+            "-o",
+            "4096",
+            "-w",
+            "verify",
+            "-t",
+            "1",
+        ]);
+        ok(&o);
+        let out = stdout(&o);
+        assert!(
+            out.contains("Job: Malloc0 (Core Mask 0x1, workload: verify"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Job: Malloc0 (Core Mask 0x2, workload: verify"),
+            "{out}"
+        );
+        // Each core verifies its own half of the slots.
+        assert!(
+            out.contains("Verification LBA range: start 0x0 length 0x2000"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Verification LBA range: start 0x2000 length 0x2000"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn default_bdev_without_config() {
+        let o = run(&["-q", "4", "-o", "4096", "-w", "randread", "-t", "1"]);
+        ok(&o);
+        let out = stdout(&o);
+        assert!(
+            out.contains("built-in 256 MiB malloc bdev Malloc0"),
+            "{out}"
+        );
+        assert!(total_iops(&out) > 0.0);
+    }
+
+    #[test]
+    fn json_result_matches_table() {
+        let cfg = tmp("null-json.json", &config(NULL0));
+        let json = std::env::temp_dir().join(format!("bdevperf-out-{}.json", std::process::id()));
+        let o = run(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-q",
+            "4",
+            "-o",
+            "4096",
+            "-w",
+            "randrw",
+            "-M",
+            "70",
+            "-t",
+            "1",
+            "--output-json",
+            json.to_str().unwrap(),
+        ]);
+        ok(&o);
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let r = &doc["results"][0];
+        assert_eq!(r["job"], "Null0");
+        assert_eq!(r["workload"], "randrw");
+        assert_eq!(r["percentage"], 70);
+        assert_eq!(r["status"], "finished");
+        assert_eq!(r["queue_depth"], 4);
+        assert_eq!(doc["core_count"], 1);
+        let iops = r["iops"].as_f64().unwrap();
+        let table = total_iops(&stdout(&o));
+        assert!(
+            (iops - table).abs() < 0.01 * table.max(1.0),
+            "json {iops} vs table {table}"
+        );
+        assert!(r["p99_latency_us"].as_f64().unwrap() >= r["p50_latency_us"].as_f64().unwrap());
+        assert!(stdout(&o).contains("workload: randrw, percentage: 70, depth: 4"));
+        let _ = std::fs::remove_file(json);
+    }
+
+    fn fails_with(args: &[&str], msg: &str) {
+        let o = run(args);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "expected exit 1 for {args:?}; stdout {}",
+            stdout(&o)
+        );
+        let err = stderr(&o);
+        assert!(err.contains(msg), "expected {msg:?} in stderr:\n{err}");
+        assert!(
+            !stdout(&o).contains("Running I/O"),
+            "ran I/O despite bad input {args:?}"
+        );
+    }
+
+    #[test]
+    fn bad_input_is_one_clear_error() {
+        let good = tmp("good.json", &config(NULL0));
+        let good = good.to_str().unwrap();
+        fails_with(
+            &["-q", "1", "-o", "4096", "-w", "randomread", "-t", "1"],
+            "unknown workload 'randomread'",
+        );
+        fails_with(
+            &["-q", "0", "-o", "4096", "-w", "read", "-t", "1"],
+            "queue depth (-q) must be at least 1",
+        );
+        fails_with(
+            &["-o", "4096", "-w", "read", "-t", "1"],
+            "missing queue depth (-q)",
+        );
+        fails_with(
+            &["-q", "1", "-o", "4096", "-w", "rw", "-t", "1"],
+            "needs a read percentage (-M 0-100)",
+        );
+        fails_with(
+            &["-c", good, "-q", "1", "-o", "1000", "-w", "read", "-t", "1"],
+            "is not a multiple of the block size 4096",
+        );
+        fails_with(
+            &[
+                "-c", good, "-q", "1", "-o", "4096", "-w", "read", "-t", "1", "-T", "Nope",
+            ],
+            "bdev Nope not found",
+        );
+        fails_with(
+            &[
+                "-c",
+                "/nonexistent/conf.json",
+                "-q",
+                "1",
+                "-o",
+                "4096",
+                "-w",
+                "read",
+                "-t",
+                "1",
+            ],
+            "is not readable",
+        );
+        let bad = tmp("bad.json", "{ this is not json");
+        fails_with(
+            &[
+                "-c",
+                bad.to_str().unwrap(),
+                "-q",
+                "1",
+                "-o",
+                "4096",
+                "-w",
+                "read",
+                "-t",
+                "1",
+            ],
+            "not valid JSON",
+        );
+        let unknown = tmp(
+            "unknown.json",
+            &config(r#"{"method":"bdev_frobnicate_create","params":{}}"#),
+        );
+        fails_with(
+            &[
+                "-c",
+                unknown.to_str().unwrap(),
+                "-q",
+                "1",
+                "-o",
+                "4096",
+                "-w",
+                "read",
+                "-t",
+                "1",
+            ],
+            "Method 'bdev_frobnicate_create' was not found",
+        );
+        let failing = tmp("dup.json", &config(&format!("{NULL0},{NULL0}")));
+        fails_with(
+            &[
+                "-c",
+                failing.to_str().unwrap(),
+                "-q",
+                "1",
+                "-o",
+                "4096",
+                "-w",
+                "read",
+                "-t",
+                "1",
+            ],
+            "bdev_null_create failed",
+        );
+        fails_with(
+            &[
+                "-c", good, "-q", "1", "-o", "4096", "-w", "unmap", "-t", "1",
+            ],
+            "does not support unmap",
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! Fixed-count I/O loop on one null (or malloc) bdev, one core, polling:
+//! `io_path [null|malloc] [QD] [COUNT] [read|write]`. Prints ns per I/O. Run
+//! it under callgrind with two counts and divide the difference in
+//! instructions by the difference in I/Os for a repeatable per-I/O cost
+//! (`bench/callgrind_io_path.sh`).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use bdevkit::bdev::{BdevChannel, BdevIo, BdevManager, IoCompletion};
+use bdevkit::dma::DmaBuf;
+use bdevkit::thread::{Runtime, RuntimeOptions};
+
+struct Loop {
+    ch: BdevChannel,
+    me: RefCell<Option<Rc<dyn IoCompletion>>>,
+    left: Cell<u64>,
+    inflight: Cell<u64>,
+    write: bool,
+    rng: Cell<u64>,
+    blocks: u64,
+    done: RefCell<Option<mpsc::Sender<()>>>,
+}
+
+impl Loop {
+    fn issue(&self, buf: DmaBuf) {
+        let io = self.ch.alloc_io().expect("pool sized for the queue depth");
+        self.reissue(io, buf);
+    }
+
+    /// Fills `io` (new or just completed) and submits it.
+    fn reissue(&self, mut io: BdevIo, buf: DmaBuf) {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        let off = u64::try_from((u128::from(x) * u128::from(self.blocks)) >> 64).unwrap_or(0);
+        if self.write {
+            io.write(off, 1, buf);
+        } else {
+            io.read(off, 1, buf);
+        }
+        if let Some(h) = self.me.borrow().as_ref() {
+            io.on_done(Rc::clone(h));
+        }
+        if self.ch.submit(io).is_err() {
+            panic!("submit failed");
+        }
+    }
+}
+
+impl IoCompletion for Loop {
+    fn io_done(&self, mut io: BdevIo) {
+        let buf = io.take_buf().expect("buffer back");
+        if self.left.get() > 0 {
+            self.left.set(self.left.get() - 1);
+            // Reuse the completed I/O: no trip through the pool.
+            self.reissue(io, buf);
+        } else {
+            drop(io);
+            self.inflight.set(self.inflight.get() - 1);
+            if self.inflight.get() == 0 {
+                if let Some(tx) = self.done.borrow_mut().take() {
+                    let _ = tx.send(());
+                }
+                self.me.borrow_mut().take();
+            }
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let kind = args.get(1).map_or("null", String::as_str).to_string();
+    let qd: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(128);
+    let count: u64 = args
+        .get(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
+    let write = args.get(4).is_some_and(|s| s == "write");
+    // Interrupt mode keeps idle spinning out of callgrind's counts.
+    let interrupt_mode = std::env::var_os("IO_PATH_INTERRUPT").is_some();
+    let rt = Runtime::start(RuntimeOptions {
+        interrupt_mode,
+        ..RuntimeOptions::default()
+    })
+    .expect("runtime");
+    let mgr = BdevManager::default();
+    bdevkit_null::register(&mgr);
+    bdevkit_malloc::register(&mgr);
+    let (tx, rx) = mpsc::channel();
+    let m = mgr.clone();
+    let start = rt
+        .app_thread()
+        .run_sync(move || {
+            let blocks = 65536;
+            if kind == "malloc" {
+                bdevkit_malloc::create(
+                    &m,
+                    bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks),
+                )
+                .expect("malloc");
+            } else {
+                bdevkit_null::create(&m, bdevkit_null::NullCreateParams::new("B", 4096, blocks))
+                    .expect("null");
+            }
+            let desc = m.open("B", true, |_| {}).expect("open");
+            let ch = desc.get_io_channel().expect("channel");
+            std::mem::forget(desc);
+            let l = Rc::new(Loop {
+                ch,
+                me: RefCell::new(None),
+                left: Cell::new(count.saturating_sub(qd)),
+                inflight: Cell::new(qd),
+                write,
+                rng: Cell::new(0x1234_5678_9abc_def1),
+                blocks,
+                done: RefCell::new(Some(tx)),
+            });
+            *l.me.borrow_mut() = Some(Rc::clone(&l) as Rc<dyn IoCompletion>);
+            let start = Instant::now();
+            for _ in 0..qd {
+                l.issue(DmaBuf::new(4096).expect("buf"));
+            }
+            start
+        })
+        .expect("app thread");
+    rx.recv().expect("done");
+    let el = start.elapsed();
+    #[expect(clippy::cast_precision_loss, reason = "display")]
+    let ns = el.as_nanos() as f64 / count as f64;
+    println!(
+        "{count} I/Os at QD {qd}: {ns:.1} ns per I/O, {:.2} M IOPS",
+        1e3 / ns
+    );
+    drop(rt);
+}

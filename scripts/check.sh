@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Static checks: formatting, clippy with warnings denied, docs, project greps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+fail=0
+# No sleeping or blocking file I/O on reactor threads: library code of the
+# core and the modules must not call thread::sleep (tests may).
+if grep -rn --include=*.rs "thread::sleep" bdev/src modules/*/src \
+        | grep -v -e "/tests\.rs:" -e "#\[cfg(test)\]" | grep -v "^bdev/src/clock.rs"; then
+    echo "check: thread::sleep in reactor/module code" >&2
+    fail=1
+fi
+# RPC method names follow bdev_<module>_<verb>.
+for f in modules/*/src/rpc.rs; do
+    m=$(basename "$(dirname "$(dirname "$f")")")
+    grep -o 'register("[a-z_]*"' "$f" | sed 's/register("//; s/"//' | while read -r name; do
+        case "$name" in
+            bdev_"$m"_*) ;;
+            *) echo "check: $f registers $name, expected bdev_${m}_<verb>" >&2; exit 1 ;;
+        esac
+    done || fail=1
+done
+exit $fail

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything CI runs, on a fresh machine: installs what the tests need
+# (SPDK's Python RPC client in a venv), checks formatting, lints and docs,
+# then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# SPDK's own RPC client drives our daemon in the wire-compatibility tests.
+if [ ! -x .venv/bin/spdk-rpc ]; then
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check spdk==26.9
+fi
+export SPDK_RPC="$PWD/.venv/bin/spdk-rpc"
+export BDEVKIT_REQUIRE_SPDK_RPC=1
+
+scripts/check.sh
+
+# Bounded fuzzing of the JSON-RPC parser and param decoding (proptest).
+export PROPTEST_CASES="${PROPTEST_CASES:-2000}"
+if command -v cargo-nextest >/dev/null 2>&1; then
+    cargo nextest run --workspace --no-fail-fast
+    cargo test --workspace --doc
+else
+    cargo test --workspace --no-fail-fast
+fi
