@@ -21,8 +21,12 @@ pub fn modules(mgr: &BdevManager) -> Result<MethodRegistry> {
     let reg = MethodRegistry::new();
     bdevkit_null::register(mgr);
     bdevkit_malloc::register(mgr);
+    bdevkit_aio::register(mgr);
+    bdevkit_uring::register(mgr);
     bdevkit_null::rpc::register_rpcs(&reg, mgr)?;
     bdevkit_malloc::rpc::register_rpcs(&reg, mgr)?;
+    bdevkit_aio::rpc::register_rpcs(&reg, mgr)?;
+    bdevkit_uring::rpc::register_rpcs(&reg, mgr)?;
     reg.set_state(RUNTIME);
     Ok(reg)
 }

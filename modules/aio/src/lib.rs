@@ -22,8 +22,8 @@
 //!   the table full wait in a FIFO (no NOMEM round trip).
 //! * **Errors and partial transfers**: a short read or write is resubmitted
 //!   for the rest; `EAGAIN` from an `RWF_NOWAIT` request is retried without
-//!   the flag; other `EAGAIN`s complete with [`IoStatus::NoMem`] so the bdev
-//!   layer retries; real errors reach the I/O as [`IoStatus::Errno`]. End of
+//!   the flag; other `EAGAIN`s complete with [`IoStatus::NoMem`](bdevkit::bdev::IoStatus::NoMem) so the bdev
+//!   layer retries; real errors reach the I/O as [`IoStatus::Errno`](bdevkit::bdev::IoStatus::Errno). End of
 //!   file inside the bdev (the file shrank) fails the I/O with `EIO`.
 //! * **Flush is a real `fdatasync`**, run by the kernel's AIO workqueue with
 //!   `IOCB_CMD_FDSYNC`, so the reactor never blocks. If the kernel refuses
