@@ -52,9 +52,11 @@ pub(crate) fn device() -> &'static IoDevice<AioGroup> {
 
 /// One thread's group (the io_device channel value).
 pub(crate) struct AioGroup {
+    // Field order is drop order: the eventfd leaves the reactor's epoll set
+    // before `inner` closes it.
+    _intr: Option<InterruptFd>,
     inner: Rc<GroupInner>,
     poller: Poller,
-    _intr: Option<InterruptFd>,
 }
 
 impl fmt::Debug for AioGroup {
@@ -125,9 +127,9 @@ impl AioGroup {
             None => PollerStatus::Idle,
         });
         Ok(AioGroup {
+            _intr: intr,
             inner,
             poller,
-            _intr: intr,
         })
     }
 

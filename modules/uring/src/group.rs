@@ -43,6 +43,9 @@ pub(crate) struct Target {
     pub(crate) ring: usize,
     /// log2 of the block size.
     pub(crate) block_shift: u32,
+    /// The file has no non-blocking reads: the kernel serves it in io-wq
+    /// workers.
+    pub(crate) punts: bool,
 }
 
 static DEVICE: OnceLock<IoDevice<UringGroup>> = OnceLock::new();
@@ -54,9 +57,11 @@ pub(crate) fn device() -> &'static IoDevice<UringGroup> {
 
 /// One thread's group (the io_device channel value).
 pub(crate) struct UringGroup {
+    // Field order is drop order: the eventfd leaves the reactor's epoll set
+    // before `inner` closes it.
+    _intr: Option<InterruptFd>,
     inner: Rc<GroupInner>,
     poller: Poller,
-    _intr: Option<InterruptFd>,
 }
 
 impl fmt::Debug for UringGroup {
@@ -74,6 +79,8 @@ struct State {
     waiting: VecDeque<(BdevIo, Target)>,
     reaped: Vec<(u32, i32)>,
     enter_failed: bool,
+    /// Channels whose file the kernel serves in io-wq workers.
+    punting: u32,
 }
 
 struct GroupInner {
@@ -104,6 +111,7 @@ impl UringGroup {
                 waiting: VecDeque::new(),
                 reaped: Vec::with_capacity(depth),
                 enter_failed: false,
+                punting: 0,
             }),
             batch: RefCell::new(Vec::with_capacity(depth)),
             idle_yield: !interrupt && probe::options().idle_yield,
@@ -120,14 +128,20 @@ impl UringGroup {
             None => PollerStatus::Idle,
         });
         Ok(UringGroup {
+            _intr: intr,
             inner,
             poller,
-            _intr: intr,
         })
     }
 
     /// Adds a bdev's file to the ring it uses on this thread.
-    pub(crate) fn attach(&self, fd: RawFd, polled: bool, block_shift: u32) -> io::Result<Target> {
+    pub(crate) fn attach(
+        &self,
+        fd: RawFd,
+        polled: bool,
+        block_shift: u32,
+        punts: bool,
+    ) -> io::Result<Target> {
         let mut st = self.inner.st.borrow_mut();
         let ring = if polled { POLLED } else { PLAIN };
         if st.rings[ring].is_none() {
@@ -137,16 +151,21 @@ impl UringGroup {
         let r = st.rings[ring]
             .as_mut()
             .expect("invariant: ring created above");
+        let file = r.add_file(fd);
+        st.punting += u32::from(punts);
         Ok(Target {
-            file: r.add_file(fd),
+            file,
             ring,
             block_shift,
+            punts,
         })
     }
 
     /// A bdev channel on this thread is gone (all its I/O completed).
     pub(crate) fn detach(&self, t: &Target) {
-        if let Some(r) = self.inner.st.borrow_mut().rings[t.ring].as_mut() {
+        let mut st = self.inner.st.borrow_mut();
+        st.punting -= u32::from(t.punts);
+        if let Some(r) = st.rings[t.ring].as_mut() {
             r.remove_file(t.file);
         }
     }
@@ -180,7 +199,7 @@ impl GroupInner {
     fn queue(&self, io: BdevIo, t: Target) {
         let mut st = self.st.borrow_mut();
         let was_idle =
-            st.waiting.is_empty() && st.rings.iter().flatten().all(|r| r.in_kernel() == 0);
+            st.waiting.is_empty() && st.rings.iter().flatten().all(|r| r.unsubmitted() == 0);
         if st.waiting.is_empty() {
             if let Err(io) = prep(&mut st.rings, io, t) {
                 st.waiting.push_back((io, t));
@@ -213,18 +232,13 @@ impl GroupInner {
         }
         let work = busy || !batch.is_empty();
         if !work && self.idle_yield {
-            // Poll mode, nothing to do but wait for the kernel: give the
-            // CPU to whoever runs our requests here (io-wq workers run on
-            // the reactor's core for files without non-blocking I/O, such
-            // as tmpfs). Returns at once when nobody else is runnable.
-            let pending = self
-                .st
-                .borrow()
-                .rings
-                .iter()
-                .flatten()
-                .any(|r| r.in_kernel() > 0);
-            if pending {
+            // Poll mode, nothing to do but wait for the kernel, which
+            // serves files without non-blocking reads (tmpfs) in io-wq
+            // workers that inherit the reactor's CPU: give them the CPU
+            // instead of spinning against them. (For other files there is
+            // no worker to yield to, only unrelated tasks: keep polling.)
+            let st = self.st.borrow();
+            if st.punting > 0 && st.rings.iter().flatten().any(|r| r.in_kernel() > 0) {
                 sys::yield_cpu();
             }
         }
@@ -244,6 +258,7 @@ impl GroupInner {
             waiting,
             reaped,
             enter_failed,
+            ..
         } = &mut *st;
         while let Some((io, t)) = waiting.pop_front() {
             if let Err(io) = prep(rings, io, t) {

@@ -131,6 +131,7 @@ pub struct UringBdev {
     block_shift: u32,
     uuid: Uuid,
     polled: bool,
+    punts: bool,
 }
 
 impl UringBdev {
@@ -172,7 +173,12 @@ impl BdevOps for UringBdev {
 
     fn create_channel(&self) -> std::result::Result<UringChannel, BoxError> {
         let group = group::device().get_channel()?;
-        let target = group.attach(self.file.as_raw_fd(), self.polled, self.block_shift)?;
+        let target = group.attach(
+            self.file.as_raw_fd(),
+            self.polled,
+            self.block_shift,
+            self.punts,
+        )?;
         Ok(UringChannel { group, target })
     }
 
@@ -237,6 +243,7 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
                 false
             }
         };
+    let punts = !sys::supports_nowait(backing.file.as_raw_fd(), block_size);
     let block_shift = block_size.trailing_zeros();
     let uuid = params.uuid.unwrap_or_else(Uuid::new_v4);
     let mut props = BdevProps::new(&params.name, PRODUCT_NAME, block_size, num_blocks);
@@ -254,6 +261,7 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
         block_shift,
         uuid,
         polled,
+        punts,
     };
     let b = mgr
         .register_bdev(MODULE, props, Arc::new(bdev))
@@ -261,7 +269,7 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
             bdevkit::Error::Exists(n) => Error::Exists(n),
             e => Error::Register(e),
         })?;
-    tracing::info!(bdev = %b.name(), direct = backing.direct, polled, block_size, num_blocks, "uring bdev created");
+    tracing::info!(bdev = %b.name(), direct = backing.direct, polled, io_wq = punts, block_size, num_blocks, "uring bdev created");
     Ok(b)
 }
 

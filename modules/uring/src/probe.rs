@@ -39,12 +39,13 @@ pub struct UringOptions {
     /// (NVMe with poll queues) use a second, `IORING_SETUP_IOPOLL` ring per
     /// thread; others keep the plain ring. Off by default.
     pub iopoll: bool,
-    /// In poll mode, a thread's poller that finds nothing to do while its
-    /// requests are in the kernel yields the CPU (`sched_yield`, which
-    /// returns at once when nothing else is runnable there). For files
-    /// without non-blocking reads (tmpfs) the kernel serves io_uring
-    /// requests in io-wq worker threads that share the reactor's core;
-    /// spinning would starve them. On by default.
+    /// In poll mode, a thread's poller that finds nothing to do while
+    /// requests to a file without non-blocking reads (tmpfs; probed per
+    /// bdev with `preadv2(RWF_NOWAIT)`) are in the kernel yields the CPU
+    /// (`sched_yield`, which returns at once when nothing else is runnable
+    /// there). The kernel serves such files in io-wq worker threads that
+    /// inherit the reactor's CPU; spinning would starve them. On by
+    /// default.
     #[serde(default = "default_true")]
     pub idle_yield: bool,
 }
@@ -103,8 +104,8 @@ static BASE: OnceLock<Result<RingSetup, String>> = OnceLock::new();
 static NO_SQPOLL: AtomicBool = AtomicBool::new(false);
 
 /// The best setup flags this kernel takes, probed once: `SINGLE_ISSUER |
-/// DEFER_TASKRUN | SUBMIT_ALL` (6.1+), else `COOP_TASKRUN | SUBMIT_ALL`,
-/// else none. An error when io_uring cannot be used at all.
+/// DEFER_TASKRUN | SUBMIT_ALL | TASKRUN_FLAG` (6.1+), else `COOP_TASKRUN |
+/// SUBMIT_ALL | TASKRUN_FLAG`, else none. An error when io_uring cannot be used at all.
 pub fn base_setup() -> Result<RingSetup, String> {
     BASE.get_or_init(|| {
         let tiers = [
@@ -112,12 +113,14 @@ pub fn base_setup() -> Result<RingSetup, String> {
                 entries: 8,
                 defer_taskrun: true,
                 submit_all: true,
+                taskrun_flag: true,
                 ..RingSetup::default()
             },
             RingSetup {
                 entries: 8,
                 coop_taskrun: true,
                 submit_all: true,
+                taskrun_flag: true,
                 ..RingSetup::default()
             },
             RingSetup {
@@ -161,6 +164,7 @@ pub(crate) fn build_ring(polled: bool) -> io::Result<Ring> {
         // SQPOLL rings are driven by a kernel thread: no DEFER_TASKRUN.
         sq.defer_taskrun = false;
         sq.coop_taskrun = false;
+        sq.taskrun_flag = false;
         sq.sqpoll_idle_ms = Some(o.sqpoll_idle_ms);
         match Ring::build(sq) {
             Ok(r) => return Ok(r),

@@ -81,6 +81,9 @@ pub(crate) struct RingSetup {
     pub(crate) coop_taskrun: bool,
     /// `IORING_SETUP_SUBMIT_ALL`.
     pub(crate) submit_all: bool,
+    /// `IORING_SETUP_TASKRUN_FLAG`: the kernel flags pending completion
+    /// work in the SQ ring, so an idle poll can skip `io_uring_enter`.
+    pub(crate) taskrun_flag: bool,
     /// `IORING_SETUP_SQPOLL` with this idle time in ms.
     pub(crate) sqpoll_idle_ms: Option<u32>,
     /// `IORING_SETUP_IOPOLL`.
@@ -143,6 +146,9 @@ impl Ring {
         }
         if setup.submit_all {
             b.setup_submit_all();
+        }
+        if setup.taskrun_flag {
+            b.setup_taskrun_flag();
         }
         if let Some(idle) = setup.sqpoll_idle_ms {
             b.setup_sqpoll(idle);
@@ -222,6 +228,11 @@ impl Ring {
                 self.files_free.push(idx);
             }
         }
+    }
+
+    /// SQEs pushed since the last `io_uring_enter`.
+    pub(crate) fn unsubmitted(&self) -> u32 {
+        self.pushed
     }
 
     /// Requests in the kernel (pushed, not yet reaped).
@@ -336,6 +347,16 @@ impl Ring {
         }
         if to_submit == 0 && self.in_kernel == 0 {
             return Ok(0);
+        }
+        if to_submit == 0 && self.setup.taskrun_flag && !self.setup.iopoll {
+            // Nothing to submit: enter only when the kernel flagged
+            // completion work (or overflowed completions) for us. A poll
+            // that waits on the device then costs a memory read, not a
+            // system call.
+            let sq = self.ring.submission();
+            if !sq.taskrun() && !sq.cq_overflow() {
+                return Ok(0);
+            }
         }
         // GETEVENTS with min_complete 0 never waits; it runs the deferred
         // completion work (DEFER_TASKRUN) and polls (IOPOLL).
@@ -561,6 +582,24 @@ pub(crate) fn probe_iopoll(fd: RawFd, block_size: u32, base: RingSetup) -> io::R
         return Err(io::Error::from_raw_os_error(-res));
     }
     Ok(())
+}
+
+/// Whether the kernel can read `fd` without blocking (`FMODE_NOWAIT`):
+/// one `preadv2(RWF_NOWAIT)` of a block at offset 0, which never blocks
+/// (it fails with `EAGAIN` instead). io_uring serves files without it
+/// (tmpfs, for one) in io-wq worker threads.
+pub(crate) fn supports_nowait(fd: RawFd, block_size: u32) -> bool {
+    let len = block_size as usize;
+    let Ok(mut buf) = bdevkit::dma::DmaBuf::alloc(len, len.max(4096)) else {
+        return true;
+    };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over `buf`, which outlives this synchronous call.
+    let r = unsafe { libc::preadv2(fd, &raw const iov, 1, 0, libc::RWF_NOWAIT) };
+    !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP))
 }
 
 /// The segments of `iovs` after the first `skip` bytes, into `out`.
