@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -27,6 +27,10 @@ pub(crate) struct Backing {
     pub(crate) size: u64,
     /// Logical block size reported by the device (0 for regular files).
     pub(crate) detected_block_size: u32,
+    /// A block device, or a file on a file system with a backing device
+    /// (not tmpfs and other memory file systems, whose device number has
+    /// major 0).
+    pub(crate) device_backed: bool,
 }
 
 /// Opens `path` with `O_DIRECT`, or buffered when the file system refuses
@@ -61,23 +65,26 @@ pub(crate) fn open(path: &str, readonly: bool) -> Result<Backing> {
         path: path.to_string(),
         source,
     };
-    let ft = file.metadata().map_err(size_err)?.file_type();
+    let meta = file.metadata().map_err(size_err)?;
+    let ft = meta.file_type();
     let (kind, size, detected_block_size) = if ft.is_block_device() {
         let (size, bs) = sys::blockdev_geometry(&file).map_err(size_err)?;
         (Kind::Block, size, bs)
     } else if ft.is_file() {
-        (Kind::Regular, file.metadata().map_err(size_err)?.len(), 0)
+        (Kind::Regular, meta.len(), 0)
     } else if ft.is_dir() {
         return Err(Error::IsDirectory(path.to_string()));
     } else {
         return Err(Error::UnsupportedFileType(path.to_string()));
     };
+    let device_backed = kind == Kind::Block || libc::major(meta.dev()) != 0;
     Ok(Backing {
         file,
         kind,
         direct,
         size,
         detected_block_size,
+        device_backed,
     })
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct Target {
     pub(crate) block_shift: u32,
     /// `RWF_*` flags for reads and writes (`RWF_NOWAIT`).
     pub(crate) rw_flags: i32,
+    /// Device-backed file: each request gets its own `io_submit`.
+    pub(crate) solo: bool,
 }
 
 static DEVICE: OnceLock<IoDevice<AioGroup>> = OnceLock::new();
@@ -365,7 +367,7 @@ fn prep(table: &mut Table, io: BdevIo, t: Target) -> Result<(), BdevIo> {
         _ => (Op::Fdsync, 0),
     };
     let offset = io.offset_blocks() << t.block_shift;
-    table.prep(io, op, t.fd, offset, flags).map(|_| ())
+    table.prep(io, op, t.fd, offset, flags, t.solo).map(|_| ())
 }
 
 /// Decides what a completion means: done (the I/O and its status), or

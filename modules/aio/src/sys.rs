@@ -134,6 +134,8 @@ pub(crate) struct Slot {
     pub(crate) done: u64,
     /// `RWF_*` flags of the request.
     pub(crate) rw_flags: i32,
+    /// Hand to the kernel in an `io_submit` of its own (see [`Table::submit`]).
+    solo: bool,
 }
 
 impl Slot {
@@ -149,6 +151,7 @@ impl Slot {
             len: 0,
             done: 0,
             rw_flags: 0,
+            solo: false,
         }
     }
 }
@@ -240,6 +243,7 @@ impl Table {
         fd: RawFd,
         offset: u64,
         rw_flags: i32,
+        solo: bool,
     ) -> Result<u32, BdevIo> {
         let Some(idx) = self.free.pop() else {
             return Err(io);
@@ -257,6 +261,7 @@ impl Table {
         s.len = len;
         s.done = 0;
         s.rw_flags = rw_flags;
+        s.solo = solo;
         self.fill_iocb(idx, false);
         Ok(idx)
     }
@@ -312,17 +317,27 @@ impl Table {
         self.queued.push(idx);
     }
 
-    /// Hands every queued request to the kernel with as few `io_submit`
-    /// calls as it takes (one unless the kernel refuses one). A request the
-    /// kernel refuses with an error other than `EAGAIN` goes to `failed`
-    /// with its errno; the others stay queued on `EAGAIN`.
+    /// Hands every queued request to the kernel: consecutive requests to
+    /// memory-backed files in one `io_submit`, each request to a
+    /// device-backed file in one of its own. (A batch is plugged in the
+    /// block layer until the whole batch is built; on the virtio disk we
+    /// measured, single submissions kept the device busier: 4 KiB randwrite
+    /// QD 32 went from 78-99K to 115-128K IOPS. On tmpfs the I/O runs
+    /// inside `io_submit` and batching is the win.) A request the kernel
+    /// refuses with an error other than `EAGAIN` goes to `failed` with its
+    /// errno; the others stay queued on `EAGAIN`.
     pub(crate) fn submit(&mut self, failed: &mut Vec<(u32, i32)>) -> Submitted {
         let mut out = Submitted::default();
         let mut first = 0;
         while first < self.queued.len() {
             self.ptrs.clear();
+            let solo = self.slots[self.queued[first] as usize].solo;
             for &idx in &self.queued[first..] {
-                self.ptrs.push(&raw mut self.slots[idx as usize].iocb);
+                let s = &mut self.slots[idx as usize];
+                if !self.ptrs.is_empty() && (solo || s.solo) {
+                    break;
+                }
+                self.ptrs.push(&raw mut s.iocb);
             }
             let nr = libc::c_long::try_from(self.ptrs.len()).unwrap_or(libc::c_long::MAX);
             // SAFETY: every pointer points at the iocb of a Queued slot in

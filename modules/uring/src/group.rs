@@ -46,6 +46,8 @@ pub(crate) struct Target {
     /// The file has no non-blocking reads: the kernel serves it in io-wq
     /// workers.
     pub(crate) punts: bool,
+    /// Device-backed file: each SQE gets its own `io_uring_enter`.
+    pub(crate) solo: bool,
 }
 
 static DEVICE: OnceLock<IoDevice<UringGroup>> = OnceLock::new();
@@ -141,6 +143,7 @@ impl UringGroup {
         polled: bool,
         block_shift: u32,
         punts: bool,
+        solo: bool,
     ) -> io::Result<Target> {
         let mut st = self.inner.st.borrow_mut();
         let ring = if polled { POLLED } else { PLAIN };
@@ -158,6 +161,7 @@ impl UringGroup {
             ring,
             block_shift,
             punts,
+            solo,
         })
     }
 
@@ -317,7 +321,7 @@ fn prep(rings: &mut [Option<Ring>; 2], io: BdevIo, t: Target) -> Result<(), Bdev
         _ => Op::Fsync,
     };
     let offset = io.offset_blocks() << t.block_shift;
-    ring.prep(io, op, t.file, offset, 0).map(|_| ())
+    ring.prep(io, op, t.file, offset, 0, t.solo).map(|_| ())
 }
 
 /// Decides what a completion means: done (the I/O and its status), or

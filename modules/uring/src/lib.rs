@@ -11,7 +11,11 @@
 //!   poller's single `io_uring_enter` submits everything pushed since the
 //!   last poll and runs the kernel's completion work (`GETEVENTS`,
 //!   `min_complete` 0: it never waits), then the poller reaps the
-//!   completion queue and completes the batch. Rings are set up with
+//!   completion queue and completes the batch. Exception, measured: SQEs
+//!   for device-backed files (block devices, files on disk file systems)
+//!   get an enter each, since a batch waits in the block layer's plug
+//!   until it is complete and single submissions kept our disk busier
+//!   (numbers in `doc/aio-uring.md`). Rings are set up with
 //!   `SINGLE_ISSUER | DEFER_TASKRUN` where the kernel has them (6.1+), so
 //!   completion work never interrupts the reactor and runs inside that one
 //!   enter; older kernels get `COOP_TASKRUN` or plain rings (probed once).
@@ -132,6 +136,7 @@ pub struct UringBdev {
     uuid: Uuid,
     polled: bool,
     punts: bool,
+    device_backed: bool,
 }
 
 impl UringBdev {
@@ -178,6 +183,7 @@ impl BdevOps for UringBdev {
             self.polled,
             self.block_shift,
             self.punts,
+            self.device_backed,
         )?;
         Ok(UringChannel { group, target })
     }
@@ -262,6 +268,7 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
         uuid,
         polled,
         punts,
+        device_backed: backing.device_backed,
     };
     let b = mgr
         .register_bdev(MODULE, props, Arc::new(bdev))

@@ -67,6 +67,8 @@ pub(crate) struct Slot {
     pub(crate) done: u64,
     /// `RWF_*` flags.
     pub(crate) rw_flags: i32,
+    /// Submit with an `io_uring_enter` of its own (see [`Ring::enter`]).
+    solo: bool,
 }
 
 /// How a ring was set up.
@@ -116,6 +118,8 @@ pub(crate) struct Ring {
     files_free: Vec<u32>,
     in_kernel: u32,
     pushed: u32,
+    /// The solo flag of each pushed, not yet submitted SQE, in SQ order.
+    pending: std::collections::VecDeque<bool>,
     setup: RingSetup,
     /// The ring's index in this OS thread's registered ring table
     /// (`io_uring_enter` then skips the fd lookup); `None` if not
@@ -178,12 +182,14 @@ impl Ring {
                     len: 0,
                     done: 0,
                     rw_flags: 0,
+                    solo: false,
                 })
                 .collect(),
             free: (0..n).rev().collect(),
             files_free: files,
             in_kernel: 0,
             pushed: 0,
+            pending: std::collections::VecDeque::with_capacity(n as usize),
             setup,
             reg_index,
             ring,
@@ -255,6 +261,7 @@ impl Ring {
         file: FileRef,
         offset: u64,
         rw_flags: i32,
+        solo: bool,
     ) -> Result<u32, BdevIo> {
         let Some(idx) = self.free.pop() else {
             return Err(io);
@@ -272,6 +279,7 @@ impl Ring {
         s.len = len;
         s.done = 0;
         s.rw_flags = rw_flags;
+        s.solo = solo;
         self.push(idx, false);
         Ok(idx)
     }
@@ -314,6 +322,7 @@ impl Ring {
             op => rw_sqe(op, s.file, iovs, off, s.rw_flags),
         };
         let sqe = sqe.user_data(u64::from(idx));
+        self.pending.push_back(s.solo);
         s.state = SlotState::InKernel;
         self.in_kernel += 1;
         self.pushed += 1;
@@ -329,15 +338,21 @@ impl Ring {
         debug_assert!(pushed.is_ok(), "invariant: one SQ entry per slot");
     }
 
-    /// One `io_uring_enter`: submits every pushed SQE and (unless SQPOLL)
-    /// runs the kernel's completion work, without waiting. Returns the
-    /// number of SQEs submitted.
+    /// Submits every pushed SQE and (unless SQPOLL) runs the kernel's
+    /// completion work, without waiting; returns the number of SQEs
+    /// submitted. Consecutive SQEs for memory-backed files go in one
+    /// `io_uring_enter`; an SQE for a device-backed file gets one of its
+    /// own. (More than one SQE per enter is plugged in the block layer
+    /// until all are built; on the virtio disk we measured, single
+    /// submissions kept the device busier: 4 KiB randwrite QD 32 went from
+    /// 70-90K to 100-138K IOPS. On tmpfs, batching doubles throughput.)
     pub(crate) fn enter(&mut self) -> io::Result<usize> {
         let to_submit = self.pushed;
         if self.setup.sqpoll_idle_ms.is_some() {
             // The kernel thread submits; wake it if it went to sleep, and
             // flush overflowed completions.
             self.pushed = 0;
+            self.pending.clear();
             let sq_wakeup = self.ring.submission().need_wakeup();
             let overflow = self.ring.submission().cq_overflow();
             if sq_wakeup || overflow {
@@ -361,6 +376,32 @@ impl Ring {
         // GETEVENTS with min_complete 0 never waits; it runs the deferred
         // completion work (DEFER_TASKRUN) and polls (IOPOLL).
         let flags = io_uring::EnterFlags::GETEVENTS.bits();
+        let mut total = 0usize;
+        loop {
+            let run = match self.pending.front() {
+                Some(true) => 1,
+                _ => self
+                    .pending
+                    .iter()
+                    .take_while(|solo| !**solo)
+                    .count()
+                    .max(1),
+            };
+            let run = u32::try_from(run).unwrap_or(u32::MAX).min(self.pushed);
+            let n = self.enter_raw(run, flags)?;
+            let done = u32::try_from(n).unwrap_or(0).min(self.pushed);
+            self.pushed -= done;
+            self.pending
+                .drain(..(done as usize).min(self.pending.len()));
+            total += n;
+            if self.pushed == 0 || n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// One `io_uring_enter` submitting `to_submit` SQEs with `flags`.
+    fn enter_raw(&mut self, to_submit: u32, flags: u32) -> io::Result<usize> {
         let n = match self.reg_index {
             Some(idx) => {
                 // SAFETY: io_uring_enter on our own ring, named by its
@@ -390,7 +431,6 @@ impl Ring {
                     .enter::<libc::sigset_t>(to_submit, 0, flags, None)
             }?,
         };
-        self.pushed -= u32::try_from(n).unwrap_or(0).min(self.pushed);
         Ok(n)
     }
 
