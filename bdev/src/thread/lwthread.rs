@@ -5,7 +5,6 @@
 //! may use `Rc`/`RefCell`. Other OS threads reach it through a
 //! [`ThreadHandle`] and [`ThreadHandle::send_msg`].
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
@@ -421,7 +420,7 @@ pub(crate) struct ThreadInner {
     pub(crate) shared: Arc<ThreadShared>,
     handle: ThreadHandle,
     pollers: RefCell<Pollers>,
-    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn Any>>>,
+    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn super::io_channel::ChannelAny>>>,
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
     fds: RefCell<Vec<RawFd>>,
@@ -695,7 +694,27 @@ impl Thread {
         out
     }
 
-    /// Names and reference counts of the I/O channels held on this thread.
+    /// Device names and reference counts of the I/O channels held on this
+    /// thread, ordered by device id (`thread_get_io_channels`).
+    #[must_use]
+    pub fn io_channels(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<(u64, String, usize)> = self
+            .0
+            .channels
+            .borrow()
+            .iter()
+            .filter_map(|(id, w)| {
+                let n = w.strong_count();
+                // `n` counts the map's own upgrade too, so read it first.
+                w.upgrade().map(|c| (*id, c.device_name().to_string(), n))
+            })
+            .collect();
+        v.sort_by_key(|(id, _, _)| *id);
+        v.into_iter().map(|(_, name, n)| (name, n)).collect()
+    }
+
+    /// Device ids and reference counts of the I/O channels held on this
+    /// thread.
     #[must_use]
     pub fn io_channel_refs(&self) -> Vec<(u64, usize)> {
         self.0
