@@ -305,6 +305,20 @@ impl MethodRegistry {
         self.inner.table.read().entries.contains_key(name)
     }
 
+    /// The state mask `name` was registered with (an alias answers its target's), ignoring the
+    /// allow-list; `None` if no such method. SPDK's `spdk_rpc_get_method_state_mask`: the JSON
+    /// config loader uses it to decide which entries run before and which after initialisation.
+    pub fn state_mask(&self, name: &str) -> Option<u32> {
+        let t = self.inner.table.read();
+        match t.entries.get(name)? {
+            Entry::Method { state_mask, .. } => Some(*state_mask),
+            Entry::Alias { target } => match t.entries.get(target)? {
+                Entry::Method { state_mask, .. } => Some(*state_mask),
+                Entry::Alias { .. } => None,
+            },
+        }
+    }
+
     /// Call `method` as the server would: allow-list and unknown names answer -32601, a method
     /// not allowed in the current state answers -1 with SPDK's message, otherwise the handler
     /// runs on this thread with `params` and `resp`.
@@ -430,6 +444,9 @@ mod tests {
         reg.register_alias("old_a", "a").unwrap();
         assert!(reg.register_alias("older_a", "old_a").is_err());
         assert_eq!(call(&reg, "old_a", None), Ok(json!("a")));
+        assert_eq!(reg.state_mask("a"), Some(STARTUP | RUNTIME));
+        assert_eq!(reg.state_mask("old_a"), Some(STARTUP | RUNTIME));
+        assert_eq!(reg.state_mask("nope"), None);
         assert_eq!(reg.method_names(false, false), vec!["rpc_get_methods", "a"]);
         assert_eq!(
             reg.method_names(false, true),

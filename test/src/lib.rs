@@ -7,9 +7,12 @@
 //!   flight, delete with open descriptors, config entry).
 //! * [`verify`]: a multi-thread write/read/compare workload over the public
 //!   API.
+//! * [`daemon`]: start the real `bdev_tgt` on a private socket, call it
+//!   with our client, `spdk-rpc` or `bdev_rpc`, stop it with a signal.
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod daemon;
 pub mod env;
 pub mod verify;
 

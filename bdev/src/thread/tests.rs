@@ -526,3 +526,24 @@ fn spawn_thread_outside_mask_fails() {
     assert!(err.is_err());
     r.shutdown();
 }
+
+#[test]
+fn io_channels_report_device_names_and_refs() {
+    let r = rt("0x1");
+    let dev = IoDevice::register("named_dev", || Ok(7u32));
+    let d2 = dev.clone();
+    let (names, after) = r
+        .app_thread()
+        .run_sync(move || {
+            let t = Thread::current().unwrap();
+            let a = d2.get_channel().unwrap();
+            let b = a.clone();
+            let names = t.io_channels();
+            drop((a, b));
+            (names, t.io_channels())
+        })
+        .unwrap();
+    assert_eq!(names, vec![("named_dev".to_string(), 2)]);
+    assert!(after.is_empty());
+    r.shutdown();
+}
