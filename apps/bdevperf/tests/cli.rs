@@ -227,6 +227,11 @@ mod tests {
         );
         let err = stderr(&o);
         assert!(err.contains(msg), "expected {msg:?} in stderr:\n{err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "one error line expected for {args:?}:\n{err}"
+        );
         assert!(
             !stdout(&o).contains("Running I/O"),
             "ran I/O despite bad input {args:?}"
@@ -292,7 +297,7 @@ mod tests {
                 "-t",
                 "1",
             ],
-            "not valid JSON",
+            "Parsing JSON configuration failed",
         );
         let unknown = tmp(
             "unknown.json",
@@ -327,7 +332,7 @@ mod tests {
                 "-t",
                 "1",
             ],
-            "bdev_null_create failed",
+            "config entry bdev_null_create of subsystem bdev failed",
         );
         fails_with(
             &[
@@ -335,5 +340,105 @@ mod tests {
             ],
             "does not support unmap",
         );
+    }
+}
+
+#[cfg(test)]
+mod perform_tests {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use bdevkit_jsonrpc::{Client, ClientError};
+    use serde_json::json;
+
+    #[test]
+    fn z_waits_for_perform_tests_rpc() {
+        let dir = std::env::temp_dir().join(format!("bdevperf-z-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("perf.sock");
+        let cfg = dir.join("null.json");
+        std::fs::write(
+            &cfg,
+            r#"{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}]}]}"#,
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args([
+                "-z",
+                "-r",
+                sock.to_str().unwrap(),
+                "-c",
+                cfg.to_str().unwrap(),
+            ])
+            .args([
+                "-q",
+                "4",
+                "-o",
+                "4096",
+                "-w",
+                "randread",
+                "-t",
+                "1",
+                "--interrupt-mode",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut client = loop {
+            match Client::connect_unix(&sock) {
+                Ok(c) => break c,
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("bdevperf -z never listened: {e}"),
+            }
+        };
+        client.set_timeout(Some(Duration::from_secs(60)));
+        let r = client
+            .call(
+                "perform_tests",
+                Some(json!({"time_in_sec": 1, "queue_depth": 8, "unknown_key": 1})),
+            )
+            .unwrap();
+        let res = &r["results"][0];
+        assert_eq!(res["job"], "Null0");
+        assert_eq!(res["queue_depth"], 8);
+        assert_eq!(res["status"], "finished");
+        assert!(res["iops"].as_f64().unwrap() > 0.0);
+        // A second run with other parameters, and a bad one.
+        let r = client
+            .call(
+                "perform_tests",
+                Some(json!({"workload_type": "randrw", "rw_percentage": 50, "io_size": "8k"})),
+            )
+            .unwrap();
+        assert_eq!(r["results"][0]["io_size"], 8192);
+        assert_eq!(r["results"][0]["percentage"], 50);
+        match client.call("perform_tests", Some(json!({"workload_type": "bogus"}))) {
+            Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32700),
+            other => panic!("expected -32700, got {other:?}"),
+        }
+        let _ = client.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "bdevperf did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{status:?}");
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8"),
+            "{stdout}"
+        );
+        assert!(!sock.exists(), "socket left behind");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
