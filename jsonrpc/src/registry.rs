@@ -8,6 +8,7 @@ use std::sync::{mpsc, Arc, Weak};
 use parking_lot::RwLock;
 use serde::de::{DeserializeOwned, Error as _, Unexpected};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::{Error, RpcError, RUNTIME, STARTUP};
@@ -50,7 +51,25 @@ fn unexpected(v: &Value) -> Unexpected<'_> {
     }
 }
 
-type Sink = Box<dyn FnOnce(Result<Value, RpcError>) + Send>;
+/// What a handler answers: a result value, an already serialised result
+/// ([`Responder::ok_raw`]), or an error.
+pub(crate) enum Reply {
+    Value(Result<Value, RpcError>),
+    Raw(Box<RawValue>),
+}
+
+impl Reply {
+    /// The answer as a `Value` (parsing a raw result).
+    pub(crate) fn into_value(self) -> Result<Value, RpcError> {
+        match self {
+            Reply::Value(v) => v,
+            Reply::Raw(raw) => serde_json::from_str(raw.get())
+                .map_err(|_| RpcError::internal_error("Internal error")),
+        }
+    }
+}
+
+type Sink = Box<dyn FnOnce(Reply) + Send>;
 
 /// The answer slot of one request: every request gets exactly one answer through it.
 ///
@@ -68,6 +87,14 @@ pub struct Responder {
 impl Responder {
     /// A responder that hands the answer to `f` (called exactly once, on the answering thread).
     pub fn new(f: impl FnOnce(Result<Value, RpcError>) + Send + 'static) -> Self {
+        Responder {
+            sink: Some(Box::new(move |reply: Reply| f(reply.into_value()))),
+            method: None,
+        }
+    }
+
+    /// A responder that receives raw replies as they are (the server's).
+    pub(crate) fn with_reply_sink(f: impl FnOnce(Reply) + Send + 'static) -> Self {
         Responder {
             sink: Some(Box::new(f)),
             method: None,
@@ -87,7 +114,17 @@ impl Responder {
     /// Answer with a result or an error.
     pub fn respond(mut self, r: Result<Value, RpcError>) {
         if let Some(sink) = self.sink.take() {
-            sink(r);
+            sink(Reply::Value(r));
+        }
+    }
+
+    /// Answer with a result that is already serialised JSON. For large
+    /// results (`bdev_get_bdevs` over thousands of bdevs): the handler
+    /// writes them piece by piece instead of building one big `Value` tree,
+    /// which keeps the daemon's peak memory and heap fragmentation down.
+    pub fn ok_raw(mut self, raw: Box<RawValue>) {
+        if let Some(sink) = self.sink.take() {
+            sink(Reply::Raw(raw));
         }
     }
 
@@ -113,7 +150,9 @@ impl Drop for Responder {
                 method = self.method.as_deref().unwrap_or("?"),
                 "rpc handler dropped its responder without answering"
             );
-            sink(Err(RpcError::internal_error("Internal error")));
+            sink(Reply::Value(Err(RpcError::internal_error(
+                "Internal error",
+            ))));
         }
     }
 }

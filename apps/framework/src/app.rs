@@ -577,6 +577,36 @@ fn install_signals(stop: &StopHandle) -> Result<(signal_hook::iterator::Handle, 
 
 /// Runs on the app thread: RPC poller, STARTUP config pass, then
 /// initialisation unless `--wait-for-rpc`.
+/// Once a second, if bdevs went away since the last look, hands the freed
+/// heap back to the OS, so that the daemon's RSS returns near its idle
+/// value after mass deletes.
+fn install_heap_trimmer(shared: &Arc<AppShared>) {
+    let Some(t) = Thread::current() else { return };
+    let weak: Weak<AppShared> = Arc::downgrade(shared);
+    let mut last = 0usize;
+    let p = t.register_poller("heap_trim", 1_000_000, move |p| {
+        let Some(sh) = weak.upgrade() else {
+            p.unregister();
+            return PollerStatus::Idle;
+        };
+        let n = sh.mgr.bdevs().len();
+        let shrank = n < last;
+        last = n;
+        if shrank {
+            bdevkit::os::trim_heap();
+        }
+        PollerStatus::from(shrank)
+    });
+    TRIMMER.with(|t| *t.borrow_mut() = Some(p));
+}
+
+thread_local! {
+    /// The app thread's heap trimmer, unregistered at teardown (on the
+    /// same thread).
+    static TRIMMER: std::cell::RefCell<Option<bdevkit::thread::Poller>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 fn startup(
     shared: &Arc<AppShared>,
     server: Option<Server>,
@@ -587,6 +617,7 @@ fn startup(
     if let Some(server) = server {
         install_rpc_server(shared, server, period_us);
     }
+    install_heap_trimmer(shared);
     let sh = Arc::clone(shared);
     let after_startup_pass = move |r: Result<()>| {
         if let Err(e) = r {
@@ -670,6 +701,9 @@ fn install_rpc_server(shared: &Arc<AppShared>, server: Server, period_us: u64) {
 /// Runs on the app thread at shutdown: closes the RPC server, unregisters
 /// every bdev, runs module `fini`, then signals `tx`.
 fn teardown(shared: &Arc<AppShared>, tx: mpsc::Sender<()>) {
+    if let Some(p) = TRIMMER.with(|t| t.borrow_mut().take()) {
+        p.unregister();
+    }
     let sh = Arc::clone(shared);
     let after_rpc = move || {
         let waiters = std::mem::take(&mut sh.init.lock().waiters);

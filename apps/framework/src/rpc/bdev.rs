@@ -156,14 +156,26 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
             return resp.err(RpcError::decode_failed());
         };
         let Some(name) = p.name else {
-            let all: Vec<Value> = sh
+            // Serialised one bdev at a time: no tree of values for
+            // thousands of bdevs at once (peak memory, heap fragmentation).
+            let mut out = String::from("[");
+            for (i, b) in sh
                 .mgr
                 .bdevs()
                 .iter()
                 .filter(|b| !b.is_removing())
-                .map(Bdev::info_json)
-                .collect();
-            return resp.ok(Value::Array(all));
+                .enumerate()
+            {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&b.info_json().to_string());
+            }
+            out.push(']');
+            return match serde_json::value::RawValue::from_string(out) {
+                Ok(raw) => resp.ok_raw(raw),
+                Err(_) => resp.err(RpcError::internal_error("Internal error")),
+            };
         };
         if let Some(b) = find_bdev(&sh.mgr, &name) {
             return resp.ok(json!([b.info_json()]));
