@@ -99,7 +99,11 @@ mod tests {
                 io.readv(c.offset, c.blocks, bufs(&c.read_cuts, None));
                 let mut done = ch.submit_async(io).unwrap().await;
                 assert_eq!(done.status(), IoStatus::Success, "{c:?}");
-                let got: Vec<u8> = done.take_bufs().iter().flat_map(|b| b.iter().copied()).collect();
+                let got: Vec<u8> = done
+                    .take_bufs()
+                    .iter()
+                    .flat_map(|b| b.iter().copied())
+                    .collect();
                 assert_eq!(got, expect, "{c:?}");
             }
         });

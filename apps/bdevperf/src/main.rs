@@ -10,11 +10,8 @@ mod job;
 mod report;
 mod setup;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -30,17 +27,7 @@ use bdevkit_jsonrpc::{Responder, RpcError, RUNTIME};
 use serde_json::Value;
 
 use crate::args::Opts;
-use crate::job::{Job, JobConfig, JobSummary};
-
-thread_local! {
-    /// Jobs living on this reactor's threads, by id.
-    static JOBS: RefCell<HashMap<u64, Rc<Job>>> = RefCell::new(HashMap::new());
-}
-
-fn with_job<R>(id: u64, f: impl FnOnce(&Rc<Job>) -> R) -> Option<R> {
-    let job = JOBS.with(|j| j.borrow().get(&id).cloned());
-    job.as_ref().map(f)
-}
+use crate::job::{with_job, Job, JobConfig, JobSummary};
 
 fn main() -> ExitCode {
     let opts = match args::parse() {
@@ -308,8 +295,7 @@ fn place_jobs(
                 .context("create job thread")?;
             let (c2, m2) = (cfg.clone(), mgr.clone());
             thread.run_sync(move || -> Result<()> {
-                let job = Job::new(c2.clone(), &m2)?;
-                JOBS.with(|j| j.borrow_mut().insert(c2.id, job));
+                job::register(Job::new(c2.clone(), &m2)?);
                 Ok(())
             })??;
             placed.push(Placed { cfg, thread });
@@ -456,7 +442,7 @@ fn close_jobs(placed: &[Placed]) {
     for p in placed {
         let id = p.cfg.id;
         let _ = p.thread.run_sync(move || {
-            if let Some(job) = JOBS.with(|j| j.borrow_mut().remove(&id)) {
+            if let Some(job) = job::unregister(id) {
                 job.close();
             }
             if let Some(t) = Thread::current() {

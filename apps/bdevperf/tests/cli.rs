@@ -442,3 +442,92 @@ mod perform_tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+#[cfg(test)]
+mod hot_remove {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use bdevkit_jsonrpc::Client;
+    use serde_json::json;
+
+    /// A bdev deleted over RPC while a test runs on it: the job stops,
+    /// releases the bdev so the delete completes, and the run still reports.
+    #[test]
+    fn bdev_deleted_during_a_run() {
+        let dir = std::env::temp_dir().join(format!("bdevperf-hr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("perf.sock");
+        let cfg = dir.join("two.json");
+        std::fs::write(
+            &cfg,
+            r#"{"subsystems":[{"subsystem":"bdev","config":[
+                {"method":"bdev_malloc_create","params":{"name":"Gone","num_blocks":8192,"block_size":4096}},
+                {"method":"bdev_null_create","params":{"name":"Stays","num_blocks":8192,"block_size":4096}}]}]}"#,
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args([
+                "-z",
+                "-r",
+                sock.to_str().unwrap(),
+                "-c",
+                cfg.to_str().unwrap(),
+            ])
+            .args([
+                "-q",
+                "64",
+                "-o",
+                "4096",
+                "-w",
+                "randwrite",
+                "-t",
+                "3",
+                "--interrupt-mode",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let connect = || loop {
+            match Client::connect_unix(&sock) {
+                Ok(mut c) => {
+                    c.set_timeout(Some(Duration::from_secs(60)));
+                    return c;
+                }
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("no socket: {e}"),
+            }
+        };
+        let mut runner = connect();
+        let run = std::thread::spawn(move || runner.call("perform_tests", None));
+        std::thread::sleep(Duration::from_millis(500));
+        let mut admin = connect();
+        let t = Instant::now();
+        admin
+            .call("bdev_malloc_delete", Some(json!({"name": "Gone"})))
+            .unwrap();
+        // The delete waited for the job to let go, not for the run's end.
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "delete took {:?}",
+            t.elapsed()
+        );
+        let results = run.join().unwrap().unwrap();
+        let jobs = results["results"].as_array().unwrap();
+        let gone = jobs.iter().find(|j| j["job"] == "Gone").unwrap();
+        let stays = jobs.iter().find(|j| j["job"] == "Stays").unwrap();
+        assert_eq!(gone["status"], "failed");
+        assert!(gone["runtime"].as_f64().unwrap() < 2.5);
+        assert_eq!(stays["status"], "finished");
+        let bdevs = admin.call("bdev_get_bdevs", None).unwrap();
+        assert_eq!(bdevs.as_array().unwrap().len(), 1);
+        let _ = admin.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+        let status = child.wait().unwrap();
+        assert!(status.success() || status.code() == Some(1), "{status:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
