@@ -670,6 +670,16 @@ impl BdevManager {
             .map(|m| Arc::clone(&m.module))
     }
 
+    /// The module called `name`, if it is a `T` (how a module's RPC
+    /// handlers find the module's own state, e.g. the configurations a
+    /// virtual bdev module keeps for bases that do not exist yet).
+    #[must_use]
+    pub fn module_as<T: BdevModule>(&self, name: &str) -> Option<Arc<T>> {
+        let m = self.module(name)?;
+        let any: Arc<dyn Any + Send + Sync> = m;
+        any.downcast::<T>().ok()
+    }
+
     /// Runs every module's `init`.
     pub fn init_modules(&self) -> Result<(), BdevError> {
         for m in self.modules() {
