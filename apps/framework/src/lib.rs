@@ -84,5 +84,30 @@ pub fn default_modules() -> Vec<ModuleDef> {
             register: bdevkit_malloc::register,
             register_rpcs: bdevkit_malloc::rpc::register_rpcs,
         },
+        ModuleDef {
+            name: bdevkit_passthru::MODULE,
+            register: bdevkit_passthru::register,
+            register_rpcs: bdevkit_passthru::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_split::MODULE,
+            register: bdevkit_split::register,
+            register_rpcs: bdevkit_split::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_raid::MODULE,
+            register: bdevkit_raid::register,
+            register_rpcs: bdevkit_raid::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_delay::MODULE,
+            register: bdevkit_delay::register,
+            register_rpcs: bdevkit_delay::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_error::MODULE,
+            register: bdevkit_error::register,
+            register_rpcs: bdevkit_error::rpc::register_rpcs,
+        },
     ]
 }

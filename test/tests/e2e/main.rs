@@ -9,3 +9,5 @@ mod errors;
 mod lifecycle;
 #[cfg(test)]
 mod spdk_rpc;
+#[cfg(test)]
+mod vbdev_rpc;
