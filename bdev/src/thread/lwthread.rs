@@ -198,8 +198,25 @@ impl ThreadHandle {
         self.send_msg(move || {
             let _ = tx.send(f());
         })?;
-        rx.recv()
-            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+        self.wait_reply(&rx)
+    }
+
+    /// Waits for a reply from the thread; fails instead of hanging when the
+    /// thread exits or its reactor died (a panic on it).
+    fn wait_reply<R>(&self, rx: &std::sync::mpsc::Receiver<R>) -> Result<R> {
+        loop {
+            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(r) => return Ok(r),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if self.0.reactor.is_dead() || self.is_exited() {
+                        return Err(Error::ThreadExited(self.0.name.clone()));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::ThreadExited(self.0.name.clone()));
+                }
+            }
+        }
     }
 
     /// Runs a future built by `make` on the thread and blocks the calling OS
@@ -222,8 +239,7 @@ impl ThreadHandle {
                 });
             }
         })?;
-        rx.recv()
-            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+        self.wait_reply(&rx)
     }
 }
 

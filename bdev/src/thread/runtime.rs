@@ -75,9 +75,15 @@ pub(crate) struct ReactorShared {
     pub(crate) idle_ticks: AtomicU64,
     pub(crate) tid: AtomicI32,
     pub(crate) in_interrupt: bool,
+    /// Set when the reactor's OS thread ended by a panic.
+    dead: AtomicBool,
 }
 
 impl ReactorShared {
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
     #[inline]
     pub(crate) fn wake_if_sleeping(&self) {
         if self.sleeping.load(Ordering::SeqCst) {
@@ -426,6 +432,7 @@ impl Runtime {
                 idle_ticks: AtomicU64::new(0),
                 tid: AtomicI32::new(0),
                 in_interrupt: opts.interrupt_mode,
+                dead: AtomicBool::new(false),
             }));
         }
         let first = Arc::clone(&reactors[0]);
@@ -512,7 +519,21 @@ impl Drop for Runtime {
     }
 }
 
+/// Marks the reactor dead if its thread unwinds, so that callers blocked on
+/// it (`run_sync`, `block_on`) fail instead of waiting forever.
+struct DeathWatch<'a>(&'a ReactorShared);
+
+impl Drop for DeathWatch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.dead.store(true, Ordering::Release);
+            tracing::error!(core = self.0.core, "reactor thread panicked");
+        }
+    }
+}
+
 fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
+    let _watch = DeathWatch(r);
     r.tid.store(sys::gettid(), Ordering::Relaxed);
     if rt.opts.pin_reactors {
         if let Err(e) = sys::pin_current_thread(r.core) {

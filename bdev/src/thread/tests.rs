@@ -547,3 +547,17 @@ fn io_channels_report_device_names_and_refs() {
     assert!(after.is_empty());
     r.shutdown();
 }
+
+#[test]
+fn a_panic_on_a_reactor_fails_callers_instead_of_hanging() {
+    let r = rt("0x1");
+    let app = r.app_thread();
+    let err = app.run_sync(|| {
+        if current_thread_id() != 0 {
+            panic!("test panic on a reactor");
+        }
+    });
+    assert!(err.is_err());
+    assert!(app.run_sync(|| ()).is_err(), "dead reactor still answers");
+    drop(r);
+}
