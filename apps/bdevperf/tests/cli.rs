@@ -217,6 +217,33 @@ mod tests {
         let _ = std::fs::remove_file(json);
     }
 
+    #[test]
+    fn periodic_tables_with_s() {
+        let cfg = tmp("null-s.json", &config(NULL0));
+        let o = run(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-q",
+            "4",
+            "-o",
+            "4096",
+            "-w",
+            "read",
+            "-t",
+            "3",
+            "-S",
+            "1",
+        ]);
+        ok(&o);
+        let out = stdout(&o);
+        let totals = out
+            .lines()
+            .filter(|l| l.trim_start_matches('\r').trim_start().starts_with("Total"))
+            .count();
+        // At least two periodic tables plus the final one.
+        assert!(totals >= 3, "{totals} tables:\n{out}");
+    }
+
     fn fails_with(args: &[&str], msg: &str) {
         let o = run(args);
         assert_eq!(
