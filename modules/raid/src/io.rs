@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
+use bdevkit::bdev::vbdev;
 use bdevkit::bdev::{
     Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus,
     IoType,
@@ -127,10 +128,7 @@ impl RaidBdev {
     }
 
     fn own_bdev(&self) -> Option<Bdev> {
-        self.mgr.get(&self.raid.name).filter(|b| {
-            b.ops_as::<RaidBdev>()
-                .is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o), self))
-        })
+        vbdev::own_bdev(&self.mgr, &self.raid.name, self)
     }
 
     pub(crate) fn unregister_self(&self) {
