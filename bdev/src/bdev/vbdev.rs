@@ -12,8 +12,9 @@
 //! * [`forward`] and [`complete_parent`]: the I/O path, sending an I/O to
 //!   the base as a child `BdevIo`. Generic and inlined: no allocation, no
 //!   lock and no dynamic call of its own per I/O.
-//! * [`props_over`] and [`own_bdev`]: the properties of a bdev stacked on a
-//!   base, and how a virtual bdev finds its own registered bdev.
+//! * [`props_over`], [`own_bdev`], [`unregister_own`] and [`resize_own`]:
+//!   the properties of a bdev stacked on a base, and how a virtual bdev
+//!   finds its own registered bdev to follow its base's removal or resize.
 //!
 //! `modules/passthru` uses all of it and explains each piece where it is
 //! used; `doc/writing-a-module.md` walks through it. None of this is
@@ -516,6 +517,26 @@ pub fn own_bdev<B: BdevOps>(mgr: &BdevManager, name: &str, ops: &B) -> Option<Bd
     })
 }
 
+/// Unregisters the virtual bdev `name` implemented by `ops`, if it is
+/// still registered ([`own_bdev`]): what a virtual bdev does when its base
+/// goes away. Its openers get a remove event; `destruct` follows once they
+/// closed and its channels are gone.
+pub fn unregister_own<B: BdevOps>(mgr: &BdevManager, name: &str, ops: &B) {
+    if let Some(me) = own_bdev(mgr, name, ops) {
+        mgr.unregister(&me, || {});
+    }
+}
+
+/// Resizes the virtual bdev `name` implemented by `ops` to `num_blocks`,
+/// if it is still registered ([`own_bdev`]): what a virtual bdev covering
+/// its whole base does when the base is resized. Its openers get a resize
+/// event.
+pub fn resize_own<B: BdevOps>(mgr: &BdevManager, name: &str, ops: &B, num_blocks: u64) {
+    if let Some(me) = own_bdev(mgr, name, ops) {
+        me.notify_resize(num_blocks);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
@@ -752,9 +773,19 @@ mod tests {
         assert_eq!(v.optimal_io_boundary, 0);
 
         let ops = Arc::new(Plain);
-        mgr.register_bdev("vtest", v, Arc::clone(&ops)).unwrap();
+        let own = mgr.register_bdev("vtest", v, Arc::clone(&ops)).unwrap();
         assert!(own_bdev(&mgr, "V", &*ops).is_some());
         assert!(own_bdev(&mgr, "V", &Plain).is_none());
         assert!(own_bdev(&mgr, "B", &*ops).is_none());
+
+        // Another bdev's ops change nothing.
+        resize_own(&mgr, "V", &Plain, 16);
+        unregister_own(&mgr, "V", &Plain);
+        assert_eq!(own.num_blocks(), 32);
+        assert!(!own.is_removing());
+        resize_own(&mgr, "V", &*ops, 16);
+        assert_eq!(own.num_blocks(), 16);
+        unregister_own(&mgr, "V", &*ops);
+        assert!(mgr.get("V").is_none());
     }
 }

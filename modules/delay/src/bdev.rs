@@ -301,15 +301,11 @@ impl BaseEvents for DelayBdev {
 
     fn base_removed(&self) {
         tracing::info!(bdev = %self.name, "base bdev removed; unregistering delay bdev");
-        if let Some(me) = self.own_bdev() {
-            self.mgr.unregister(&me, || {});
-        }
+        vbdev::unregister_own(&self.mgr, &self.name, self);
     }
 
     fn base_resized(&self) {
-        if let Some(me) = self.own_bdev() {
-            me.notify_resize(self.base.bdev().num_blocks());
-        }
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
     }
 }
 

@@ -286,10 +286,6 @@ impl ErrorBdev {
             .for_each_channel(|ch| ch.inner.abort_pending(), || {});
     }
 
-    fn own_bdev(&self) -> Option<Bdev> {
-        vbdev::own_bdev(&self.mgr, &self.name, self)
-    }
-
     /// Serves one I/O: inject or forward.
     fn dispatch(&self, ch: &Rc<ChannelInner>, mut io: BdevIo) {
         if self.base.is_removing() {
@@ -466,15 +462,11 @@ impl BaseEvents for ErrorBdev {
     fn base_removed(&self) {
         tracing::info!(bdev = %self.name, "base bdev removed; unregistering error bdev");
         self.abort_pending();
-        if let Some(me) = self.own_bdev() {
-            self.mgr.unregister(&me, || {});
-        }
+        vbdev::unregister_own(&self.mgr, &self.name, self);
     }
 
     fn base_resized(&self) {
-        if let Some(me) = self.own_bdev() {
-            me.notify_resize(self.base.bdev().num_blocks());
-        }
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
     }
 }
 

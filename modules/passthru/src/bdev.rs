@@ -200,11 +200,6 @@ impl PassthruBdev {
     pub fn base(&self) -> &Bdev {
         self.base.bdev()
     }
-
-    /// This bdev as registered (absent once unregistered).
-    fn own_bdev(&self) -> Option<Bdev> {
-        vbdev::own_bdev(&self.mgr, &self.name, self)
-    }
 }
 
 /// Events of the base, on the thread that opened it.
@@ -214,21 +209,19 @@ impl BaseEvents for PassthruBdev {
     }
 
     /// Called once; from now on `submit` fails new I/O
-    /// (`BaseBdev::is_removing`). Our openers get a remove event; once they
-    /// close and our channels are gone, `destruct` closes the base.
+    /// (`BaseBdev::is_removing`). Unregister this bdev if it still is (the
+    /// name could belong to a newer passthru by now): our openers get a
+    /// remove event; once they close and our channels are gone, `destruct`
+    /// closes the base.
     fn base_removed(&self) {
         tracing::info!(bdev = %self.name, base = %self.base.bdev().name(),
             "base bdev removed; unregistering passthru bdev");
-        if let Some(me) = self.own_bdev() {
-            self.mgr.unregister(&me, || {});
-        }
+        vbdev::unregister_own(&self.mgr, &self.name, self);
     }
 
     /// Follow the base's size (our openers then get a resize event).
     fn base_resized(&self) {
-        if let Some(me) = self.own_bdev() {
-            me.notify_resize(self.base.bdev().num_blocks());
-        }
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
     }
 }
 

@@ -23,8 +23,7 @@ use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::vbdev;
 use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus,
-    IoType,
+    BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus, IoType,
 };
 use bdevkit::error::BoxError;
 use bdevkit::thread::{IoChannel, IoDevice};
@@ -127,14 +126,8 @@ impl RaidBdev {
         p
     }
 
-    fn own_bdev(&self) -> Option<Bdev> {
-        vbdev::own_bdev(&self.mgr, &self.raid.name, self)
-    }
-
     pub(crate) fn unregister_self(&self) {
-        if let Some(b) = self.own_bdev() {
-            self.mgr.unregister(&b, || {});
-        }
+        vbdev::unregister_own(&self.mgr, &self.raid.name, self);
     }
 
     /// The raid lost a member it cannot do without.
