@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc, Weak};
 
 use parking_lot::RwLock;
 use serde::de::{DeserializeOwned, Error as _, Unexpected};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -136,6 +136,30 @@ impl Responder {
     /// Answer with an error.
     pub fn err(self, e: RpcError) {
         self.respond(Err(e));
+    }
+
+    /// Answer with the outcome of a method's work, SPDK's way: the value as the result, or for a
+    /// failure `-errno` with the `strerror` text ([`RpcError::from_errno`]). `errno` gives a
+    /// failure's errno (positive or negative), e.g. the failure type's own `errno` method.
+    ///
+    /// ```
+    /// # use bdevkit_jsonrpc::{Responder, RpcError};
+    /// # use serde_json::json;
+    /// let (resp, rx) = Responder::channel();
+    /// resp.respond_errno(Err::<bool, i32>(libc::ENODEV), |e| *e);
+    /// assert_eq!(rx.recv().unwrap(), Err(RpcError::new(-19, "No such device")));
+    /// let (resp, rx) = Responder::channel();
+    /// resp.respond_errno(Ok::<_, i32>("Malloc0"), |e| *e);
+    /// assert_eq!(rx.recv().unwrap(), Ok(json!("Malloc0")));
+    /// ```
+    pub fn respond_errno<T: Serialize, E>(self, r: Result<T, E>, errno: impl FnOnce(&E) -> i32) {
+        match r.map(serde_json::to_value) {
+            Ok(Ok(v)) => self.ok(v),
+            // A result that does not serialise (a map with non-string keys): a bug, not a failure
+            // of the method.
+            Ok(Err(_)) => self.err(RpcError::internal_error("Internal error")),
+            Err(e) => self.err(RpcError::from_errno(errno(&e))),
+        }
     }
 
     pub(crate) fn set_method(&mut self, method: &str) {
@@ -273,6 +297,24 @@ impl MethodRegistry {
         );
         t.order.push(name.to_owned());
         Ok(())
+    }
+
+    /// Register `handler` as `name` for a method whose params decode into `P`
+    /// ([`decode_params`]). Params that do not decode answer -32603 "spdk_json_decode_object
+    /// failed" ([`RpcError::decode_failed`]), as most SPDK bdev methods do; a method that answers
+    /// bad params otherwise decodes them itself in a handler given to [`MethodRegistry::register`].
+    pub fn register_decoded<P: DeserializeOwned>(
+        &self,
+        name: &str,
+        state_mask: u32,
+        handler: impl Fn(P, Responder) + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        self.register(name, state_mask, move |params, resp| {
+            match decode_params::<P>(params) {
+                Ok(p) => handler(p, resp),
+                Err(_) => resp.err(RpcError::decode_failed()),
+            }
+        })
     }
 
     /// Register `alias` as a deprecated name for the method `target` (which must already be
@@ -540,6 +582,43 @@ mod tests {
         assert_eq!(get(Some(json!({"bogus": 1}))), bad);
         assert_eq!(get(Some(json!({"current": 1}))), bad);
         assert_eq!(get(Some(json!([true]))), bad);
+    }
+
+    #[test]
+    fn decoded_methods_answer_spdk_decode_failures() {
+        let reg = MethodRegistry::new();
+        reg.register_decoded("add_one", STARTUP, |p: Req, r| r.ok(json!(p.a + 1)))
+            .unwrap();
+        assert_eq!(call(&reg, "add_one", Some(json!({"a": 1}))), Ok(json!(2)));
+        let failed = Err(RpcError::decode_failed());
+        assert_eq!(call(&reg, "add_one", None), failed);
+        assert_eq!(call(&reg, "add_one", Some(json!({"a": 1, "b": 2}))), failed);
+        assert_eq!(call(&reg, "add_one", Some(json!([1]))), failed);
+    }
+
+    #[test]
+    fn respond_errno_answers_result_or_errno() {
+        let answer = |r: Result<Value, i32>| {
+            let (resp, rx) = Responder::channel();
+            resp.respond_errno(r, |e| *e);
+            rx.recv().unwrap()
+        };
+        assert_eq!(answer(Ok(json!(true))), Ok(json!(true)));
+        assert_eq!(
+            answer(Err(libc::EEXIST)),
+            Err(RpcError::new(-17, "File exists"))
+        );
+        assert_eq!(
+            answer(Err(-libc::EPERM)),
+            Err(RpcError::new(-1, "Operation not permitted"))
+        );
+        let (resp, rx) = Responder::channel();
+        let unserialisable: std::collections::HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        resp.respond_errno(Ok::<_, i32>(unserialisable), |e| *e);
+        assert_eq!(
+            rx.recv().unwrap(),
+            Err(RpcError::internal_error("Internal error"))
+        );
     }
 
     #[test]

@@ -9,14 +9,12 @@ mod tests {
     use bdevkit::bdev::{BdevManager, IoStat};
     use bdevkit_delay::DelayCreateParams;
     use bdevkit_error::ErrorCreateParams;
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RUNTIME};
-    use bdevkit_malloc::MallocCreateParams;
+
     use bdevkit_passthru::PassthruCreateParams;
     use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
     use bdevkit_split::SplitCreateParams;
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{sleep_ms, verify, TestEnv};
-    use serde_json::Value;
+    use bdevkit_test::{malloc, rpc, sleep_ms, verify, TestEnv};
 
     fn env() -> TestEnv {
         TestEnv::with_modules(
@@ -31,10 +29,6 @@ mod tests {
                 bdevkit_error::register,
             ],
         )
-    }
-
-    fn malloc(mgr: &BdevManager, name: &str, blocks: u64) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new(name, 512, blocks)).unwrap();
     }
 
     /// passthru `PT` on split part `R1p0` on raid1 `R1` of `M0` and `M1`.
@@ -229,18 +223,6 @@ mod tests {
         });
     }
 
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, String> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r.map_err(|e| format!("{method}: {e}")),
-                Err(mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => return Err(format!("{method}: {e}")),
-            }
-        }
-    }
-
     #[test]
     fn saved_config_of_a_whole_stack_replays_backwards() {
         let (saved, uuids) = env().run(|mgr| async move {
@@ -257,19 +239,23 @@ mod tests {
         assert_eq!(methods.first(), Some(&"bdev_set_options"));
         assert_eq!(methods.last(), Some(&"bdev_wait_for_examine"));
         env().run(move |mgr| async move {
-            let reg = MethodRegistry::new();
-            bdevkit_malloc::rpc::register_rpcs(&reg, &mgr).unwrap();
-            bdevkit_passthru::rpc::register_rpcs(&reg, &mgr).unwrap();
-            bdevkit_split::rpc::register_rpcs(&reg, &mgr).unwrap();
-            bdevkit_raid::rpc::register_rpcs(&reg, &mgr).unwrap();
-            bdevkit_delay::rpc::register_rpcs(&reg, &mgr).unwrap();
-            bdevkit_error::rpc::register_rpcs(&reg, &mgr).unwrap();
-            reg.set_state(RUNTIME);
+            let reg = rpc::registry(
+                &mgr,
+                &[
+                    bdevkit_malloc::rpc::register_rpcs,
+                    bdevkit_passthru::rpc::register_rpcs,
+                    bdevkit_split::rpc::register_rpcs,
+                    bdevkit_raid::rpc::register_rpcs,
+                    bdevkit_delay::rpc::register_rpcs,
+                    bdevkit_error::rpc::register_rpcs,
+                ],
+            );
             // Top of the stack first: examine assembles it as bases appear.
             for e in saved.iter().rev() {
                 let m = e["method"].as_str().unwrap();
                 if reg.contains(m) {
-                    call(&reg, m, e["params"].clone()).await.unwrap();
+                    let r = rpc::call(&reg, m, e["params"].clone()).await;
+                    r.unwrap_or_else(|e| panic!("{m}: {e}"));
                 }
             }
             let now: Vec<String> = ["PT", "R1", "D0"]

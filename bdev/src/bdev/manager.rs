@@ -144,6 +144,13 @@ impl Bdev {
         self.0.aliases.read().clone()
     }
 
+    /// Whether `name` is this bdev's name or one of its aliases (how a
+    /// virtual bdev recognises the base it was configured with).
+    #[must_use]
+    pub fn has_name(&self, name: &str) -> bool {
+        self.0.name == name || self.0.aliases.read().iter().any(|a| a == name)
+    }
+
     /// UUID.
     #[must_use]
     pub fn uuid(&self) -> Uuid {

@@ -322,6 +322,12 @@ struct ThreadWalk {
 
 impl ThreadWalk {
     fn next(mut self) {
+        self.advance();
+    }
+
+    /// Goes on to the next thread; only the first call does (it takes
+    /// `done` along).
+    fn advance(&mut self) {
         if let Some(done) = self.done.take() {
             step_threads(
                 Arc::clone(&self.threads),
@@ -336,15 +342,7 @@ impl ThreadWalk {
 
 impl Drop for ThreadWalk {
     fn drop(&mut self) {
-        if let Some(done) = self.done.take() {
-            step_threads(
-                Arc::clone(&self.threads),
-                self.idx + 1,
-                Arc::clone(&self.f),
-                self.origin.clone(),
-                done,
-            );
-        }
+        self.advance();
     }
 }
 

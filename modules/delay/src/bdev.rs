@@ -1,23 +1,25 @@
 //! The delay module, its bdev, its per-thread channel with the queue of
 //! held I/Os, and its I/O path.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::rc::{Rc, Weak as RcWeak};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
+use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
 use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps,
-    ClaimType, Done, IoCompletion, IoStatus, IoType,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, Done, IoCompletion, IoStatus,
+    IoType,
 };
 use bdevkit::clock;
 use bdevkit::error::BoxError;
-use bdevkit::thread::{IoChannel, IoDevice, Poller, PollerStatus, Thread, ThreadHandle};
+use bdevkit::thread::{IoChannel, IoDevice, Poller, PollerStatus, Thread};
 use bdevkit::{Error, Result};
-use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
+use uuid::Uuid;
 
 use crate::rpc::{DelayCreateParams, LatencyType};
 use crate::{MODULE, PRODUCT_NAME};
@@ -30,10 +32,28 @@ const QUEUE_CAPACITY: usize = 256;
 /// One I/O in a hundred gets the p99 latency.
 const P99_ONE_IN: u64 = 100;
 
+impl VbdevConfig for DelayCreateParams {
+    const MODULE: &'static str = MODULE;
+    const CREATE_METHOD: &'static str = "bdev_delay_create";
+
+    fn base_name(&self) -> &str {
+        &self.base_bdev_name
+    }
+
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.name)
+    }
+
+    /// Saved with the UUID the bdev got.
+    fn uuid_mut(&mut self) -> Option<&mut Option<Uuid>> {
+        Some(&mut self.uuid)
+    }
+}
+
 /// The delay module: the configurations, attached or waiting.
 #[derive(Debug, Default)]
 pub struct DelayModule {
-    configs: Mutex<Vec<DelayCreateParams>>,
+    configs: VbdevConfigs<DelayCreateParams>,
 }
 
 impl BdevModule for DelayModule {
@@ -46,14 +66,7 @@ impl BdevModule for DelayModule {
     }
 
     fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        let matches: Vec<DelayCreateParams> = self
-            .configs
-            .lock()
-            .iter()
-            .filter(|c| names_bdev(bdev, &c.base_bdev_name) && mgr.get(&c.name).is_none())
-            .cloned()
-            .collect();
-        for cfg in matches {
+        for cfg in self.configs.waiting_for(mgr, bdev) {
             if let Err(e) = attach(mgr, &cfg, bdev) {
                 tracing::error!(bdev = %cfg.name, base = %bdev.name(), error = %e,
                     "cannot create delay bdev");
@@ -64,17 +77,7 @@ impl BdevModule for DelayModule {
     /// One `bdev_delay_create` per configuration, with the latencies in
     /// force and the UUID the bdev got.
     fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs
-            .lock()
-            .iter()
-            .map(|c| {
-                let mut p = c.clone();
-                if let Some(b) = mgr.get(&c.name).filter(|b| b.module_name() == MODULE) {
-                    p.uuid = Some(b.uuid());
-                }
-                json!({"method": "bdev_delay_create", "params": p})
-            })
-            .collect()
+        self.configs.config_json(mgr)
     }
 }
 
@@ -90,25 +93,15 @@ impl DelayModule {
                 "a p99 latency is less than its average latency".into(),
             ));
         }
-        {
-            let mut configs = self.configs.lock();
-            if configs.iter().any(|c| c.name == params.name) {
-                return Err(Error::Exists(params.name));
-            }
-            configs.push(params.clone());
-        }
-        let Some(base) = mgr.get(&params.base_bdev_name) else {
-            tracing::info!(bdev = %params.name, base = %params.base_bdev_name,
+        let (name, base) = (params.name.clone(), params.base_bdev_name.clone());
+        let attached = self
+            .configs
+            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
+        if attached.is_none() {
+            tracing::info!(bdev = %name, base = %base,
                 "delay creation deferred until the base bdev appears");
-            return Ok(params.name);
-        };
-        match attach(mgr, &params, &base) {
-            Ok(_) | Err(Error::NotFound(_)) => Ok(params.name),
-            Err(e) => {
-                self.configs.lock().retain(|c| c.name != params.name);
-                Err(e)
-            }
         }
+        Ok(name)
     }
 
     pub(crate) fn delete(
@@ -117,18 +110,7 @@ impl DelayModule {
         name: &str,
         done: impl FnOnce(Result<()>) + Send + 'static,
     ) {
-        let had_config = {
-            let mut configs = self.configs.lock();
-            let before = configs.len();
-            configs.retain(|c| c.name != name);
-            configs.len() != before
-        };
-        let name2 = name.to_string();
-        mgr.unregister_by_name(name, MODULE, move |r| match r {
-            Err(Error::NotFound(_)) if had_config => done(Ok(())),
-            Err(_) => done(Err(Error::NotFound(name2))),
-            Ok(()) => done(Ok(())),
-        });
+        self.configs.delete(mgr, name, done);
     }
 
     pub(crate) fn update_latency(
@@ -146,27 +128,15 @@ impl DelayModule {
         bdev.latencies.set(latency_type, latency_us);
         // The configuration follows, so a re-attach or a saved config
         // keeps the new value.
-        if let Some(c) = self.configs.lock().iter_mut().find(|c| c.name == name) {
-            *c.latency_mut(latency_type) = latency_us;
-        }
+        self.configs
+            .update(name, |c| *c.latency_mut(latency_type) = latency_us);
         tracing::info!(bdev = %name, ?latency_type, latency_us, "delay latency updated");
         Ok(())
     }
 }
 
-fn names_bdev(bdev: &Bdev, name: &str) -> bool {
-    bdev.name() == name || bdev.aliases().iter().any(|a| a == name)
-}
-
 fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bdev> {
-    let me: Arc<OnceLock<Weak<DelayBdev>>> = Arc::new(OnceLock::new());
-    let me2 = Arc::clone(&me);
-    let desc = mgr.open(base.name(), false, move |event| {
-        if let Some(d) = me2.get().and_then(Weak::upgrade) {
-            d.base_event(event);
-        }
-    })?;
-    desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
+    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
     let latencies = Latencies::default();
     latencies.set(LatencyType::AvgRead, cfg.avg_read_latency);
     latencies.set(LatencyType::P99Read, cfg.p99_read_latency);
@@ -177,12 +147,9 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
         let w = weak.clone();
         DelayBdev {
             name: name.clone(),
-            base: base.clone(),
+            base: base_bdev,
             configured_uuid: cfg.uuid.is_some(),
-            desc: Mutex::new(Some(desc)),
-            opener: Thread::current().map(|t| t.handle()),
             mgr: mgr.clone(),
-            removing: AtomicBool::new(false),
             latencies,
             device: IoDevice::register(format!("delay_{name}"), move || {
                 let d = w.upgrade().ok_or("delay bdev is gone")?;
@@ -190,24 +157,13 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
             }),
         }
     });
-    let _ = me.set(Arc::downgrade(&delay));
-    let b = base.props();
-    let mut props = BdevProps::new(&name, PRODUCT_NAME, base.block_size(), base.num_blocks());
+    link.bind(&delay);
+    let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
     props.uuid = cfg.uuid;
-    props.phys_block_size = b.phys_block_size;
-    props.required_alignment = b.required_alignment;
-    props.optimal_io_boundary = b.optimal_io_boundary;
-    props.write_cache = b.write_cache;
-    props.md_size = b.md_size;
-    props.md_interleave = b.md_interleave;
-    props.dif_type = b.dif_type;
-    props.dif_is_head_of_md = b.dif_is_head_of_md;
-    props.dif_pi_format = b.dif_pi_format;
+    props.optimal_io_boundary = base.props().optimal_io_boundary;
     let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&delay))?;
     tracing::info!(bdev = %name, base = %base.name(), "delay bdev created");
-    if base.is_removing() {
-        delay.base_event(BdevEvent::Remove);
-    }
+    link.catch_up();
     Ok(bdev)
 }
 
@@ -248,14 +204,12 @@ impl Latencies {
 /// One delay bdev.
 pub struct DelayBdev {
     name: String,
-    base: Bdev,
+    /// The open, claimed base (closed in `destruct`).
+    base: BaseBdev,
     configured_uuid: bool,
-    desc: Mutex<Option<BdevDesc>>,
-    opener: Option<ThreadHandle>,
     /// Held to unregister itself when the base goes (a cycle through the
     /// registry that unregistering breaks).
     mgr: BdevManager,
-    removing: AtomicBool,
     latencies: Latencies,
     /// Per-thread state reachable from the control path (reset).
     device: IoDevice<DelayChannel>,
@@ -265,7 +219,7 @@ impl std::fmt::Debug for DelayBdev {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DelayBdev")
             .field("name", &self.name)
-            .field("base", &self.base.name())
+            .field("base", &self.base.bdev().name())
             .finish_non_exhaustive()
     }
 }
@@ -274,7 +228,7 @@ impl DelayBdev {
     /// The base bdev.
     #[must_use]
     pub fn base(&self) -> &Bdev {
-        &self.base
+        self.base.bdev()
     }
 
     /// A latency in µs.
@@ -284,35 +238,12 @@ impl DelayBdev {
     }
 
     fn own_bdev(&self) -> Option<Bdev> {
-        self.mgr.get(&self.name).filter(|b| {
-            b.ops_as::<DelayBdev>()
-                .is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o), self))
-        })
-    }
-
-    fn base_event(&self, event: BdevEvent) {
-        match event {
-            BdevEvent::Remove => {
-                if self.removing.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                tracing::info!(bdev = %self.name, "base bdev removed; unregistering delay bdev");
-                if let Some(me) = self.own_bdev() {
-                    self.mgr.unregister(&me, || {});
-                }
-            }
-            BdevEvent::Resize => {
-                if let Some(me) = self.own_bdev() {
-                    me.notify_resize(self.base.num_blocks());
-                }
-            }
-            BdevEvent::MediaManagement => {}
-        }
+        vbdev::own_bdev(&self.mgr, &self.name, self)
     }
 
     /// Serves one I/O on `ch`.
     fn dispatch(&self, ch: &Rc<ChannelInner>, io: BdevIo) {
-        if self.removing.load(Ordering::Relaxed) {
+        if self.base.is_removing() {
             return io.complete_deferred(IoStatus::Aborted);
         }
         match io.io_type() {
@@ -363,6 +294,21 @@ impl DelayBdev {
     }
 }
 
+impl BaseEvents for DelayBdev {
+    fn base_bdev(&self) -> &BaseBdev {
+        &self.base
+    }
+
+    fn base_removed(&self) {
+        tracing::info!(bdev = %self.name, "base bdev removed; unregistering delay bdev");
+        vbdev::unregister_own(&self.mgr, &self.name, self);
+    }
+
+    fn base_resized(&self) {
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    }
+}
+
 impl BdevOps for DelayBdev {
     type Channel = IoChannel<DelayChannel>;
 
@@ -376,29 +322,23 @@ impl BdevOps for DelayBdev {
     }
 
     fn io_type_supported(&self, io_type: IoType) -> bool {
-        self.base.supports(io_type)
+        self.base.bdev().supports(io_type)
     }
 
+    /// Closes the base, then drops the `IoDevice`, on the thread that
+    /// opened the base.
     fn destruct(&self, done: Done) {
-        let desc = self.desc.lock().take();
         let device = self.device.clone();
-        let close = move || {
-            drop(desc);
+        self.base.close(move || {
             device.unregister(|| {});
             done.done();
-        };
-        match &self.opener {
-            Some(t) => {
-                let _ = t.send_msg(close);
-            }
-            None => close(),
-        }
+        });
     }
 
     fn dump_info_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("name".into(), json!(self.name));
-        m.insert("base_bdev_name".into(), json!(self.base.name()));
+        m.insert("base_bdev_name".into(), json!(self.base.bdev().name()));
         if self.configured_uuid {
             if let Some(b) = self.own_bdev() {
                 m.insert("uuid".into(), json!(b.uuid().to_string()));
@@ -481,12 +421,7 @@ impl std::fmt::Debug for ChannelInner {
 
 impl DelayChannel {
     fn new(bdev: Arc<DelayBdev>) -> std::result::Result<DelayChannel, BoxError> {
-        let base = {
-            let desc = bdev.desc.lock();
-            desc.as_ref()
-                .ok_or("delay base bdev is closed")?
-                .get_io_channel()?
-        };
+        let base = bdev.base.channel()?;
         let thread = Thread::try_current()?;
         let inner = Rc::new(ChannelInner {
             base,
@@ -518,24 +453,14 @@ impl ChannelInner {
 
     /// Sends `io` to the base; `delay` (ticks after its submission) holds
     /// its completion, `None` completes it as soon as the base does.
+    /// The delay travels in the parent's driver context, for `io_done`.
     fn forward(self: &Rc<Self>, mut io: BdevIo, delay: Option<u64>) {
-        let Some(mut child) = self.base.alloc_io() else {
-            return io.complete_deferred(IoStatus::NoMem);
-        };
         let ctx = io.driver_ctx();
         ctx[0] = u64::from(delay.is_some());
         ctx[1] = delay.unwrap_or(0);
-        child
-            .copy_request_from(&io)
-            .set_tag(io.tag())
-            .on_done(Rc::clone(self) as Rc<dyn IoCompletion>);
-        child.set_parent(io);
-        if let Err(e) = self.base.submit(child) {
-            let mut child = e.io;
-            if let Some(parent) = child.take_parent() {
-                parent.complete_deferred(IoStatus::Errno(e.error.errno()));
-            }
-        }
+        vbdev::forward(&self.base, io, |child, _| {
+            child.on_done(Rc::clone(self) as Rc<dyn IoCompletion>);
+        });
     }
 
     /// Completes every held I/O that is due; pauses when none is left.

@@ -7,7 +7,8 @@
 //! | `bdev_delay_update_latency` | `true` | decode: -32603; -32602 "The requested bdev does not exist." (also for a bdev that is not a delay bdev, as SPDK) |
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
+use bdevkit::Error;
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
@@ -98,36 +99,38 @@ pub struct DelayUpdateParams {
 /// `bdev_delay_update_latency`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_delay_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<DelayCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::create(&m, p) {
-            Ok(name) => resp.ok(json!(name)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
-    })?;
+    reg.register_decoded(
+        "bdev_delay_create",
+        RUNTIME,
+        move |p: DelayCreateParams, resp| {
+            resp.respond_errno(crate::create(&m, p), Error::errno);
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_delay_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<DelayDeleteParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        });
-    })?;
+    reg.register_decoded(
+        "bdev_delay_delete",
+        RUNTIME,
+        move |p: DelayDeleteParams, resp| {
+            crate::delete(&m, &p.name, move |r| {
+                resp.respond_errno(r.map(|()| true), Error::errno);
+            });
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_delay_update_latency", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<DelayUpdateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::update_latency(&m, &p.delay_bdev_name, p.latency_type, p.latency_us) {
+    reg.register_decoded(
+        "bdev_delay_update_latency",
+        RUNTIME,
+        move |p: DelayUpdateParams, resp| match crate::update_latency(
+            &m,
+            &p.delay_bdev_name,
+            p.latency_type,
+            p.latency_us,
+        ) {
             Ok(()) => resp.ok(json!(true)),
             Err(_) => resp.err(RpcError::invalid_params(
                 "The requested bdev does not exist.",
             )),
-        }
-    })?;
+        },
+    )?;
     Ok(())
 }

@@ -10,38 +10,24 @@ mod tests {
     use bdevkit::clock;
     use bdevkit::dma::DmaBuf;
     use bdevkit_delay::{DelayBdev, DelayCreateParams, LatencyType};
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
-    use bdevkit_malloc::MallocCreateParams;
+    use bdevkit_jsonrpc::RpcError;
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{conformance, sleep_ms, TestEnv};
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, malloc, sleep_ms, TestEnv};
     use serde_json::{json, Value};
 
     fn env() -> TestEnv {
         TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_delay::register])
     }
 
-    fn registry(mgr: &BdevManager) -> MethodRegistry {
-        let reg = MethodRegistry::new();
-        bdevkit_malloc::rpc::register_rpcs(&reg, mgr).unwrap();
-        bdevkit_delay::rpc::register_rpcs(&reg, mgr).unwrap();
-        reg.set_state(RUNTIME);
-        reg
-    }
-
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => panic!("no answer to {method}: {e}"),
-            }
-        }
-    }
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_delay::rpc::register_rpcs,
+    ];
 
     fn setup(mgr: &BdevManager, us: u64) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new("M0", 512, 1024)).unwrap();
+        malloc(mgr, "M0", 1024);
         bdevkit_delay::create(mgr, DelayCreateParams::new("D0", "M0", us)).unwrap();
     }
 
@@ -59,7 +45,7 @@ mod tests {
     #[test]
     fn conformance_on_malloc() {
         env().run(|mgr| async move {
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 4096)).unwrap();
+            malloc(&mgr, "M0", 4096);
             let mut p = DelayCreateParams::new("D0", "M0", 20);
             p.p99_read_latency = 200;
             p.p99_write_latency = 300;
@@ -121,7 +107,7 @@ mod tests {
     #[test]
     fn p99_below_average_is_rejected() {
         env().run(|mgr| async move {
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 64)).unwrap();
+            malloc(&mgr, "M0", 64);
             let mut p = DelayCreateParams::new("D0", "M0", 100);
             p.p99_write_latency = 99;
             assert_eq!(bdevkit_delay::create(&mgr, p).unwrap_err().errno(), 22);
@@ -153,7 +139,7 @@ mod tests {
         let entries = env().run(|mgr| async move {
             bdevkit_delay::create(&mgr, DelayCreateParams::new("D0", "M0", 10)).unwrap();
             assert!(mgr.get("D0").is_none(), "deferred");
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 64)).unwrap();
+            malloc(&mgr, "M0", 64);
             let d = mgr.get("D0").expect("attached by examine");
             bdevkit_delay::update_latency(&mgr, "D0", LatencyType::P99Write, 500).unwrap();
             assert_eq!(
@@ -183,7 +169,7 @@ mod tests {
             entries
         });
         env().run(move |mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             for e in entries.iter().rev() {
                 call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
                     .await
@@ -197,8 +183,8 @@ mod tests {
     #[test]
     fn rpcs_and_their_errors() {
         env().run(|mgr| async move {
-            let reg = registry(&mgr);
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 64)).unwrap();
+            let reg = rpc::registry(&mgr, RPCS);
+            malloc(&mgr, "M0", 64);
             let create = json!({"base_bdev_name": "M0", "name": "D0",
                 "avg_read_latency": 100, "p99_read_latency": 1000,
                 "avg_write_latency": 200, "p99_write_latency": 2000});

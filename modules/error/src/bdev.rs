@@ -5,29 +5,45 @@
 //! of its own: each thread's bdev channel wraps that device's channel, and
 //! `for_each_channel` visits them on their threads.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
 
+use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
 use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps,
-    ClaimType, Done, IoCompletion, IoStatus, IoType,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, Done, IoCompletion, IoStatus,
+    IoType,
 };
 use bdevkit::error::BoxError;
-use bdevkit::thread::{IoChannel, IoDevice, Thread, ThreadHandle};
+use bdevkit::thread::{IoChannel, IoDevice};
 use bdevkit::{Error, Result};
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::rpc::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
 use crate::{MODULE, NAME_PREFIX, PRODUCT_NAME};
 
+/// One error bdev per base, `EE_<base>`. A saved config keeps the UUID
+/// as configured (SPDK's), so `uuid_mut` keeps its default.
+impl VbdevConfig for ErrorCreateParams {
+    const MODULE: &'static str = MODULE;
+    const CREATE_METHOD: &'static str = "bdev_error_create";
+
+    fn base_name(&self) -> &str {
+        &self.base_name
+    }
+
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Owned(error_name(&self.base_name))
+    }
+}
+
 /// The error module: one configuration per base bdev.
 #[derive(Debug, Default)]
 pub struct ErrorModule {
-    configs: Mutex<Vec<ErrorCreateParams>>,
+    configs: VbdevConfigs<ErrorCreateParams>,
 }
 
 impl BdevModule for ErrorModule {
@@ -40,28 +56,15 @@ impl BdevModule for ErrorModule {
     }
 
     fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        let matches: Vec<ErrorCreateParams> = self
-            .configs
-            .lock()
-            .iter()
-            .filter(|c| {
-                names_bdev(bdev, &c.base_name) && mgr.get(&error_name(&c.base_name)).is_none()
-            })
-            .cloned()
-            .collect();
-        for cfg in matches {
+        for cfg in self.configs.waiting_for(mgr, bdev) {
             if let Err(e) = attach(mgr, &cfg, bdev) {
                 tracing::error!(base = %bdev.name(), error = %e, "cannot create error bdev");
             }
         }
     }
 
-    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        self.configs
-            .lock()
-            .iter()
-            .map(|c| json!({"method": "bdev_error_create", "params": c}))
-            .collect()
+    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
+        self.configs.config_json(mgr)
     }
 }
 
@@ -70,26 +73,14 @@ impl ErrorModule {
         if params.base_name.is_empty() {
             return Err(Error::InvalidArg("base_name must not be empty".into()));
         }
-        {
-            let mut configs = self.configs.lock();
-            if configs.iter().any(|c| c.base_name == params.base_name) {
-                return Err(Error::Exists(error_name(&params.base_name)));
-            }
-            configs.push(params.clone());
+        let base = params.base_name.clone();
+        let attached = self
+            .configs
+            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
+        if attached.is_none() {
+            tracing::info!(base = %base, "error bdev deferred until the base bdev appears");
         }
-        let Some(base) = mgr.get(&params.base_name) else {
-            tracing::info!(base = %params.base_name, "error bdev deferred until the base bdev appears");
-            return Ok(());
-        };
-        match attach(mgr, &params, &base) {
-            Ok(_) | Err(Error::NotFound(_)) => Ok(()),
-            Err(e) => {
-                self.configs
-                    .lock()
-                    .retain(|c| c.base_name != params.base_name);
-                Err(e)
-            }
-        }
+        Ok(())
     }
 
     pub(crate) fn delete(
@@ -104,9 +95,7 @@ impl ErrorModule {
         let Some((bdev, eb)) = bdev.and_then(|b| b.ops_as::<ErrorBdev>().map(|e| (b, e))) else {
             return done(Err(Error::NotFound(name.to_string())));
         };
-        self.configs
-            .lock()
-            .retain(|c| error_name(&c.base_name) != name);
+        self.configs.remove(name);
         // Held I/Os would keep the bdev's channels (and so the bdev) alive.
         eb.abort_pending();
         mgr.unregister(&bdev, move || done(Ok(())));
@@ -117,29 +106,15 @@ fn error_name(base: &str) -> String {
     format!("{NAME_PREFIX}{base}")
 }
 
-fn names_bdev(bdev: &Bdev, name: &str) -> bool {
-    bdev.name() == name || bdev.aliases().iter().any(|a| a == name)
-}
-
 fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bdev> {
     let name = error_name(&cfg.base_name);
-    let me: Arc<OnceLock<Weak<ErrorBdev>>> = Arc::new(OnceLock::new());
-    let me2 = Arc::clone(&me);
-    let desc = mgr.open(base.name(), false, move |event| {
-        if let Some(e) = me2.get().and_then(Weak::upgrade) {
-            e.base_event(event);
-        }
-    })?;
-    desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
+    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
     let eb = Arc::new_cyclic(|weak: &Weak<ErrorBdev>| {
         let w = weak.clone();
         ErrorBdev {
             name: name.clone(),
-            base: base.clone(),
-            desc: Mutex::new(Some(desc)),
-            opener: Thread::current().map(|t| t.handle()),
+            base: base_bdev,
             mgr: mgr.clone(),
-            removing: AtomicBool::new(false),
             slots: Default::default(),
             device: IoDevice::register(format!("error_{name}"), move || {
                 let eb = w.upgrade().ok_or("error bdev is gone")?;
@@ -147,23 +122,12 @@ fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bde
             }),
         }
     });
-    let _ = me.set(Arc::downgrade(&eb));
-    let b = base.props();
-    let mut props = BdevProps::new(&name, PRODUCT_NAME, base.block_size(), base.num_blocks());
+    link.bind(&eb);
+    let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
     props.uuid = cfg.uuid;
-    props.phys_block_size = b.phys_block_size;
-    props.required_alignment = b.required_alignment;
-    props.write_cache = b.write_cache;
-    props.md_size = b.md_size;
-    props.md_interleave = b.md_interleave;
-    props.dif_type = b.dif_type;
-    props.dif_is_head_of_md = b.dif_is_head_of_md;
-    props.dif_pi_format = b.dif_pi_format;
     let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&eb))?;
     tracing::info!(bdev = %name, base = %base.name(), "error bdev created");
-    if base.is_removing() {
-        eb.base_event(BdevEvent::Remove);
-    }
+    link.catch_up();
     Ok(bdev)
 }
 
@@ -251,13 +215,11 @@ fn slot_index(t: IoType) -> Option<usize> {
 /// One error bdev (`EE_<base>`).
 pub struct ErrorBdev {
     name: String,
-    base: Bdev,
-    desc: Mutex<Option<BdevDesc>>,
-    opener: Option<ThreadHandle>,
+    /// The open, claimed base (closed in `destruct`).
+    base: BaseBdev,
     /// Held to unregister itself when the base goes (a cycle through the
     /// registry that unregistering breaks).
     mgr: BdevManager,
-    removing: AtomicBool,
     slots: [InjectSlot; 4],
     /// Per-thread state reachable from the control path.
     device: IoDevice<ErrorChannel>,
@@ -267,7 +229,7 @@ impl std::fmt::Debug for ErrorBdev {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ErrorBdev")
             .field("name", &self.name)
-            .field("base", &self.base.name())
+            .field("base", &self.base.bdev().name())
             .finish_non_exhaustive()
     }
 }
@@ -276,7 +238,7 @@ impl ErrorBdev {
     /// The base bdev.
     #[must_use]
     pub fn base(&self) -> &Bdev {
-        &self.base
+        self.base.bdev()
     }
 
     pub(crate) fn inject(&self, p: &ErrorInjectParams) {
@@ -324,37 +286,9 @@ impl ErrorBdev {
             .for_each_channel(|ch| ch.inner.abort_pending(), || {});
     }
 
-    fn own_bdev(&self) -> Option<Bdev> {
-        self.mgr.get(&self.name).filter(|b| {
-            b.ops_as::<ErrorBdev>()
-                .is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o), self))
-        })
-    }
-
-    fn base_event(&self, event: BdevEvent) {
-        match event {
-            BdevEvent::Remove => {
-                if self.removing.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                tracing::info!(bdev = %self.name, "base bdev removed; unregistering error bdev");
-                self.abort_pending();
-                if let Some(me) = self.own_bdev() {
-                    self.mgr.unregister(&me, || {});
-                }
-            }
-            BdevEvent::Resize => {
-                if let Some(me) = self.own_bdev() {
-                    me.notify_resize(self.base.num_blocks());
-                }
-            }
-            BdevEvent::MediaManagement => {}
-        }
-    }
-
     /// Serves one I/O: inject or forward.
     fn dispatch(&self, ch: &Rc<ChannelInner>, mut io: BdevIo) {
-        if self.removing.load(Ordering::Relaxed) {
+        if self.base.is_removing() {
             return io.complete_deferred(IoStatus::Aborted);
         }
         if io.io_type() == IoType::Reset {
@@ -397,22 +331,13 @@ impl ErrorBdev {
     /// Sends `io` down as a child; `corrupt_read` corrupts the data on the
     /// way back.
     fn forward(&self, ch: &Rc<ChannelInner>, mut io: BdevIo, corrupt_read: bool) {
-        let Some(mut child) = ch.base.alloc_io() else {
-            return io.complete_deferred(IoStatus::NoMem);
-        };
         io.driver_ctx()[0] = u64::from(corrupt_read);
-        child
-            .copy_request_from(&io)
-            .set_tag(io.tag())
-            .on_done(Rc::clone(ch) as Rc<dyn IoCompletion>);
-        child.set_parent(io);
-        ch.inflight.set(ch.inflight.get() + 1);
-        if let Err(e) = ch.base.submit(child) {
-            ch.inflight.set(ch.inflight.get() - 1);
-            let mut child = e.io;
-            if let Some(parent) = child.take_parent() {
-                parent.complete_deferred(IoStatus::Errno(e.error.errno()));
-            }
+        let submitted = vbdev::forward(&ch.base, io, |child, _| {
+            child.on_done(Rc::clone(ch) as Rc<dyn IoCompletion>);
+        });
+        // In flight until `io_done` (which never runs inside the submit).
+        if submitted {
+            ch.inflight.set(ch.inflight.get() + 1);
         }
     }
 
@@ -487,12 +412,7 @@ impl std::fmt::Debug for ChannelInner {
 
 impl ErrorChannel {
     fn new(bdev: Arc<ErrorBdev>) -> std::result::Result<ErrorChannel, BoxError> {
-        let base = {
-            let desc = bdev.desc.lock();
-            desc.as_ref()
-                .ok_or("error base bdev is closed")?
-                .get_io_channel()?
-        };
+        let base = bdev.base.channel()?;
         Ok(ErrorChannel {
             inner: Rc::new(ChannelInner {
                 bdev,
@@ -533,6 +453,23 @@ impl IoCompletion for ChannelInner {
     }
 }
 
+impl BaseEvents for ErrorBdev {
+    fn base_bdev(&self) -> &BaseBdev {
+        &self.base
+    }
+
+    /// Held I/Os are aborted: they would keep the bdev's channels alive.
+    fn base_removed(&self) {
+        tracing::info!(bdev = %self.name, "base bdev removed; unregistering error bdev");
+        self.abort_pending();
+        vbdev::unregister_own(&self.mgr, &self.name, self);
+    }
+
+    fn base_resized(&self) {
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    }
+}
+
 impl BdevOps for ErrorBdev {
     type Channel = IoChannel<ErrorChannel>;
 
@@ -546,26 +483,20 @@ impl BdevOps for ErrorBdev {
     }
 
     fn io_type_supported(&self, io_type: IoType) -> bool {
-        self.base.supports(io_type)
+        self.base.bdev().supports(io_type)
     }
 
+    /// Closes the base, then drops the `IoDevice`, on the thread that
+    /// opened the base.
     fn destruct(&self, done: Done) {
-        let desc = self.desc.lock().take();
         let device = self.device.clone();
-        let close = move || {
-            drop(desc);
+        self.base.close(move || {
             device.unregister(|| {});
             done.done();
-        };
-        match &self.opener {
-            Some(t) => {
-                let _ = t.send_msg(close);
-            }
-            None => close(),
-        }
+        });
     }
 
     fn dump_info_json(&self) -> Value {
-        json!({"error_disk": {"base_bdev": self.base.name()}})
+        json!({"error_disk": {"base_bdev": self.base.bdev().name()}})
     }
 }

@@ -11,7 +11,6 @@ use bdevkit::bdev::BdevManager;
 use bdevkit::{Error, Result};
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use uuid::Uuid;
 
 /// `bdev_error_create` params (also what `save_config` emits).
@@ -166,25 +165,23 @@ pub(crate) fn validate_inject(p: &ErrorInjectParams) -> Result<()> {
 /// Registers the error module's four methods.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_error_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<ErrorCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::create(&m, p) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
-    })?;
+    reg.register_decoded(
+        "bdev_error_create",
+        RUNTIME,
+        move |p: ErrorCreateParams, resp| {
+            resp.respond_errno(crate::create(&m, p).map(|()| true), Error::errno);
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_error_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<ErrorDeleteParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        });
-    })?;
+    reg.register_decoded(
+        "bdev_error_delete",
+        RUNTIME,
+        move |p: ErrorDeleteParams, resp| {
+            crate::delete(&m, &p.name, move |r| {
+                resp.respond_errno(r.map(|()| true), Error::errno);
+            });
+        },
+    )?;
     let m = mgr.clone();
     reg.register("bdev_error_inject_error", RUNTIME, move |params, resp| {
         let Ok(p) = decode_params::<ErrorInjectParams>(params) else {
@@ -193,20 +190,18 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         if !nvme_status_consistent(&p) {
             return resp.err(RpcError::new(-libc::EINVAL, NVME_STATUS_MESSAGE));
         }
-        match crate::inject_error(&m, &p) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
+        resp.respond_errno(crate::inject_error(&m, &p).map(|()| true), Error::errno);
     })?;
     let m = mgr.clone();
-    reg.register("bdev_error_resume_pending", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<ErrorResumeParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::resume_pending(&m, &p.name) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
-    })?;
+    reg.register_decoded(
+        "bdev_error_resume_pending",
+        RUNTIME,
+        move |p: ErrorResumeParams, resp| {
+            resp.respond_errno(
+                crate::resume_pending(&m, &p.name).map(|()| true),
+                Error::errno,
+            );
+        },
+    )?;
     Ok(())
 }

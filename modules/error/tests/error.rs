@@ -10,39 +10,25 @@ mod tests {
     use bdevkit::dma::DmaBuf;
     use bdevkit::Error;
     use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
-    use bdevkit_malloc::MallocCreateParams;
+    use bdevkit_jsonrpc::RpcError;
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{conformance, sleep_ms, TestEnv};
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, malloc, sleep_ms, TestEnv};
     use serde_json::{json, Value};
 
     fn env() -> TestEnv {
         TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_error::register])
     }
 
-    fn registry(mgr: &BdevManager) -> MethodRegistry {
-        let reg = MethodRegistry::new();
-        bdevkit_malloc::rpc::register_rpcs(&reg, mgr).unwrap();
-        bdevkit_error::rpc::register_rpcs(&reg, mgr).unwrap();
-        reg.set_state(RUNTIME);
-        reg
-    }
-
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => panic!("no answer to {method}: {e}"),
-            }
-        }
-    }
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_error::rpc::register_rpcs,
+    ];
 
     /// Malloc `M0` (512 x 256) and `EE_M0` on it.
     fn setup(mgr: &BdevManager) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new("M0", 512, 256)).unwrap();
+        malloc(mgr, "M0", 256);
         bdevkit_error::create(mgr, ErrorCreateParams::new("M0")).unwrap();
     }
 
@@ -236,7 +222,7 @@ mod tests {
         let entries = env().run(|mgr| async move {
             bdevkit_error::create(&mgr, ErrorCreateParams::new("M0")).unwrap();
             assert!(mgr.get("EE_M0").is_none(), "deferred");
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 64)).unwrap();
+            malloc(&mgr, "M0", 64);
             assert!(mgr.get("EE_M0").is_some(), "attached by examine");
             mgr.config_json()
                 .into_iter()
@@ -251,7 +237,7 @@ mod tests {
             .unwrap();
         assert_eq!(ee["params"], json!({"base_name": "M0"}));
         env().run(move |mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             for e in entries.iter().rev() {
                 call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
                     .await
@@ -264,8 +250,8 @@ mod tests {
     #[test]
     fn rpcs_and_their_errors() {
         env().run(|mgr| async move {
-            let reg = registry(&mgr);
-            bdevkit_malloc::create(&mgr, MallocCreateParams::new("M0", 512, 64)).unwrap();
+            let reg = rpc::registry(&mgr, RPCS);
+            malloc(&mgr, "M0", 64);
             let r = call(&reg, "bdev_error_create", json!({"base_name": "M0"})).await;
             assert_eq!(r, Ok(json!(true)));
             let r = call(&reg, "bdev_error_create", json!({"base_name": "M0"})).await;

@@ -30,7 +30,10 @@
 //!
 //! The code is in `src/bdev.rs` (module, bdev, channel, I/O path) and
 //! `src/rpc.rs` (parameters, handlers); `doc/writing-a-module.md` walks
-//! through it.
+//! through it. The steps every virtual bdev takes the same way (keeping
+//! configurations, opening the base, forwarding a child I/O) come from
+//! [`bdevkit::bdev::vbdev`], shared with the other virtual bdev modules;
+//! `src/bdev.rs` says what each helper does where it uses it.
 //!
 //! ```
 //! use bdevkit::bdev::BdevManager;

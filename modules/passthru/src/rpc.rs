@@ -9,9 +9,9 @@
 //! | `bdev_passthru_delete` | `true` | decode: -32603; -19 "No such device" |
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
+use bdevkit::Error;
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RUNTIME};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use uuid::Uuid;
 
 /// `bdev_passthru_create` params (also what `save_config` emits).
@@ -49,26 +49,31 @@ pub struct PassthruDeleteParams {
 }
 
 /// Registers `bdev_passthru_create` and `bdev_passthru_delete`.
+///
+/// `register_decoded` decodes the params into the method's struct, or
+/// answers SPDK's -32603 "spdk_json_decode_object failed";
+/// `respond_errno` answers the result, or a failure as `-errno` with its
+/// `strerror` text. A method with other answers (see `modules/raid`)
+/// decodes and answers by hand with `register`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_passthru_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<PassthruCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::create(&m, p) {
-            Ok(name) => resp.ok(json!(name)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
-    })?;
+    reg.register_decoded(
+        "bdev_passthru_create",
+        RUNTIME,
+        move |p: PassthruCreateParams, resp| {
+            resp.respond_errno(crate::create(&m, p), Error::errno);
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_passthru_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<PassthruDeleteParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        });
-    })?;
+    reg.register_decoded(
+        "bdev_passthru_delete",
+        RUNTIME,
+        move |p: PassthruDeleteParams, resp| {
+            // Answers once the bdev is gone.
+            crate::delete(&m, &p.name, move |r| {
+                resp.respond_errno(r.map(|()| true), Error::errno);
+            });
+        },
+    )?;
     Ok(())
 }

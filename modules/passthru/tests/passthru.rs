@@ -6,15 +6,16 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use bdevkit::bdev::{BdevEvent, BdevManager, ClaimType, IoStatus, IoType};
+    use bdevkit::bdev::{BdevEvent, ClaimType, IoStatus, IoType};
     use bdevkit::dma::DmaBuf;
     use bdevkit::Error;
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
+    use bdevkit_jsonrpc::RpcError;
     use bdevkit_malloc::MallocCreateParams;
     use bdevkit_null::NullCreateParams;
     use bdevkit_passthru::{PassthruCreateParams, NAMESPACE_UUID};
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{conformance, sleep_ms, TestEnv};
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, delete_malloc, malloc, TestEnv};
     use serde_json::{json, Value};
     use uuid::Uuid;
 
@@ -29,39 +30,11 @@ mod tests {
         )
     }
 
-    fn registry(mgr: &BdevManager) -> MethodRegistry {
-        let reg = MethodRegistry::new();
-        bdevkit_malloc::rpc::register_rpcs(&reg, mgr).unwrap();
-        bdevkit_passthru::rpc::register_rpcs(&reg, mgr).unwrap();
-        reg.set_state(RUNTIME);
-        reg
-    }
-
-    /// Calls `method` in-process and waits (on the reactor) for the answer.
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => panic!("no answer to {method}: {e}"),
-            }
-        }
-    }
-
-    fn malloc(mgr: &BdevManager, name: &str, blocks: u64) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new(name, 512, blocks)).unwrap();
-    }
-
-    async fn delete_malloc(mgr: &BdevManager, name: &str) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        bdevkit_malloc::delete(mgr, name, move |r| tx.send(r.is_ok()).unwrap());
-        assert!(
-            wait_for(10, || rx.try_recv() == Ok(true)).await,
-            "delete {name}"
-        );
-    }
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_passthru::rpc::register_rpcs,
+    ];
 
     #[test]
     fn conformance_on_malloc() {
@@ -225,7 +198,7 @@ mod tests {
             json!({"base_bdev_name": "M0", "name": "PT0", "uuid": uuid.to_string()})
         );
         env().run(move |mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             // Vbdevs first: examine makes the order irrelevant.
             for e in entries.iter().rev() {
                 let m = e["method"].as_str().unwrap();
@@ -240,7 +213,7 @@ mod tests {
     #[test]
     fn rpc_create_delete_and_errors() {
         env().run(|mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             malloc(&mgr, "M0", 64);
             let r = call(
                 &reg,

@@ -21,9 +21,9 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
+use bdevkit::bdev::vbdev;
 use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus,
-    IoType,
+    BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus, IoType,
 };
 use bdevkit::error::BoxError;
 use bdevkit::thread::{IoChannel, IoDevice};
@@ -126,17 +126,8 @@ impl RaidBdev {
         p
     }
 
-    fn own_bdev(&self) -> Option<Bdev> {
-        self.mgr.get(&self.raid.name).filter(|b| {
-            b.ops_as::<RaidBdev>()
-                .is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o), self))
-        })
-    }
-
     pub(crate) fn unregister_self(&self) {
-        if let Some(b) = self.own_bdev() {
-            self.mgr.unregister(&b, || {});
-        }
+        vbdev::unregister_own(&self.mgr, &self.raid.name, self);
     }
 
     /// The raid lost a member it cannot do without.

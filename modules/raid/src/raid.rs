@@ -350,9 +350,10 @@ impl Raid {
             if ctl.state != RaidState::Configuring {
                 return Ok(());
             }
-            self.member_names.iter().enumerate().position(|(i, n)| {
-                ctl.members[i].is_none() && (b.name() == n || b.aliases().iter().any(|a| a == n))
-            })
+            self.member_names
+                .iter()
+                .enumerate()
+                .position(|(i, n)| ctl.members[i].is_none() && b.has_name(n))
         };
         let Some(i) = slot else { return Ok(()) };
         self.add_member(mgr, i, b)?;

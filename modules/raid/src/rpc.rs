@@ -167,10 +167,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         let Ok(p) = decode_params::<RaidGetBdevsParams>(params) else {
             return resp.err(decode_failed());
         };
-        match crate::get_bdevs(&m, &p.category) {
-            Ok(v) => resp.ok(json!(v)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
+        resp.respond_errno(crate::get_bdevs(&m, &p.category), bdevkit::Error::errno);
     })?;
     let m = mgr.clone();
     reg.register(
@@ -180,10 +177,8 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             let Ok(p) = decode_params::<RaidSetOptionsParams>(params) else {
                 return resp.err(decode_failed());
             };
-            match crate::set_options(&m, p) {
-                Ok(()) => resp.ok(json!(true)),
-                Err(e) => resp.err(RpcError::from_errno(e.errno())),
-            }
+            let r = crate::set_options(&m, p);
+            resp.respond_errno(r.map(|()| true), bdevkit::Error::errno);
         },
     )?;
     Ok(())

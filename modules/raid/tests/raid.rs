@@ -7,11 +7,11 @@ mod tests {
     use bdevkit::bdev::{BdevManager, ClaimType};
     use bdevkit::dma::DmaBuf;
     use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
-    use bdevkit_malloc::MallocCreateParams;
+    use bdevkit_jsonrpc::RpcError;
     use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{conformance, sleep_ms, verify, TestEnv};
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, delete_malloc, malloc, verify, TestEnv};
     use serde_json::{json, Value};
 
     fn env(mask: &str) -> TestEnv {
@@ -25,38 +25,11 @@ mod tests {
         )
     }
 
-    fn registry(mgr: &BdevManager) -> MethodRegistry {
-        let reg = MethodRegistry::new();
-        bdevkit_malloc::rpc::register_rpcs(&reg, mgr).unwrap();
-        bdevkit_raid::rpc::register_rpcs(&reg, mgr).unwrap();
-        reg.set_state(RUNTIME);
-        reg
-    }
-
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => panic!("no answer to {method}: {e}"),
-            }
-        }
-    }
-
-    fn malloc(mgr: &BdevManager, name: &str, blocks: u64) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new(name, 512, blocks)).unwrap();
-    }
-
-    async fn delete_malloc(mgr: &BdevManager, name: &str) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        bdevkit_malloc::delete(mgr, name, move |r| tx.send(r.is_ok()).unwrap());
-        assert!(
-            wait_for(10, || rx.try_recv() == Ok(true)).await,
-            "delete {name}"
-        );
-    }
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_raid::rpc::register_rpcs,
+    ];
 
     fn state(mgr: &BdevManager, name: &str) -> RaidState {
         bdevkit_raid::raid(mgr, name).unwrap().state()
@@ -352,7 +325,7 @@ mod tests {
         });
         let (entries, uuid) = entries;
         env("0x1").run(move |mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             for e in entries.iter().rev() {
                 call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
                     .await
@@ -366,7 +339,7 @@ mod tests {
     #[test]
     fn rpcs_and_their_errors() {
         env("0x1").run(|mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             for n in ["M0", "M1", "M2"] {
                 malloc(&mgr, n, 256);
             }

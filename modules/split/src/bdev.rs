@@ -1,14 +1,14 @@
 //! The split module, the shared base, the part bdevs and their I/O path.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
+use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
 use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps,
-    ClaimType, Done, IoStatus, IoType,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, Done, IoStatus, IoType,
 };
 use bdevkit::error::BoxError;
-use bdevkit::thread::{Thread, ThreadHandle};
 use bdevkit::{Error, Result};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -19,10 +19,43 @@ use crate::{MODULE, PRODUCT_NAME};
 
 const MIB: u64 = 1024 * 1024;
 
+/// One configuration per base bdev, which builds several parts.
+impl VbdevConfig for SplitCreateParams {
+    const MODULE: &'static str = MODULE;
+    const CREATE_METHOD: &'static str = "bdev_split_create";
+
+    fn base_name(&self) -> &str {
+        &self.base_bdev
+    }
+
+    /// The configuration is named after its base.
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.base_bdev)
+    }
+
+    /// Attached while any of its parts is registered.
+    fn is_attached(&self, mgr: &BdevManager) -> bool {
+        !parts_of(mgr, &self.base_bdev).is_empty()
+    }
+
+    fn duplicate_error(&self) -> Error {
+        Error::Exists(format!("split configuration for {}", self.base_bdev))
+    }
+
+    /// SPDK saves `split_size_mb` 0 for an even split.
+    fn saved_params(&self) -> Value {
+        json!({
+            "base_bdev": self.base_bdev,
+            "split_count": self.split_count,
+            "split_size_mb": self.split_size_mb.unwrap_or(0),
+        })
+    }
+}
+
 /// The split module: one configuration per base bdev.
 #[derive(Debug, Default)]
 pub struct SplitModule {
-    configs: Mutex<Vec<SplitCreateParams>>,
+    configs: VbdevConfigs<SplitCreateParams>,
 }
 
 impl BdevModule for SplitModule {
@@ -35,32 +68,15 @@ impl BdevModule for SplitModule {
     }
 
     fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        let matches: Vec<SplitCreateParams> = self
-            .configs
-            .lock()
-            .iter()
-            .filter(|c| names_bdev(bdev, &c.base_bdev) && parts_of(mgr, &c.base_bdev).is_empty())
-            .cloned()
-            .collect();
-        for cfg in matches {
+        for cfg in self.configs.waiting_for(mgr, bdev) {
             if let Err(e) = attach(mgr, &cfg, bdev) {
                 tracing::error!(base = %bdev.name(), error = %e, "cannot split bdev");
             }
         }
     }
 
-    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        self.configs
-            .lock()
-            .iter()
-            .map(|c| {
-                json!({"method": "bdev_split_create", "params": {
-                    "base_bdev": c.base_bdev,
-                    "split_count": c.split_count,
-                    "split_size_mb": c.split_size_mb.unwrap_or(0),
-                }})
-            })
-            .collect()
+    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
+        self.configs.config_json(mgr)
     }
 }
 
@@ -76,28 +92,15 @@ impl SplitModule {
         if params.base_bdev.is_empty() {
             return Err(Error::InvalidArg("base_bdev must not be empty".into()));
         }
+        let base = params.base_bdev.clone();
+        match self
+            .configs
+            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?
         {
-            let mut configs = self.configs.lock();
-            if configs.iter().any(|c| c.base_bdev == params.base_bdev) {
-                return Err(Error::Exists(format!(
-                    "split configuration for {}",
-                    params.base_bdev
-                )));
-            }
-            configs.push(params.clone());
-        }
-        let Some(base) = mgr.get(&params.base_bdev) else {
-            tracing::info!(base = %params.base_bdev, "split deferred until the base bdev appears");
-            return Ok(Vec::new());
-        };
-        match attach(mgr, &params, &base) {
-            Ok(names) => Ok(names),
-            Err(Error::NotFound(_)) => Ok(Vec::new()),
-            Err(e) => {
-                self.configs
-                    .lock()
-                    .retain(|c| c.base_bdev != params.base_bdev);
-                Err(e)
+            Some(names) => Ok(names),
+            None => {
+                tracing::info!(base = %base, "split deferred until the base bdev appears");
+                Ok(Vec::new())
             }
         }
     }
@@ -108,23 +111,14 @@ impl SplitModule {
         base_bdev: &str,
         done: impl FnOnce() + Send + 'static,
     ) -> Result<()> {
-        {
-            let mut configs = self.configs.lock();
-            let before = configs.len();
-            configs.retain(|c| c.base_bdev != base_bdev);
-            if configs.len() == before {
-                return Err(Error::NotFound(format!(
-                    "split configuration for {base_bdev}"
-                )));
-            }
+        if !self.configs.remove(base_bdev) {
+            return Err(Error::NotFound(format!(
+                "split configuration for {base_bdev}"
+            )));
         }
         unregister_parts(mgr, parts_of(mgr, base_bdev), done);
         Ok(())
     }
-}
-
-fn names_bdev(bdev: &Bdev, name: &str) -> bool {
-    bdev.name() == name || bdev.aliases().iter().any(|a| a == name)
 }
 
 /// The registered parts of the configuration for `base_bdev`.
@@ -134,7 +128,7 @@ fn parts_of(mgr: &BdevManager, base_bdev: &str) -> Vec<Bdev> {
         .filter(|b| b.module_name() == MODULE && !b.is_removing())
         .filter(|b| {
             b.ops_as::<SplitBdev>()
-                .is_some_and(|p| p.base.config_base == base_bdev)
+                .is_some_and(|p| p.shared.config_base == base_bdev)
         })
         .collect()
 }
@@ -197,24 +191,14 @@ fn geometry(cfg: &SplitCreateParams, block_size: u32, base_blocks: u64) -> Resul
 /// names.
 fn attach(mgr: &BdevManager, cfg: &SplitCreateParams, base: &Bdev) -> Result<Vec<String>> {
     let (part_blocks, count) = geometry(cfg, base.block_size(), base.num_blocks())?;
-    let me: Arc<OnceLock<Weak<SplitBase>>> = Arc::new(OnceLock::new());
-    let me2 = Arc::clone(&me);
-    let desc = mgr.open(base.name(), false, move |event| {
-        if let Some(b) = me2.get().and_then(Weak::upgrade) {
-            b.base_event(event);
-        }
-    })?;
-    desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
+    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
     let shared = Arc::new(SplitBase {
         config_base: cfg.base_bdev.clone(),
-        base: base.clone(),
-        desc: Mutex::new(Some(desc)),
-        opener: Thread::current().map(|t| t.handle()),
+        base: base_bdev,
         mgr: mgr.clone(),
-        removing: AtomicBool::new(false),
         live_parts: AtomicUsize::new(0),
     });
-    let _ = me.set(Arc::downgrade(&shared));
+    link.bind(&shared);
 
     let mut names = Vec::new();
     let mut registered = Vec::new();
@@ -223,7 +207,7 @@ fn attach(mgr: &BdevManager, cfg: &SplitCreateParams, base: &Bdev) -> Result<Vec
         let name = format!("{}p{i}", cfg.base_bdev);
         let part = Arc::new(SplitBdev {
             name: name.clone(),
-            base: Arc::clone(&shared),
+            shared: Arc::clone(&shared),
             offset_blocks: i * part_blocks,
         });
         shared.live_parts.fetch_add(1, Ordering::AcqRel);
@@ -249,25 +233,14 @@ fn attach(mgr: &BdevManager, cfg: &SplitCreateParams, base: &Bdev) -> Result<Vec
         return Err(e);
     }
     tracing::info!(base = %base.name(), count, part_blocks, "split bdev created");
-    if base.is_removing() {
-        shared.base_event(BdevEvent::Remove);
-    }
+    link.catch_up();
     Ok(names)
 }
 
 fn part_props(name: &str, base: &Bdev, part_blocks: u64) -> BdevProps {
-    let b = base.props();
-    let mut p = BdevProps::new(name, PRODUCT_NAME, base.block_size(), part_blocks);
+    let mut p = vbdev::props_over(base, name, PRODUCT_NAME, part_blocks);
     // Stable across restarts: derived from the base's UUID and the name.
     p.uuid = Some(Uuid::new_v5(&base.uuid(), name.as_bytes()));
-    p.phys_block_size = b.phys_block_size;
-    p.required_alignment = b.required_alignment;
-    p.write_cache = b.write_cache;
-    p.md_size = b.md_size;
-    p.md_interleave = b.md_interleave;
-    p.dif_type = b.dif_type;
-    p.dif_is_head_of_md = b.dif_is_head_of_md;
-    p.dif_pi_format = b.dif_pi_format;
     p
 }
 
@@ -275,56 +248,46 @@ fn part_props(name: &str, base: &Bdev, part_blocks: u64) -> BdevProps {
 struct SplitBase {
     /// The base name as configured (part names derive from it).
     config_base: String,
-    base: Bdev,
-    desc: Mutex<Option<BdevDesc>>,
-    opener: Option<ThreadHandle>,
+    /// The open, claimed base (closed after the last part).
+    base: BaseBdev,
     /// Held to unregister the parts when the base goes (a cycle through
     /// the registry that unregistering the parts breaks).
     mgr: BdevManager,
-    removing: AtomicBool,
     /// Parts registered and not yet destructed; the last closes the base.
     live_parts: AtomicUsize,
 }
 
-impl SplitBase {
-    fn base_event(&self, event: BdevEvent) {
-        match event {
-            BdevEvent::Remove => {
-                if self.removing.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                tracing::info!(base = %self.base.name(), "base bdev removed; unregistering its parts");
-                unregister_parts(&self.mgr, parts_of(&self.mgr, &self.config_base), || {});
-            }
-            BdevEvent::Resize => {
-                tracing::info!(base = %self.base.name(), "base bdev resized; split parts keep their size");
-            }
-            BdevEvent::MediaManagement => {}
-        }
+impl BaseEvents for SplitBase {
+    fn base_bdev(&self) -> &BaseBdev {
+        &self.base
     }
 
+    fn base_removed(&self) {
+        tracing::info!(base = %self.base.bdev().name(), "base bdev removed; unregistering its parts");
+        unregister_parts(&self.mgr, parts_of(&self.mgr, &self.config_base), || {});
+    }
+
+    fn base_resized(&self) {
+        tracing::info!(base = %self.base.bdev().name(), "base bdev resized; split parts keep their size");
+    }
+}
+
+impl SplitBase {
     /// Closes the base on the thread that opened it, then signals `done`.
     fn close_base(&self, done: Option<Done>) {
-        let desc = self.desc.lock().take();
-        let close = move || {
-            drop(desc);
+        self.base.close(move || {
             if let Some(done) = done {
                 done.done();
             }
-        };
-        match &self.opener {
-            Some(t) => {
-                let _ = t.send_msg(close);
-            }
-            None => close(),
-        }
+        });
     }
 }
 
 /// One part.
 pub struct SplitBdev {
     name: String,
-    base: Arc<SplitBase>,
+    /// The base, shared with the other parts.
+    shared: Arc<SplitBase>,
     offset_blocks: u64,
 }
 
@@ -332,7 +295,7 @@ impl std::fmt::Debug for SplitBdev {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SplitBdev")
             .field("name", &self.name)
-            .field("base", &self.base.base.name())
+            .field("base", &self.shared.base.bdev().name())
             .field("offset_blocks", &self.offset_blocks)
             .finish()
     }
@@ -348,7 +311,7 @@ impl SplitBdev {
     /// The base bdev.
     #[must_use]
     pub fn base(&self) -> &Bdev {
-        &self.base.base
+        self.shared.base.bdev()
     }
 }
 
@@ -362,40 +325,27 @@ impl BdevOps for SplitBdev {
     type Channel = SplitChannel;
 
     fn create_channel(&self) -> std::result::Result<SplitChannel, BoxError> {
-        let desc = self.base.desc.lock();
-        let desc = desc.as_ref().ok_or("split base bdev is closed")?;
         Ok(SplitChannel {
-            base: desc.get_io_channel()?,
+            base: self.shared.base.channel()?,
         })
     }
 
     #[inline]
     fn submit(&self, ch: &SplitChannel, io: BdevIo) {
-        if self.base.removing.load(Ordering::Relaxed) {
+        if self.shared.base.is_removing() {
             return io.complete_deferred(IoStatus::Aborted);
         }
-        let Some(mut child) = ch.base.alloc_io() else {
-            return io.complete_deferred(IoStatus::NoMem);
-        };
-        child
-            .copy_request_from(&io)
-            .set_tag(io.tag())
-            .on_done_fn(child_done);
-        // The bdev layer checked the range against the part, so the
-        // translated range stays inside it.
-        if io.io_type() != IoType::Reset && io.io_type() != IoType::Abort {
-            child.set_offset_blocks(io.offset_blocks() + self.offset_blocks);
-            if io.io_type() == IoType::Copy {
-                child.set_src_offset_blocks(io.src_offset_blocks() + self.offset_blocks);
+        vbdev::forward(&ch.base, io, |child, io| {
+            child.on_done_fn(vbdev::complete_parent);
+            // The bdev layer checked the range against the part, so the
+            // translated range stays inside it.
+            if io.io_type() != IoType::Reset && io.io_type() != IoType::Abort {
+                child.set_offset_blocks(io.offset_blocks() + self.offset_blocks);
+                if io.io_type() == IoType::Copy {
+                    child.set_src_offset_blocks(io.src_offset_blocks() + self.offset_blocks);
+                }
             }
-        }
-        child.set_parent(io);
-        if let Err(e) = ch.base.submit(child) {
-            let mut child = e.io;
-            if let Some(parent) = child.take_parent() {
-                parent.complete_deferred(IoStatus::Errno(e.error.errno()));
-            }
-        }
+        });
     }
 
     /// Block I/O the base serves. NVMe passthrough is not offered: its
@@ -413,26 +363,20 @@ impl BdevOps for SplitBdev {
                 | IoType::CompareAndWrite
                 | IoType::Copy
                 | IoType::Abort
-        ) && self.base.base.supports(io_type)
+        ) && self.shared.base.bdev().supports(io_type)
     }
 
     /// The last part to go closes the base.
     fn destruct(&self, done: Done) {
-        if self.base.live_parts.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.base.close_base(Some(done));
+        if self.shared.live_parts.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.close_base(Some(done));
         } else {
             done.done();
         }
     }
 
     fn dump_info_json(&self) -> Value {
-        json!({"split": {"base_bdev": self.base.base.name(), "offset_blocks": self.offset_blocks}})
-    }
-}
-
-fn child_done(mut child: BdevIo) {
-    if let Some(parent) = child.take_parent() {
-        parent.complete_from(&child);
+        json!({"split": {"base_bdev": self.shared.base.bdev().name(), "offset_blocks": self.offset_blocks}})
     }
 }
 

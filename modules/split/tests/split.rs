@@ -6,40 +6,22 @@ mod tests {
     use bdevkit::bdev::{BdevManager, ClaimType};
     use bdevkit::dma::DmaBuf;
     use bdevkit::Error;
-    use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
-    use bdevkit_malloc::MallocCreateParams;
+    use bdevkit_jsonrpc::RpcError;
     use bdevkit_split::SplitCreateParams;
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::{conformance, sleep_ms, TestEnv};
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, malloc, TestEnv};
     use serde_json::{json, Value};
 
     fn env() -> TestEnv {
         TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_split::register])
     }
 
-    fn registry(mgr: &BdevManager) -> MethodRegistry {
-        let reg = MethodRegistry::new();
-        bdevkit_malloc::rpc::register_rpcs(&reg, mgr).unwrap();
-        bdevkit_split::rpc::register_rpcs(&reg, mgr).unwrap();
-        reg.set_state(RUNTIME);
-        reg
-    }
-
-    async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
-        let (resp, rx) = Responder::channel();
-        reg.dispatch(method, Some(params), resp);
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
-                Err(e) => panic!("no answer to {method}: {e}"),
-            }
-        }
-    }
-
-    fn malloc(mgr: &BdevManager, name: &str, blocks: u64) {
-        bdevkit_malloc::create(mgr, MallocCreateParams::new(name, 512, blocks)).unwrap();
-    }
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_split::rpc::register_rpcs,
+    ];
 
     /// Deletes one part (what the conformance suite's delete check needs).
     fn delete_part(
@@ -183,7 +165,7 @@ mod tests {
             json!({"base_bdev": "M0", "split_count": 2, "split_size_mb": 1})
         );
         env().run(move |mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             for e in entries.iter().rev() {
                 let m = e["method"].as_str().unwrap();
                 call(&reg, m, e["params"].clone()).await.unwrap();
@@ -195,7 +177,7 @@ mod tests {
     #[test]
     fn rpc_create_delete_and_errors() {
         env().run(|mgr| async move {
-            let reg = registry(&mgr);
+            let reg = rpc::registry(&mgr, RPCS);
             malloc(&mgr, "M0", 1024);
             let r = call(
                 &reg,
