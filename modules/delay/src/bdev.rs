@@ -453,11 +453,14 @@ impl ChannelInner {
 
     /// Sends `io` to the base; `delay` (ticks after its submission) holds
     /// its completion, `None` completes it as soon as the base does.
-    /// The delay travels in the parent's driver context, for `io_done`.
+    /// The due tick travels in the parent's driver context, for `io_done`.
+    /// It counts from a fresh tick reading, not the I/O's submit stamp
+    /// (the tick of the poll that submitted it, possibly a little older),
+    /// so that an I/O is never held for less than its latency.
     fn forward(self: &Rc<Self>, mut io: BdevIo, delay: Option<u64>) {
         let ctx = io.driver_ctx();
         ctx[0] = u64::from(delay.is_some());
-        ctx[1] = delay.unwrap_or(0);
+        ctx[1] = delay.map_or(0, |d| clock::ticks().saturating_add(d));
         vbdev::forward(&self.base, io, |child, _| {
             child.on_done(Rc::clone(self) as Rc<dyn IoCompletion>);
         });
@@ -544,7 +547,7 @@ impl IoCompletion for ChannelInner {
         }
         let seq = self.seq.get();
         self.seq.set(seq.wrapping_add(1));
-        let due = parent.submit_tick().saturating_add(ctx[1]);
+        let due = ctx[1];
         self.held.borrow_mut().push(Held {
             due,
             seq,
