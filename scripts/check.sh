@@ -15,10 +15,13 @@ if grep -rn --include=*.rs "thread::sleep" bdev/src modules/*/src \
     echo "check: thread::sleep in reactor/module code" >&2
     fail=1
 fi
-# RPC method names follow bdev_<module>_<verb>.
+# RPC method names follow bdev_<module>_<verb>. The file is read as one
+# line: rustfmt puts the name of a long register(...) or
+# register_decoded(...) call on the next line.
 for f in modules/*/src/rpc.rs; do
     m=$(basename "$(dirname "$(dirname "$f")")")
-    grep -o 'register("[a-z_]*"' "$f" | sed 's/register("//; s/"//' | while read -r name; do
+    tr '\n' ' ' < "$f" | grep -oE 'register(_decoded)?\( *"[a-z_]*"' \
+        | sed -E 's/.*"([a-z_]*)"/\1/' | while read -r name; do
         case "$name" in
             bdev_"$m"_*) ;;
             *) echo "check: $f registers $name, expected bdev_${m}_<verb>" >&2; exit 1 ;;

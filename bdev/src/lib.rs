@@ -14,6 +14,7 @@ pub mod bdev;
 pub mod clock;
 pub mod dma;
 pub mod error;
+pub mod os;
 pub mod thread;
 
 pub use error::{Error, Result};

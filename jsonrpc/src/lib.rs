@@ -23,7 +23,9 @@
 //!   errors; batches are answered as one array in completion order;
 //! * every method has an RPC state mask ([`STARTUP`], [`RUNTIME`]); calling it in the wrong state
 //!   answers -1 with SPDK's exact text; `rpc_get_methods` is built in;
-//! * method failures answer `-errno` with the `strerror` text ([`RpcError::from_errno`]).
+//! * method failures answer `-errno` with the `strerror` text ([`RpcError::from_errno`],
+//!   [`Responder::respond_errno`]); params that do not decode answer -32603
+//!   "spdk_json_decode_object failed" for most methods ([`MethodRegistry::register_decoded`]).
 //!
 //! The blocking [`Client`] reads responses the way `spdk-rpc` does and is what our tools and
 //! tests use.

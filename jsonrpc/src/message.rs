@@ -229,6 +229,19 @@ pub fn encode_response(id: Option<&Id>, result: &Result<Value, RpcError>) -> Vec
     out
 }
 
+/// Encode a success response whose result is already serialised JSON.
+pub fn encode_raw_result(id: Option<&Id>, result: &serde_json::value::RawValue) -> Vec<u8> {
+    let id = id.map_or("null", Id::as_json);
+    let raw = result.get();
+    let mut out = Vec::with_capacity(40 + id.len() + raw.len());
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(br#","result":"#);
+    out.extend_from_slice(raw.as_bytes());
+    out.push(b'}');
+    out
+}
+
 /// Encode a request the way our [`Client`](crate::Client) sends it: compact, key order
 /// `jsonrpc`, `method`, `id`, `params` (omitted when `None`), no trailing newline.
 pub fn encode_request(method: &str, id: u64, params: Option<&Value>) -> Vec<u8> {

@@ -7,7 +7,8 @@ use std::sync::{mpsc, Arc, Weak};
 
 use parking_lot::RwLock;
 use serde::de::{DeserializeOwned, Error as _, Unexpected};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::{Error, RpcError, RUNTIME, STARTUP};
@@ -50,7 +51,25 @@ fn unexpected(v: &Value) -> Unexpected<'_> {
     }
 }
 
-type Sink = Box<dyn FnOnce(Result<Value, RpcError>) + Send>;
+/// What a handler answers: a result value, an already serialised result
+/// ([`Responder::ok_raw`]), or an error.
+pub(crate) enum Reply {
+    Value(Result<Value, RpcError>),
+    Raw(Box<RawValue>),
+}
+
+impl Reply {
+    /// The answer as a `Value` (parsing a raw result).
+    pub(crate) fn into_value(self) -> Result<Value, RpcError> {
+        match self {
+            Reply::Value(v) => v,
+            Reply::Raw(raw) => serde_json::from_str(raw.get())
+                .map_err(|_| RpcError::internal_error("Internal error")),
+        }
+    }
+}
+
+type Sink = Box<dyn FnOnce(Reply) + Send>;
 
 /// The answer slot of one request: every request gets exactly one answer through it.
 ///
@@ -68,6 +87,14 @@ pub struct Responder {
 impl Responder {
     /// A responder that hands the answer to `f` (called exactly once, on the answering thread).
     pub fn new(f: impl FnOnce(Result<Value, RpcError>) + Send + 'static) -> Self {
+        Responder {
+            sink: Some(Box::new(move |reply: Reply| f(reply.into_value()))),
+            method: None,
+        }
+    }
+
+    /// A responder that receives raw replies as they are (the server's).
+    pub(crate) fn with_reply_sink(f: impl FnOnce(Reply) + Send + 'static) -> Self {
         Responder {
             sink: Some(Box::new(f)),
             method: None,
@@ -87,7 +114,17 @@ impl Responder {
     /// Answer with a result or an error.
     pub fn respond(mut self, r: Result<Value, RpcError>) {
         if let Some(sink) = self.sink.take() {
-            sink(r);
+            sink(Reply::Value(r));
+        }
+    }
+
+    /// Answer with a result that is already serialised JSON. For large
+    /// results (`bdev_get_bdevs` over thousands of bdevs): the handler
+    /// writes them piece by piece instead of building one big `Value` tree,
+    /// which keeps the daemon's peak memory and heap fragmentation down.
+    pub fn ok_raw(mut self, raw: Box<RawValue>) {
+        if let Some(sink) = self.sink.take() {
+            sink(Reply::Raw(raw));
         }
     }
 
@@ -99,6 +136,30 @@ impl Responder {
     /// Answer with an error.
     pub fn err(self, e: RpcError) {
         self.respond(Err(e));
+    }
+
+    /// Answer with the outcome of a method's work, SPDK's way: the value as the result, or for a
+    /// failure `-errno` with the `strerror` text ([`RpcError::from_errno`]). `errno` gives a
+    /// failure's errno (positive or negative), e.g. the failure type's own `errno` method.
+    ///
+    /// ```
+    /// # use bdevkit_jsonrpc::{Responder, RpcError};
+    /// # use serde_json::json;
+    /// let (resp, rx) = Responder::channel();
+    /// resp.respond_errno(Err::<bool, i32>(libc::ENODEV), |e| *e);
+    /// assert_eq!(rx.recv().unwrap(), Err(RpcError::new(-19, "No such device")));
+    /// let (resp, rx) = Responder::channel();
+    /// resp.respond_errno(Ok::<_, i32>("Malloc0"), |e| *e);
+    /// assert_eq!(rx.recv().unwrap(), Ok(json!("Malloc0")));
+    /// ```
+    pub fn respond_errno<T: Serialize, E>(self, r: Result<T, E>, errno: impl FnOnce(&E) -> i32) {
+        match r.map(serde_json::to_value) {
+            Ok(Ok(v)) => self.ok(v),
+            // A result that does not serialise (a map with non-string keys): a bug, not a failure
+            // of the method.
+            Ok(Err(_)) => self.err(RpcError::internal_error("Internal error")),
+            Err(e) => self.err(RpcError::from_errno(errno(&e))),
+        }
     }
 
     pub(crate) fn set_method(&mut self, method: &str) {
@@ -113,7 +174,9 @@ impl Drop for Responder {
                 method = self.method.as_deref().unwrap_or("?"),
                 "rpc handler dropped its responder without answering"
             );
-            sink(Err(RpcError::internal_error("Internal error")));
+            sink(Reply::Value(Err(RpcError::internal_error(
+                "Internal error",
+            ))));
         }
     }
 }
@@ -236,6 +299,24 @@ impl MethodRegistry {
         Ok(())
     }
 
+    /// Register `handler` as `name` for a method whose params decode into `P`
+    /// ([`decode_params`]). Params that do not decode answer -32603 "spdk_json_decode_object
+    /// failed" ([`RpcError::decode_failed`]), as most SPDK bdev methods do; a method that answers
+    /// bad params otherwise decodes them itself in a handler given to [`MethodRegistry::register`].
+    pub fn register_decoded<P: DeserializeOwned>(
+        &self,
+        name: &str,
+        state_mask: u32,
+        handler: impl Fn(P, Responder) + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        self.register(name, state_mask, move |params, resp| {
+            match decode_params::<P>(params) {
+                Ok(p) => handler(p, resp),
+                Err(_) => resp.err(RpcError::decode_failed()),
+            }
+        })
+    }
+
     /// Register `alias` as a deprecated name for the method `target` (which must already be
     /// registered, and not be an alias itself). Calls through the alias log a deprecation
     /// warning; `rpc_get_methods` lists aliases only with `include_aliases`.
@@ -303,6 +384,20 @@ impl MethodRegistry {
     /// Whether `name` is registered (as a method or alias), ignoring state and allow-list.
     pub fn contains(&self, name: &str) -> bool {
         self.inner.table.read().entries.contains_key(name)
+    }
+
+    /// The state mask `name` was registered with (an alias answers its target's), ignoring the
+    /// allow-list; `None` if no such method. SPDK's `spdk_rpc_get_method_state_mask`: the JSON
+    /// config loader uses it to decide which entries run before and which after initialisation.
+    pub fn state_mask(&self, name: &str) -> Option<u32> {
+        let t = self.inner.table.read();
+        match t.entries.get(name)? {
+            Entry::Method { state_mask, .. } => Some(*state_mask),
+            Entry::Alias { target } => match t.entries.get(target)? {
+                Entry::Method { state_mask, .. } => Some(*state_mask),
+                Entry::Alias { .. } => None,
+            },
+        }
     }
 
     /// Call `method` as the server would: allow-list and unknown names answer -32601, a method
@@ -430,6 +525,9 @@ mod tests {
         reg.register_alias("old_a", "a").unwrap();
         assert!(reg.register_alias("older_a", "old_a").is_err());
         assert_eq!(call(&reg, "old_a", None), Ok(json!("a")));
+        assert_eq!(reg.state_mask("a"), Some(STARTUP | RUNTIME));
+        assert_eq!(reg.state_mask("old_a"), Some(STARTUP | RUNTIME));
+        assert_eq!(reg.state_mask("nope"), None);
         assert_eq!(reg.method_names(false, false), vec!["rpc_get_methods", "a"]);
         assert_eq!(
             reg.method_names(false, true),
@@ -484,6 +582,43 @@ mod tests {
         assert_eq!(get(Some(json!({"bogus": 1}))), bad);
         assert_eq!(get(Some(json!({"current": 1}))), bad);
         assert_eq!(get(Some(json!([true]))), bad);
+    }
+
+    #[test]
+    fn decoded_methods_answer_spdk_decode_failures() {
+        let reg = MethodRegistry::new();
+        reg.register_decoded("add_one", STARTUP, |p: Req, r| r.ok(json!(p.a + 1)))
+            .unwrap();
+        assert_eq!(call(&reg, "add_one", Some(json!({"a": 1}))), Ok(json!(2)));
+        let failed = Err(RpcError::decode_failed());
+        assert_eq!(call(&reg, "add_one", None), failed);
+        assert_eq!(call(&reg, "add_one", Some(json!({"a": 1, "b": 2}))), failed);
+        assert_eq!(call(&reg, "add_one", Some(json!([1]))), failed);
+    }
+
+    #[test]
+    fn respond_errno_answers_result_or_errno() {
+        let answer = |r: Result<Value, i32>| {
+            let (resp, rx) = Responder::channel();
+            resp.respond_errno(r, |e| *e);
+            rx.recv().unwrap()
+        };
+        assert_eq!(answer(Ok(json!(true))), Ok(json!(true)));
+        assert_eq!(
+            answer(Err(libc::EEXIST)),
+            Err(RpcError::new(-17, "File exists"))
+        );
+        assert_eq!(
+            answer(Err(-libc::EPERM)),
+            Err(RpcError::new(-1, "Operation not permitted"))
+        );
+        let (resp, rx) = Responder::channel();
+        let unserialisable: std::collections::HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        resp.respond_errno(Ok::<_, i32>(unserialisable), |e| *e);
+        assert_eq!(
+            rx.recv().unwrap(),
+            Err(RpcError::internal_error("Internal error"))
+        );
     }
 
     #[test]

@@ -25,7 +25,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::framing::{FrameError, Framer};
-use crate::message::{encode_response, parse_message, Id, Message, Request};
+use crate::message::{encode_raw_result, encode_response, parse_message, Id, Message, Request};
+use crate::registry::Reply;
 use crate::{Error, MethodRegistry, Responder, RpcError};
 
 const UNIX_LISTENER: Token = Token(0);
@@ -117,14 +118,22 @@ struct Route {
 
 impl Route {
     fn deliver(self, r: Result<Value, RpcError>) {
+        self.deliver_reply(Reply::Value(r));
+    }
+
+    fn deliver_reply(self, reply: Reply) {
         if !self.alive.load(Ordering::Acquire) {
             return;
         }
+        let is_ok = !matches!(reply, Reply::Value(Err(_)));
         // Notifications (no id, or id null) get no result, but errors are always sent.
-        let body = if r.is_ok() && self.id.is_none() {
+        let body = if is_ok && self.id.is_none() {
             None
         } else {
-            let mut b = encode_response(self.id.as_ref(), &r);
+            let mut b = match &reply {
+                Reply::Value(r) => encode_response(self.id.as_ref(), r),
+                Reply::Raw(raw) => encode_raw_result(self.id.as_ref(), raw),
+            };
             if self.batch.is_none() {
                 b.push(b'\n');
             }
@@ -884,7 +893,7 @@ fn run_request(route: Route, req: Request, registry: &MethodRegistry) {
             registry.dispatch(
                 &call.method,
                 call.params,
-                Responder::new(move |r| route.deliver(r)),
+                Responder::with_reply_sink(move |r| route.deliver_reply(r)),
             );
         }
     }

@@ -7,10 +7,19 @@
 //!   flight, delete with open descriptors, config entry).
 //! * [`verify`]: a multi-thread write/read/compare workload over the public
 //!   API.
+//! * [`daemon`]: start the real `bdev_tgt` on a private socket, call it
+//!   with our client, `spdk-rpc` or `bdev_rpc`, stop it with a signal.
+//! * [`rpc`]: in-process RPC calls for module tests (a registry with the
+//!   methods a test needs, a call that waits on the reactor).
+//! * [`fixtures`]: malloc base bdevs created and deleted in one call.
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod daemon;
 pub mod env;
+pub mod fixtures;
+pub mod rpc;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};
+pub use fixtures::{delete_malloc, malloc};

@@ -34,7 +34,8 @@ pub enum Workload {
 }
 
 impl Workload {
-    fn parse(s: &str) -> Result<Workload> {
+    /// Parses SPDK's workload name.
+    pub fn parse(s: &str) -> Result<Workload> {
         Ok(match s {
             "read" => Workload::Read,
             "write" => Workload::Write,

@@ -3,9 +3,12 @@
 //! it allocates.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
-use bdevkit::bdev::{BdevChannel, BdevDesc, BdevIo, BdevManager, IoCompletion, IoStatus, IoType};
+use bdevkit::bdev::{
+    BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, IoCompletion, IoStatus, IoType,
+};
 use bdevkit::clock;
 use bdevkit::dma::DmaBuf;
 
@@ -116,6 +119,29 @@ pub struct Job {
     stop_tick: Cell<u64>,
     on_done: RefCell<Option<DoneFn>>,
     resets: RefCell<Option<bdevkit::thread::Poller>>,
+    /// The bdev was hot-removed.
+    gone: Cell<bool>,
+}
+
+thread_local! {
+    /// Jobs living on this reactor's threads, by id.
+    static JOBS: RefCell<HashMap<u64, Rc<Job>>> = RefCell::new(HashMap::new());
+}
+
+/// Registers a job created on this thread.
+pub fn register(job: Rc<Job>) {
+    JOBS.with(|j| j.borrow_mut().insert(job.cfg.id, job));
+}
+
+/// Runs `f` on job `id` if it lives on this thread.
+pub fn with_job<R>(id: u64, f: impl FnOnce(&Rc<Job>) -> R) -> Option<R> {
+    let job = JOBS.with(|j| j.borrow().get(&id).cloned());
+    job.as_ref().map(f)
+}
+
+/// Removes job `id` from this thread's registry.
+pub fn unregister(id: u64) -> Option<Rc<Job>> {
+    JOBS.with(|j| j.borrow_mut().remove(&id))
 }
 
 impl std::fmt::Debug for Job {
@@ -181,9 +207,17 @@ fn check_pattern(buf: &[u8], key: u64) -> Option<(usize, u8, u8)> {
 
 impl Job {
     /// Opens the bdev and prepares buffers; call on the job's thread.
+    /// On hot remove the job stops, reports what failed, and releases the
+    /// bdev as soon as its I/O has drained.
     pub fn new(cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
+        let id = cfg.id;
         let desc = mgr
-            .open(&cfg.bdev, true, |_| {})
+            .open(&cfg.bdev, true, move |e| {
+                if e == BdevEvent::Remove {
+                    // Delivered on the job's thread (where it opened).
+                    with_job(id, |j| j.removed());
+                }
+            })
             .map_err(|e| anyhow::anyhow!("open bdev {}: {e}", cfg.bdev))?;
         let bdev = desc.bdev().clone();
         let block_size = u64::from(bdev.block_size());
@@ -270,6 +304,7 @@ impl Job {
             stop_tick: Cell::new(0),
             on_done: RefCell::new(None),
             resets: RefCell::new(None),
+            gone: Cell::new(false),
             cfg,
         });
         *job.me.borrow_mut() = Some(Rc::clone(&job) as Rc<dyn IoCompletion>);
@@ -352,6 +387,38 @@ impl Job {
         // Break the handler cycle; the job is dropped by its owner.
         self.me.borrow_mut().take();
         done(summary);
+        if self.gone.get() {
+            self.release();
+        }
+    }
+
+    /// The bdev is being removed: stop, and let it go once drained.
+    fn removed(&self) {
+        if self.gone.replace(true) {
+            return;
+        }
+        eprintln!(
+            "bdevperf: {}: bdev removed while the test ran",
+            self.cfg.bdev
+        );
+        if self.running.get() {
+            self.failed.set(true);
+            self.stop();
+        } else if self.on_done.borrow().is_none() {
+            self.release();
+        }
+    }
+
+    /// Closes the descriptor and drops the job (and its channel) from the
+    /// thread's registry, outside the current call stack.
+    fn release(&self) {
+        self.desc.borrow_mut().take();
+        let id = self.cfg.id;
+        if let Some(t) = bdevkit::thread::Thread::current() {
+            t.defer(move || {
+                JOBS.with(|j| j.borrow_mut().remove(&id));
+            });
+        }
     }
 
     /// Releases the channel and descriptor (call on the job's thread).

@@ -10,32 +10,24 @@ mod job;
 mod report;
 mod setup;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+
 use anyhow::{bail, Context, Result};
 use bdevkit::bdev::BdevManager;
 use bdevkit::clock;
-use bdevkit::thread::{CpuSet, Runtime, RuntimeOptions, Thread, ThreadHandle};
+use bdevkit::thread::{CpuSet, RuntimeHandle, Thread, ThreadHandle};
+use bdevkit_app::{App, AppOptions, CommonArgs};
+use bdevkit_jsonrpc::{Responder, RpcError, RUNTIME};
+use serde_json::Value;
 
 use crate::args::Opts;
-use crate::job::{Job, JobConfig, JobSummary};
-
-thread_local! {
-    /// Jobs living on this reactor's threads, by id.
-    static JOBS: RefCell<HashMap<u64, Rc<Job>>> = RefCell::new(HashMap::new());
-}
-
-fn with_job<R>(id: u64, f: impl FnOnce(&Rc<Job>) -> R) -> Option<R> {
-    let job = JOBS.with(|j| j.borrow().get(&id).cloned());
-    job.as_ref().map(f)
-}
+use crate::job::{with_job, Job, JobConfig, JobSummary};
 
 fn main() -> ExitCode {
     let opts = match args::parse() {
@@ -46,7 +38,11 @@ fn main() -> ExitCode {
         }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // The framework's own report of a failed start is what bdevperf
+        // prints as its one error line; do not log it twice.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,bdevkit_app::config=off,bdevkit_app::app=off")
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -67,47 +63,165 @@ struct Placed {
 }
 
 fn run(opts: &Opts) -> Result<bool> {
-    if opts.wait_for_tests || opts.rpc_socket.is_some() {
-        bail!("-z/-r need the RPC server, which this build does not include yet");
-    }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))?;
 
-    let rt = Runtime::start(RuntimeOptions {
+    let serve_rpc = opts.wait_for_tests || opts.rpc_socket.is_some();
+    let args = CommonArgs {
         cpumask: opts.cpumask.clone(),
+        rpc_socket: serve_rpc.then(|| {
+            opts.rpc_socket
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(bdevkit_app::DEFAULT_RPC_SOCKET))
+        }),
+        json: opts.config.clone(),
         interrupt_mode: opts.interrupt_mode,
-        ..RuntimeOptions::default()
-    })
-    .context("start reactors")?;
-    let app = rt.app_thread();
-    let mgr = BdevManager::default();
-    let reg = setup::modules(&mgr)?;
-    let result = (|| -> Result<bool> {
-        match &opts.config {
-            Some(path) => setup::load_config(path, &app, &mgr, &reg)?,
-            None => {
-                let name = setup::default_bdev(&app, &mgr)?;
+        ..CommonArgs::default()
+    };
+    let app_opts = AppOptions {
+        handle_signals: false,
+        ..AppOptions::default()
+    };
+    let app = App::start_with(&args, &bdevkit_app::default_modules(), app_opts)
+        .map_err(|e| anyhow::anyhow!("{}", bdevkit_app::ErrorChain(&e)))?;
+    let result = if opts.wait_for_tests {
+        serve_perform_tests(&app, opts, &stop)
+    } else {
+        (|| -> Result<bool> {
+            if opts.config.is_none() {
+                let name = setup::default_bdev(&app.app_thread(), app.mgr())?;
                 println!(
                     "No -c/--json config given: using a built-in {} MiB malloc bdev {name} (4096-byte blocks)",
-                    256
+                    setup::DEFAULT_SIZE_MIB
                 );
             }
+            let (summaries, interrupted) = run_test(&app, opts, &stop)?;
+            print_results(opts, &summaries, interrupted)
+        })()
+    };
+    let shut = app.shutdown();
+    let ok = result?;
+    shut.map_err(|e| anyhow::anyhow!("{}", bdevkit_app::ErrorChain(&e)))?;
+    Ok(ok)
+}
+
+/// Places, runs and closes one test; returns the summaries and whether a
+/// signal cut it short.
+fn run_test(app: &App, opts: &Opts, stop: &AtomicBool) -> Result<(Vec<JobSummary>, bool)> {
+    let mut placed = Vec::new();
+    let r = place_jobs(
+        opts,
+        &app.runtime(),
+        &app.app_thread(),
+        app.mgr(),
+        &mut placed,
+    )
+    .and_then(|()| run_jobs(opts, &placed, stop));
+    close_jobs(&placed);
+    r
+}
+
+/// `-z`: wait for `perform_tests` RPCs and run one test per call until a
+/// signal or `spdk_kill_instance` stops the app.
+fn serve_perform_tests(app: &App, opts: &Opts, stop: &AtomicBool) -> Result<bool> {
+    let (tx, rx) = mpsc::channel::<(Option<Value>, Responder)>();
+    let busy = Arc::new(AtomicBool::new(false));
+    let b2 = Arc::clone(&busy);
+    app.registry()
+        .register("perform_tests", RUNTIME, move |params, resp| {
+            if b2.swap(true, Ordering::AcqRel) {
+                resp.err(RpcError::internal_error("Operation now in progress"));
+                return;
+            }
+            let _ = tx.send((params, resp));
+        })
+        .map_err(|e| anyhow::anyhow!("register perform_tests: {e}"))?;
+    if let Some(sock) = app.rpc_socket() {
+        println!("bdevperf waiting for perform_tests on {}", sock.display());
+    }
+    let mut current = opts.clone();
+    let stopper = app.stop_handle();
+    let mut all_ok = true;
+    while !stop.load(Ordering::Relaxed) && !stopper.is_stopped() {
+        let Ok((params, resp)) = rx.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        match apply_perform_params(&current, params) {
+            Err(msg) => resp.err(RpcError::new(-32700, msg)),
+            Ok(next) => {
+                current = next;
+                match run_test(app, &current, stop) {
+                    Ok((summaries, interrupted)) if !summaries.is_empty() => {
+                        all_ok &= print_results(&current, &summaries, interrupted)?;
+                        let cores: std::collections::BTreeSet<u32> =
+                            summaries.iter().map(|s| s.cfg.core).collect();
+                        resp.ok(report::to_json(&summaries, cores.len()));
+                    }
+                    Ok(_) => resp.err(RpcError::invalid_params("No jobs defined or bdevs created")),
+                    Err(e) if e.to_string().starts_with("no bdevs to run on") => {
+                        resp.err(RpcError::invalid_params("No jobs defined or bdevs created"));
+                    }
+                    Err(e) => {
+                        eprintln!("bdevperf: error: {e:#}");
+                        resp.err(RpcError::internal_error(format!(
+                            "bdevperf failed with error {e}"
+                        )));
+                    }
+                }
+            }
         }
-        let mut placed = Vec::new();
-        let r = place_jobs(opts, &rt, &app, &mgr, &mut placed)
-            .and_then(|()| run_jobs(opts, &placed, &stop));
-        close_jobs(&placed);
-        r
-    })();
-    unregister_all(&app, &mgr);
-    rt.shutdown();
-    result
+        busy.store(false, Ordering::Release);
+    }
+    Ok(all_ok)
+}
+
+/// Applies `perform_tests` params (relaxed: unknown keys ignored, as SPDK).
+fn apply_perform_params(base: &Opts, params: Option<Value>) -> std::result::Result<Opts, String> {
+    let invalid = || "Invalid parameters provided".to_string();
+    let mut o = base.clone();
+    let Some(p) = params else { return Ok(o) };
+    let Some(p) = p.as_object() else {
+        return Err("spdk_json_decode_object failed".into());
+    };
+    if let Some(v) = p.get("time_in_sec") {
+        o.time_sec = v.as_u64().filter(|t| *t > 0).ok_or_else(invalid)?;
+    }
+    if let Some(v) = p.get("queue_depth") {
+        o.queue_depth = v
+            .as_u64()
+            .and_then(|q| u32::try_from(q).ok())
+            .filter(|q| *q > 0)
+            .ok_or_else(invalid)?;
+    }
+    if let Some(v) = p.get("io_size") {
+        let s = v.as_str().ok_or_else(invalid)?;
+        o.io_size = args::parse_size(s).map_err(|_| invalid())?;
+    }
+    if let Some(v) = p.get("workload_type") {
+        o.workload =
+            args::Workload::parse(v.as_str().ok_or_else(invalid)?).map_err(|_| invalid())?;
+    }
+    match p.get("rw_percentage").and_then(Value::as_u64) {
+        Some(pct) if pct > 0 => {
+            o.rw_percentage = Some(
+                u8::try_from(pct)
+                    .ok()
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(invalid)?,
+            );
+        }
+        _ => o.rw_percentage = None,
+    }
+    if o.workload.is_mixed() && o.rw_percentage.is_none() {
+        return Err(invalid());
+    }
+    Ok(o)
 }
 
 fn place_jobs(
     opts: &Opts,
-    rt: &Runtime,
+    rt: &RuntimeHandle,
     app: &ThreadHandle,
     mgr: &BdevManager,
     placed: &mut Vec<Placed>,
@@ -139,7 +253,7 @@ fn place_jobs(
         bail!("no bdevs to run on (every bdev is claimed or none was created)");
     }
     let cores: Vec<u32> = opts.cpumask.iter().collect();
-    let handle = rt.handle();
+    let handle = rt.clone();
     let tick_timeout = opts
         .timeout_sec
         .map_or(0, |s| clock::us_to_ticks(s * 1_000_000));
@@ -181,8 +295,7 @@ fn place_jobs(
                 .context("create job thread")?;
             let (c2, m2) = (cfg.clone(), mgr.clone());
             thread.run_sync(move || -> Result<()> {
-                let job = Job::new(c2.clone(), &m2)?;
-                JOBS.with(|j| j.borrow_mut().insert(c2.id, job));
+                job::register(Job::new(c2.clone(), &m2)?);
                 Ok(())
             })??;
             placed.push(Placed { cfg, thread });
@@ -204,7 +317,7 @@ fn snapshot(placed: &[Placed]) -> Vec<JobSummary> {
         .collect()
 }
 
-fn run_jobs(opts: &Opts, placed: &[Placed], stop: &AtomicBool) -> Result<bool> {
+fn run_jobs(opts: &Opts, placed: &[Placed], stop: &AtomicBool) -> Result<(Vec<JobSummary>, bool)> {
     println!("Running I/O for {} seconds...", opts.time_sec);
     let _ = std::io::stdout().flush();
     let (tx, rx) = mpsc::channel::<JobSummary>();
@@ -288,24 +401,28 @@ fn run_jobs(opts: &Opts, placed: &[Placed], stop: &AtomicBool) -> Result<bool> {
     if tty && next_stats_is_none(opts) {
         eprint!("{:60}\r", "");
     }
-    if interrupted {
-        println!(
-            "Received shutdown signal, test time was about {:.6} seconds",
-            start.elapsed().as_secs_f64()
-        );
-    }
     finished.sort_by_key(|s| s.cfg.id);
+    Ok((finished, interrupted))
+}
+
+/// Prints the table (and writes the JSON file); returns whether the run
+/// counts as a success for the exit status.
+fn print_results(opts: &Opts, finished: &[JobSummary], interrupted: bool) -> Result<bool> {
+    if interrupted {
+        let secs = finished.iter().map(|s| s.runtime_sec).fold(0.0, f64::max);
+        println!("Received shutdown signal, test time was about {secs:.6} seconds");
+    }
     let mut out = report::header(true);
-    out.push_str(&report::body(&finished));
-    out.push_str(&report::percentiles(&finished));
+    out.push_str(&report::body(finished));
+    out.push_str(&report::percentiles(finished));
     if opts.latency > 0 {
-        out.push_str(&report::latency_summary(&finished, opts.latency));
+        out.push_str(&report::latency_summary(finished, opts.latency));
     }
     print!("{out}");
     let _ = std::io::stdout().flush();
     if let Some(path) = &opts.output_json {
         let cores: std::collections::BTreeSet<u32> = finished.iter().map(|s| s.cfg.core).collect();
-        let doc = report::to_json(&finished, cores.len());
+        let doc = report::to_json(finished, cores.len());
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("write {}", path.display()))?;
     }
@@ -325,7 +442,7 @@ fn close_jobs(placed: &[Placed]) {
     for p in placed {
         let id = p.cfg.id;
         let _ = p.thread.run_sync(move || {
-            if let Some(job) = JOBS.with(|j| j.borrow_mut().remove(&id)) {
+            if let Some(job) = job::unregister(id) {
                 job.close();
             }
             if let Some(t) = Thread::current() {
@@ -333,15 +450,4 @@ fn close_jobs(placed: &[Placed]) {
             }
         });
     }
-}
-
-fn unregister_all(app: &ThreadHandle, mgr: &BdevManager) {
-    let m = mgr.clone();
-    let (tx, rx) = mpsc::channel();
-    let _ = app.send_msg(move || {
-        m.unregister_all(move || {
-            let _ = tx.send(());
-        });
-    });
-    let _ = rx.recv_timeout(Duration::from_secs(10));
 }

@@ -217,6 +217,33 @@ mod tests {
         let _ = std::fs::remove_file(json);
     }
 
+    #[test]
+    fn periodic_tables_with_s() {
+        let cfg = tmp("null-s.json", &config(NULL0));
+        let o = run(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-q",
+            "4",
+            "-o",
+            "4096",
+            "-w",
+            "read",
+            "-t",
+            "3",
+            "-S",
+            "1",
+        ]);
+        ok(&o);
+        let out = stdout(&o);
+        let totals = out
+            .lines()
+            .filter(|l| l.trim_start_matches('\r').trim_start().starts_with("Total"))
+            .count();
+        // At least two periodic tables plus the final one.
+        assert!(totals >= 3, "{totals} tables:\n{out}");
+    }
+
     fn fails_with(args: &[&str], msg: &str) {
         let o = run(args);
         assert_eq!(
@@ -227,6 +254,11 @@ mod tests {
         );
         let err = stderr(&o);
         assert!(err.contains(msg), "expected {msg:?} in stderr:\n{err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "one error line expected for {args:?}:\n{err}"
+        );
         assert!(
             !stdout(&o).contains("Running I/O"),
             "ran I/O despite bad input {args:?}"
@@ -292,7 +324,7 @@ mod tests {
                 "-t",
                 "1",
             ],
-            "not valid JSON",
+            "Parsing JSON configuration failed",
         );
         let unknown = tmp(
             "unknown.json",
@@ -327,7 +359,7 @@ mod tests {
                 "-t",
                 "1",
             ],
-            "bdev_null_create failed",
+            "config entry bdev_null_create of subsystem bdev failed",
         );
         fails_with(
             &[
@@ -335,5 +367,194 @@ mod tests {
             ],
             "does not support unmap",
         );
+    }
+}
+
+#[cfg(test)]
+mod perform_tests {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use bdevkit_jsonrpc::{Client, ClientError};
+    use serde_json::json;
+
+    #[test]
+    fn z_waits_for_perform_tests_rpc() {
+        let dir = std::env::temp_dir().join(format!("bdevperf-z-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("perf.sock");
+        let cfg = dir.join("null.json");
+        std::fs::write(
+            &cfg,
+            r#"{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}]}]}"#,
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args([
+                "-z",
+                "-r",
+                sock.to_str().unwrap(),
+                "-c",
+                cfg.to_str().unwrap(),
+            ])
+            .args([
+                "-q",
+                "4",
+                "-o",
+                "4096",
+                "-w",
+                "randread",
+                "-t",
+                "1",
+                "--interrupt-mode",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut client = loop {
+            match Client::connect_unix(&sock) {
+                Ok(c) => break c,
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("bdevperf -z never listened: {e}"),
+            }
+        };
+        client.set_timeout(Some(Duration::from_secs(60)));
+        let r = client
+            .call(
+                "perform_tests",
+                Some(json!({"time_in_sec": 1, "queue_depth": 8, "unknown_key": 1})),
+            )
+            .unwrap();
+        let res = &r["results"][0];
+        assert_eq!(res["job"], "Null0");
+        assert_eq!(res["queue_depth"], 8);
+        assert_eq!(res["status"], "finished");
+        assert!(res["iops"].as_f64().unwrap() > 0.0);
+        // A second run with other parameters, and a bad one.
+        let r = client
+            .call(
+                "perform_tests",
+                Some(json!({"workload_type": "randrw", "rw_percentage": 50, "io_size": "8k"})),
+            )
+            .unwrap();
+        assert_eq!(r["results"][0]["io_size"], 8192);
+        assert_eq!(r["results"][0]["percentage"], 50);
+        match client.call("perform_tests", Some(json!({"workload_type": "bogus"}))) {
+            Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32700),
+            other => panic!("expected -32700, got {other:?}"),
+        }
+        let _ = client.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "bdevperf did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{status:?}");
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8"),
+            "{stdout}"
+        );
+        assert!(!sock.exists(), "socket left behind");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[cfg(test)]
+mod hot_remove {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use bdevkit_jsonrpc::Client;
+    use serde_json::json;
+
+    /// A bdev deleted over RPC while a test runs on it: the job stops,
+    /// releases the bdev so the delete completes, and the run still reports.
+    #[test]
+    fn bdev_deleted_during_a_run() {
+        let dir = std::env::temp_dir().join(format!("bdevperf-hr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("perf.sock");
+        let cfg = dir.join("two.json");
+        std::fs::write(
+            &cfg,
+            r#"{"subsystems":[{"subsystem":"bdev","config":[
+                {"method":"bdev_malloc_create","params":{"name":"Gone","num_blocks":8192,"block_size":4096}},
+                {"method":"bdev_null_create","params":{"name":"Stays","num_blocks":8192,"block_size":4096}}]}]}"#,
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args([
+                "-z",
+                "-r",
+                sock.to_str().unwrap(),
+                "-c",
+                cfg.to_str().unwrap(),
+            ])
+            .args([
+                "-q",
+                "64",
+                "-o",
+                "4096",
+                "-w",
+                "randwrite",
+                "-t",
+                "3",
+                "--interrupt-mode",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let connect = || loop {
+            match Client::connect_unix(&sock) {
+                Ok(mut c) => {
+                    c.set_timeout(Some(Duration::from_secs(60)));
+                    return c;
+                }
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("no socket: {e}"),
+            }
+        };
+        let mut runner = connect();
+        let run = std::thread::spawn(move || runner.call("perform_tests", None));
+        std::thread::sleep(Duration::from_millis(500));
+        let mut admin = connect();
+        let t = Instant::now();
+        admin
+            .call("bdev_malloc_delete", Some(json!({"name": "Gone"})))
+            .unwrap();
+        // The delete waited for the job to let go, not for the run's end.
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "delete took {:?}",
+            t.elapsed()
+        );
+        let results = run.join().unwrap().unwrap();
+        let jobs = results["results"].as_array().unwrap();
+        let gone = jobs.iter().find(|j| j["job"] == "Gone").unwrap();
+        let stays = jobs.iter().find(|j| j["job"] == "Stays").unwrap();
+        assert_eq!(gone["status"], "failed");
+        assert!(gone["runtime"].as_f64().unwrap() < 2.5);
+        assert_eq!(stays["status"], "finished");
+        let bdevs = admin.call("bdev_get_bdevs", None).unwrap();
+        assert_eq!(bdevs.as_array().unwrap().len(), 1);
+        let _ = admin.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+        let status = child.wait().unwrap();
+        assert!(status.success() || status.code() == Some(1), "{status:?}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

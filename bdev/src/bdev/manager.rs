@@ -144,6 +144,13 @@ impl Bdev {
         self.0.aliases.read().clone()
     }
 
+    /// Whether `name` is this bdev's name or one of its aliases (how a
+    /// virtual bdev recognises the base it was configured with).
+    #[must_use]
+    pub fn has_name(&self, name: &str) -> bool {
+        self.0.name == name || self.0.aliases.read().iter().any(|a| a == name)
+    }
+
     /// UUID.
     #[must_use]
     pub fn uuid(&self) -> Uuid {
@@ -668,6 +675,16 @@ impl BdevManager {
             .iter()
             .find(|m| m.module.name() == name)
             .map(|m| Arc::clone(&m.module))
+    }
+
+    /// The module called `name`, if it is a `T` (how a module's RPC
+    /// handlers find the module's own state, e.g. the configurations a
+    /// virtual bdev module keeps for bases that do not exist yet).
+    #[must_use]
+    pub fn module_as<T: BdevModule>(&self, name: &str) -> Option<Arc<T>> {
+        let m = self.module(name)?;
+        let any: Arc<dyn Any + Send + Sync> = m;
+        any.downcast::<T>().ok()
     }
 
     /// Runs every module's `init`.

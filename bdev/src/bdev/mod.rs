@@ -4,7 +4,8 @@
 //! per-thread [`BdevChannel`] from the descriptor, then allocate, fill and
 //! submit [`BdevIo`]s on it; completions run on the submitting thread.
 //! Modules implement [`BdevOps`] (and a [`BdevModule`]) and register bdevs
-//! with [`BdevManager::register_bdev`].
+//! with [`BdevManager::register_bdev`]; virtual bdev modules (bdevs on
+//! other bdevs) share the building blocks in [`vbdev`].
 //!
 //! For every module the core checks ranges and permissions, splits I/O on
 //! the bdev's limits, emulates write zeroes, bounces misaligned buffers,
@@ -23,6 +24,7 @@ mod reset;
 pub mod split;
 pub mod stats;
 mod types;
+pub mod vbdev;
 
 pub use async_io::{IoFailure, IoFuture};
 pub use channel::{BdevChannel, SubmitError};
@@ -32,6 +34,7 @@ pub use manager::{Bdev, BdevDesc, BdevManager, BdevOptions};
 pub use module::{BdevModule, BdevOps, Done};
 pub use stats::{IoStat, ResetMode};
 pub use types::{BdevEvent, BdevProps, ClaimType, IoStatus, IoType, NvmeCmd};
+pub use vbdev::{BaseBdev, BaseEvents, BaseLink, VbdevConfig, VbdevConfigs};
 
 #[cfg(test)]
 mod tests;

@@ -49,7 +49,11 @@ impl Drop for Done {
 }
 
 /// A bdev module (SPDK's `spdk_bdev_module`).
-pub trait BdevModule: Send + Sync + 'static {
+///
+/// `Any` is a supertrait so that a module's own code (its RPC handlers, its
+/// `create`/`delete` functions) can reach its state through
+/// [`BdevManager::module_as`].
+pub trait BdevModule: Any + Send + Sync + 'static {
     /// Module name: also the RPC infix (`bdev_<name>_create`). Required.
     fn name(&self) -> &'static str;
 

@@ -778,6 +778,12 @@ fn examine_offers_new_bdevs_and_vbdev_attaches() {
             descs: Mutex::new(Vec::new()),
         });
         mgr.register_module(Arc::clone(&w) as Arc<dyn BdevModule>);
+        let found = mgr.module_as::<Watcher>("watcher").unwrap();
+        assert!(
+            Arc::ptr_eq(&found, &w),
+            "module_as finds the module's state"
+        );
+        assert!(mgr.module_as::<Watcher>("nope").is_none());
         disk(&mgr, BdevProps::new("other", "Test", 512, 8), RW);
         let (b, _) = disk(&mgr, BdevProps::new("base", "Test", 512, 8), RW);
         assert_eq!(*w.seen.lock().unwrap(), vec!["other", "base"]);

@@ -129,6 +129,18 @@ impl<T> IoChannel<T> {
     }
 }
 
+/// What a thread's channel map holds: any channel, with its device's name
+/// (for `thread_get_io_channels`).
+pub(crate) trait ChannelAny: Any {
+    fn device_name(&self) -> &str;
+}
+
+impl<T: 'static> ChannelAny for ChannelInner<T> {
+    fn device_name(&self) -> &str {
+        &self.device.name
+    }
+}
+
 impl<T: 'static> Drop for ChannelInner<T> {
     fn drop(&mut self) {
         if let Some(t) = self.owner.upgrade() {
@@ -227,6 +239,7 @@ impl ChannelWalk {
                     .borrow()
                     .get(&walk.device_id)
                     .and_then(std::rc::Weak::upgrade)
+                    .map(|rc| rc as Rc<dyn Any>)
             });
             match ch {
                 Some(ch) => {
@@ -292,7 +305,8 @@ impl<T: 'static> IoDevice<T> {
             th.0.channels
                 .borrow()
                 .get(&self.shared.id)
-                .and_then(std::rc::Weak::upgrade);
+                .and_then(std::rc::Weak::upgrade)
+                .map(|rc| rc as Rc<dyn Any>);
         if let Some(rc) = existing {
             let inner = rc
                 .downcast::<ChannelInner<T>>()
@@ -321,7 +335,8 @@ impl<T: 'static> IoDevice<T> {
             thread_id: th.id(),
             owner: Rc::downgrade(&th.0),
         });
-        let weak: std::rc::Weak<dyn Any> = Rc::downgrade(&(Rc::clone(&inner) as Rc<dyn Any>));
+        let weak: std::rc::Weak<dyn ChannelAny> =
+            Rc::downgrade(&(Rc::clone(&inner) as Rc<dyn ChannelAny>));
         th.0.channels.borrow_mut().insert(self.shared.id, weak);
         Ok(IoChannel(inner))
     }

@@ -5,7 +5,6 @@
 //! may use `Rc`/`RefCell`. Other OS threads reach it through a
 //! [`ThreadHandle`] and [`ThreadHandle::send_msg`].
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
@@ -30,6 +29,9 @@ pub(crate) type Msg = Box<dyn FnOnce() + Send>;
 /// Most messages run per thread per loop iteration, so pollers keep running
 /// under a message flood.
 const MSG_BATCH: usize = 64;
+
+/// How many missed periods a late timed poller makes up for.
+const CATCH_UP_PERIODS: u64 = 10;
 
 thread_local! {
     static CURRENT: RefCell<Option<Thread>> = const { RefCell::new(None) };
@@ -196,8 +198,25 @@ impl ThreadHandle {
         self.send_msg(move || {
             let _ = tx.send(f());
         })?;
-        rx.recv()
-            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+        self.wait_reply(&rx)
+    }
+
+    /// Waits for a reply from the thread; fails instead of hanging when the
+    /// thread exits or its reactor died (a panic on it).
+    fn wait_reply<R>(&self, rx: &std::sync::mpsc::Receiver<R>) -> Result<R> {
+        loop {
+            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(r) => return Ok(r),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if self.0.reactor.is_dead() || self.is_exited() {
+                        return Err(Error::ThreadExited(self.0.name.clone()));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::ThreadExited(self.0.name.clone()));
+                }
+            }
+        }
     }
 
     /// Runs a future built by `make` on the thread and blocks the calling OS
@@ -220,8 +239,7 @@ impl ThreadHandle {
                 });
             }
         })?;
-        rx.recv()
-            .map_err(|_| Error::ThreadExited(self.0.name.clone()))
+        self.wait_reply(&rx)
     }
 }
 
@@ -421,7 +439,7 @@ pub(crate) struct ThreadInner {
     pub(crate) shared: Arc<ThreadShared>,
     handle: ThreadHandle,
     pollers: RefCell<Pollers>,
-    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn Any>>>,
+    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn super::io_channel::ChannelAny>>>,
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
     busy_ticks: Cell<u64>,
@@ -535,7 +553,9 @@ impl Thread {
     }
 
     /// Registers a poller. `period_us == 0` makes an active poller (runs
-    /// every loop iteration); otherwise it runs about every `period_us`.
+    /// every loop iteration); otherwise it runs every `period_us` at a fixed
+    /// rate: a run delayed by the OS is made up for (up to 10 missed
+    /// periods, beyond which it resynchronises).
     pub fn register_poller(
         &self,
         name: impl Into<String>,
@@ -713,7 +733,27 @@ impl Thread {
         out
     }
 
-    /// Names and reference counts of the I/O channels held on this thread.
+    /// Device names and reference counts of the I/O channels held on this
+    /// thread, ordered by device id (`thread_get_io_channels`).
+    #[must_use]
+    pub fn io_channels(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<(u64, String, usize)> = self
+            .0
+            .channels
+            .borrow()
+            .iter()
+            .filter_map(|(id, w)| {
+                let n = w.strong_count();
+                // `n` counts the map's own upgrade too, so read it first.
+                w.upgrade().map(|c| (*id, c.device_name().to_string(), n))
+            })
+            .collect();
+        v.sort_by_key(|(id, _, _)| *id);
+        v.into_iter().map(|(_, name, n)| (name, n)).collect()
+    }
+
+    /// Device ids and reference counts of the I/O channels held on this
+    /// thread.
     #[must_use]
     pub fn io_channel_refs(&self) -> Vec<(u64, usize)> {
         self.0
@@ -901,7 +941,17 @@ impl ThreadInner {
                 PollerState::Running => {
                     busy |= Self::run_poller(&p);
                     if e.state.get() == PollerState::Running && !e.in_heap.get() {
-                        self.schedule_timed(e, now.max(slot.deadline));
+                        // Fixed rate: the next deadline follows the missed
+                        // one, so a reactor delayed by the OS catches up
+                        // (up to CATCH_UP_PERIODS; beyond that it resyncs
+                        // rather than fire a long burst).
+                        let behind = now.saturating_sub(slot.deadline);
+                        let base = if behind <= e.period_ticks.saturating_mul(CATCH_UP_PERIODS) {
+                            slot.deadline
+                        } else {
+                            now
+                        };
+                        self.schedule_timed(e, base);
                     }
                 }
                 PollerState::Paused | PollerState::Unregistered => {}

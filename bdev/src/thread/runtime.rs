@@ -75,9 +75,15 @@ pub(crate) struct ReactorShared {
     pub(crate) idle_ticks: AtomicU64,
     pub(crate) tid: AtomicI32,
     pub(crate) in_interrupt: bool,
+    /// Set when the reactor's OS thread ended by a panic.
+    dead: AtomicBool,
 }
 
 impl ReactorShared {
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
     #[inline]
     pub(crate) fn wake_if_sleeping(&self) {
         if self.sleeping.load(Ordering::SeqCst) {
@@ -316,6 +322,12 @@ struct ThreadWalk {
 
 impl ThreadWalk {
     fn next(mut self) {
+        self.advance();
+    }
+
+    /// Goes on to the next thread; only the first call does (it takes
+    /// `done` along).
+    fn advance(&mut self) {
         if let Some(done) = self.done.take() {
             step_threads(
                 Arc::clone(&self.threads),
@@ -330,15 +342,7 @@ impl ThreadWalk {
 
 impl Drop for ThreadWalk {
     fn drop(&mut self) {
-        if let Some(done) = self.done.take() {
-            step_threads(
-                Arc::clone(&self.threads),
-                self.idx + 1,
-                Arc::clone(&self.f),
-                self.origin.clone(),
-                done,
-            );
-        }
+        self.advance();
     }
 }
 
@@ -426,6 +430,7 @@ impl Runtime {
                 idle_ticks: AtomicU64::new(0),
                 tid: AtomicI32::new(0),
                 in_interrupt: opts.interrupt_mode,
+                dead: AtomicBool::new(false),
             }));
         }
         let first = Arc::clone(&reactors[0]);
@@ -512,7 +517,21 @@ impl Drop for Runtime {
     }
 }
 
+/// Marks the reactor dead if its thread unwinds, so that callers blocked on
+/// it (`run_sync`, `block_on`) fail instead of waiting forever.
+struct DeathWatch<'a>(&'a ReactorShared);
+
+impl Drop for DeathWatch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.dead.store(true, Ordering::Release);
+            tracing::error!(core = self.0.core, "reactor thread panicked");
+        }
+    }
+}
+
 fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
+    let _watch = DeathWatch(r);
     r.tid.store(sys::gettid(), Ordering::Relaxed);
     if rt.opts.pin_reactors {
         if let Err(e) = sys::pin_current_thread(r.core) {

@@ -21,6 +21,20 @@ fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Reads, and so resets, the 8-byte counter of an eventfd or timerfd.
+/// Errors are ignored: EAGAIN means the counter is already zero.
+fn drain_counter(fd: &OwnedFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a valid u64 from an fd we own.
+    unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            std::ptr::from_mut(&mut v).cast::<libc::c_void>(),
+            8,
+        );
+    }
+}
+
 /// A non-blocking eventfd used to wake a sleeping reactor.
 #[derive(Debug)]
 pub(crate) struct EventFd(OwnedFd);
@@ -47,16 +61,7 @@ impl EventFd {
 
     /// Resets the counter.
     pub(crate) fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from an fd we own; EAGAIN
-        // (counter already zero) is fine.
-        unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                std::ptr::from_mut(&mut v).cast::<libc::c_void>(),
-                8,
-            );
-        }
+        drain_counter(&self.0);
     }
 
     pub(crate) fn fd(&self) -> RawFd {
@@ -100,16 +105,9 @@ impl TimerFd {
         }
     }
 
+    /// Consumes the expirations.
     pub(crate) fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from an fd we own.
-        unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                std::ptr::from_mut(&mut v).cast::<libc::c_void>(),
-                8,
-            );
-        }
+        drain_counter(&self.0);
     }
 
     pub(crate) fn fd(&self) -> RawFd {

@@ -526,3 +526,38 @@ fn spawn_thread_outside_mask_fails() {
     assert!(err.is_err());
     r.shutdown();
 }
+
+#[test]
+fn io_channels_report_device_names_and_refs() {
+    let r = rt("0x1");
+    let dev = IoDevice::register("named_dev", || Ok(7u32));
+    let d2 = dev.clone();
+    let (names, after) = r
+        .app_thread()
+        .run_sync(move || {
+            let t = Thread::current().unwrap();
+            let a = d2.get_channel().unwrap();
+            let b = a.clone();
+            let names = t.io_channels();
+            drop((a, b));
+            (names, t.io_channels())
+        })
+        .unwrap();
+    assert_eq!(names, vec![("named_dev".to_string(), 2)]);
+    assert!(after.is_empty());
+    r.shutdown();
+}
+
+#[test]
+fn a_panic_on_a_reactor_fails_callers_instead_of_hanging() {
+    let r = rt("0x1");
+    let app = r.app_thread();
+    let err = app.run_sync(|| {
+        if current_thread_id() != 0 {
+            panic!("test panic on a reactor");
+        }
+    });
+    assert!(err.is_err());
+    assert!(app.run_sync(|| ()).is_err(), "dead reactor still answers");
+    drop(r);
+}

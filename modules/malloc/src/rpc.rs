@@ -1,9 +1,9 @@
 //! The malloc module's RPCs: parameters (SPDK names and types) and handlers.
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
+use bdevkit::Error;
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RUNTIME};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use uuid::Uuid;
 
 /// `bdev_malloc_create` params.
@@ -79,24 +79,23 @@ pub struct MallocDeleteParams {
 /// the thread that polls the RPC server (the app thread).
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_malloc_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<MallocCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::create(&m, p) {
-            Ok(b) => resp.ok(json!(b.name())),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        }
-    })?;
+    reg.register_decoded(
+        "bdev_malloc_create",
+        RUNTIME,
+        move |p: MallocCreateParams, resp| {
+            let name = crate::create(&m, p).map(|b| b.name().to_string());
+            resp.respond_errno(name, Error::errno);
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_malloc_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<MallocDeleteParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        });
-    })?;
+    reg.register_decoded(
+        "bdev_malloc_delete",
+        RUNTIME,
+        move |p: MallocDeleteParams, resp| {
+            crate::delete(&m, &p.name, move |r| {
+                resp.respond_errno(r.map(|()| true), Error::errno);
+            });
+        },
+    )?;
     Ok(())
 }

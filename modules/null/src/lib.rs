@@ -62,7 +62,9 @@ impl NullBdev {
             "params": {
                 "name": b.name(),
                 "num_blocks": b.num_blocks(),
-                "block_size": b.block_size(),
+                // The data block size (SPDK saves data + metadata here,
+                // which its own create then rejects; ours replays).
+                "block_size": p.block_size,
                 "physical_block_size": p.physical_block_size.unwrap_or(0),
                 "md_size": p.md_size.unwrap_or(0),
                 "dif_type": p.dif_type.unwrap_or(0),

@@ -1,0 +1,52 @@
+//! `bdev_tgt`: the bdevkit target daemon. Serves SPDK's JSON-RPC interface
+//! on a unix socket (default `/var/tmp/bdevkit.sock`, mode 0600), so that
+//! `spdk-rpc -s <socket>` and `bdev_rpc` configure it; replays `--json`
+//! config files; stops cleanly on SIGINT/SIGTERM or `spdk_kill_instance`.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use bdevkit_app::{default_modules, App, CommonArgs, ErrorChain, DEFAULT_RPC_SOCKET};
+use clap::Parser;
+
+/// bdevkit block device target: bdevs configured over SPDK-compatible JSON-RPC.
+#[derive(Debug, Parser)]
+#[command(name = "bdev_tgt", version)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+fn main() -> ExitCode {
+    let mut cli = Cli::parse();
+    if let Err(e) = cli.common.init_logging() {
+        eprintln!("bdev_tgt: {}", ErrorChain(&e));
+        return ExitCode::FAILURE;
+    }
+    cli.common
+        .rpc_socket
+        .get_or_insert_with(|| DEFAULT_RPC_SOCKET.into());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
+        "bdev_tgt starting"
+    );
+    let app = match App::start(&cli.common, &default_modules()) {
+        Ok(app) => app,
+        Err(e) => {
+            tracing::error!(error = %ErrorChain(&e), "bdev_tgt failed to start");
+            eprintln!("bdev_tgt: {}", ErrorChain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    match app.wait() {
+        Ok(()) => {
+            tracing::info!("bdev_tgt exited");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bdev_tgt: {}", ErrorChain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}

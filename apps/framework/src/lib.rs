@@ -1,0 +1,123 @@
+//! # bdevkit-app
+//!
+//! The application framework that `bdev_tgt` and `bdevperf` embed: SPDK's
+//! "app framework" (`spdk_app_start`), in Rust.
+//!
+//! An [`App`] owns, in start order:
+//!
+//! 1. the **runtime**: one reactor per core of the `-m` mask, the app thread
+//!    on the first one; polling, or sleeping when idle with
+//!    `--interrupt-mode`;
+//! 2. the **bdev layer** ([`bdevkit::bdev::BdevManager`]) with the modules
+//!    the app links ([`ModuleDef`], [`default_modules`]);
+//! 3. the **method registry**: the framework methods (`spdk_get_version`,
+//!    `framework_*`, `thread_*`, `spdk_kill_instance`), the generic bdev
+//!    methods (`bdev_get_bdevs`, `bdev_get_iostat`, ...) and every module's
+//!    methods, with SPDK's STARTUP/RUNTIME states;
+//! 4. the **RPC server** on a unix socket (when one is given), polled from a
+//!    poller on the app thread (or woken by its fd in interrupt mode);
+//! 5. the **JSON config** (`--json`): the STARTUP pass before
+//!    initialisation, the RUNTIME pass after it ([`config`]).
+//!
+//! Without `--wait-for-rpc` the app initialises at once and
+//! [`App::start`] returns with the RPC state RUNTIME; with it, the app
+//! serves STARTUP methods until `framework_start_init`. [`App::wait`]
+//! blocks until SIGINT/SIGTERM, `spdk_kill_instance` or the
+//! [`StopHandle`], then unregisters every bdev (top of each stack first),
+//! runs module `fini`, stops the reactors and removes the socket.
+//!
+//! ```
+//! use bdevkit_app::{default_modules, App, CommonArgs};
+//! use bdevkit_jsonrpc::Responder;
+//! use serde_json::json;
+//!
+//! let args = CommonArgs { interrupt_mode: true, ..CommonArgs::default() };
+//! let app = App::start(&args, &default_modules())?;
+//!
+//! // Call a method in-process, as a client would over the socket.
+//! let registry = app.registry().clone();
+//! let answer = app.app_thread().run_sync(move || {
+//!     let (resp, rx) = Responder::channel();
+//!     let p = json!({"name": "Null0", "block_size": 512, "num_blocks": 1024});
+//!     registry.dispatch("bdev_null_create", Some(p), resp);
+//!     rx
+//! })?.recv()?;
+//! assert_eq!(answer, Ok(json!("Null0")));
+//! assert_eq!(app.mgr().bdevs().len(), 1);
+//!
+//! app.shutdown()?; // unregisters Null0, stops the reactors
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod app;
+mod args;
+pub mod config;
+mod error;
+pub mod rpc;
+
+pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};
+pub use args::CommonArgs;
+pub use config::{load_config, JsonConfig, LoadOptions};
+pub use error::{Error, Result};
+
+/// `bdev_tgt`'s default RPC socket.
+pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";
+
+/// Subsystems this framework has (`framework_get_subsystems`); config
+/// entries of other subsystems are skipped with a notice.
+pub const SUBSYSTEMS: &[&str] = &["bdev"];
+
+/// The bdev modules an app links by default, in registration order. Add a
+/// new module here (one line) once its crate exists.
+#[must_use]
+pub fn default_modules() -> Vec<ModuleDef> {
+    vec![
+        ModuleDef {
+            name: bdevkit_null::MODULE,
+            register: bdevkit_null::register,
+            register_rpcs: bdevkit_null::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_malloc::MODULE,
+            register: bdevkit_malloc::register,
+            register_rpcs: bdevkit_malloc::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_passthru::MODULE,
+            register: bdevkit_passthru::register,
+            register_rpcs: bdevkit_passthru::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_split::MODULE,
+            register: bdevkit_split::register,
+            register_rpcs: bdevkit_split::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_raid::MODULE,
+            register: bdevkit_raid::register,
+            register_rpcs: bdevkit_raid::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_delay::MODULE,
+            register: bdevkit_delay::register,
+            register_rpcs: bdevkit_delay::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_error::MODULE,
+            register: bdevkit_error::register,
+            register_rpcs: bdevkit_error::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_aio::MODULE,
+            register: bdevkit_aio::register,
+            register_rpcs: bdevkit_aio::rpc::register_rpcs,
+        },
+        ModuleDef {
+            name: bdevkit_uring::MODULE,
+            register: bdevkit_uring::register,
+            register_rpcs: bdevkit_uring::rpc::register_rpcs,
+        },
+    ]
+}

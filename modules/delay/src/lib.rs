@@ -1,0 +1,78 @@
+//! The `delay` virtual bdev module: adds latency to reads and writes. Each
+//! read (write) is held until `submit tick + latency`, where the latency is
+//! the configured average, or with probability 1/100 the configured p99
+//! value (a per-channel xorshift generator: no allocation, no lock). Other
+//! I/O types pass through undelayed.
+//!
+//! The I/O goes to the base at once; when the base completes it, the parent
+//! waits in a per-channel min-heap ordered by due tick. One timed poller
+//! per channel completes what is due; it is paused while the heap is
+//! empty, so an idle delay bdev costs nothing. No thread ever sleeps.
+//!
+//! A reset aborts every held I/O (on every thread) and resets the base; an
+//! abort finds its target among the held I/Os or passes down. Latencies can
+//! change at run time (`bdev_delay_update_latency`), for new I/O.
+//!
+//! Configuration, examine and removal follow passthru (see
+//! `modules/passthru` and `doc/writing-a-module.md`).
+//!
+//! RPCs: `bdev_delay_create`, `bdev_delay_delete`,
+//! `bdev_delay_update_latency` (see [`rpc`]).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bdev;
+pub mod rpc;
+
+use std::sync::Arc;
+
+use bdevkit::bdev::BdevManager;
+use bdevkit::{Error, Result};
+
+pub use bdev::{DelayBdev, DelayChannel, DelayModule};
+pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyType};
+
+/// Module name (also the RPC infix).
+pub const MODULE: &str = "delay";
+/// `product_name` of delay bdevs.
+pub const PRODUCT_NAME: &str = "delay";
+
+/// Adds the delay module to `mgr`.
+pub fn register(mgr: &BdevManager) {
+    mgr.register_module(Arc::new(DelayModule::default()));
+}
+
+fn module(mgr: &BdevManager) -> Result<Arc<DelayModule>> {
+    mgr.module_as::<DelayModule>(MODULE)
+        .ok_or_else(|| Error::InvalidArg("the delay module is not registered".into()))
+}
+
+/// `bdev_delay_create`: records the configuration and builds the bdev now
+/// if the base exists, else when it appears. Returns the name. Call on a
+/// bdevkit thread. `EINVAL` when a p99 latency is below its average,
+/// `EEXIST` for a duplicate name, `EPERM` for a claimed base.
+pub fn create(mgr: &BdevManager, params: DelayCreateParams) -> Result<String> {
+    module(mgr)?.create(mgr, params)
+}
+
+/// `bdev_delay_delete`: forgets the configuration and unregisters the bdev;
+/// `done` gets the outcome on the calling thread (`ENODEV` when there is
+/// no such delay bdev or configuration).
+pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
+    match module(mgr) {
+        Ok(m) => m.delete(mgr, name, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// `bdev_delay_update_latency`: sets one latency (µs) of the delay bdev
+/// `name` for I/O submitted from now on. No ordering check against the
+/// other latencies (as SPDK). `ENODEV` when `name` is not a delay bdev.
+pub fn update_latency(
+    mgr: &BdevManager,
+    name: &str,
+    latency_type: LatencyType,
+    latency_us: u64,
+) -> Result<()> {
+    module(mgr)?.update_latency(mgr, name, latency_type, latency_us)
+}

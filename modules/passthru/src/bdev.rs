@@ -1,0 +1,285 @@
+//! The passthru module, its bdev, its channel and its I/O path.
+//!
+//! Read top to bottom: the module (configurations and examine), attaching
+//! to a base, the bdev's operations, then the I/O path (`submit`).
+//!
+//! What every virtual bdev does the same way comes from
+//! [`bdevkit::bdev::vbdev`]: the list of configurations
+//! ([`VbdevConfigs`]), the open and claimed base ([`BaseBdev`]), and
+//! forwarding an I/O to the base ([`vbdev::forward`]). Each use below says
+//! what the helper does for us, so this file still shows everything a
+//! virtual bdev owes.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
+use bdevkit::bdev::{
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, Done, IoStatus, IoType,
+};
+use bdevkit::error::BoxError;
+use bdevkit::{Error, Result};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::rpc::PassthruCreateParams;
+use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
+
+// ---------------------------------------------------------------------------
+// The module: configurations and examine
+// ---------------------------------------------------------------------------
+
+/// What [`VbdevConfigs`] needs to know about a configuration: its base,
+/// its name, and how a saved config recreates it.
+impl VbdevConfig for PassthruCreateParams {
+    const MODULE: &'static str = MODULE;
+    const CREATE_METHOD: &'static str = "bdev_passthru_create";
+
+    fn base_name(&self) -> &str {
+        &self.base_bdev_name
+    }
+
+    /// One passthru bdev per configuration, with the configured name.
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.name)
+    }
+
+    /// A saved config records the UUID the bdev got (generated or
+    /// configured), so that a replay recreates the same bdev.
+    fn uuid_mut(&mut self) -> Option<&mut Option<Uuid>> {
+        Some(&mut self.uuid)
+    }
+}
+
+/// The passthru module: the configurations (`bdev_passthru_create` calls
+/// still in force), whether or not their base exists yet.
+///
+/// The module never stores the [`BdevManager`]: the manager owns the
+/// module, so that would be a reference cycle. Every hook gets the manager
+/// as an argument instead.
+#[derive(Debug, Default)]
+pub struct PassthruModule {
+    /// A locked list of configurations. The lock is never held while a
+    /// bdev registers: registration examines the new bdev, which may call
+    /// back into this module.
+    configs: VbdevConfigs<PassthruCreateParams>,
+}
+
+impl BdevModule for PassthruModule {
+    fn name(&self) -> &'static str {
+        MODULE
+    }
+
+    /// Virtual bdev modules examine: that is how a passthru configured
+    /// before its base attaches when the base registers.
+    fn has_examine(&self) -> bool {
+        true
+    }
+
+    /// Called for every new bdev, on the registering thread. Build every
+    /// configured passthru whose base this is (by name or alias) and that
+    /// does not exist yet. `waiting_for` copies the matches out, so the
+    /// lock is not held while `attach` registers.
+    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
+        for cfg in self.configs.waiting_for(mgr, bdev) {
+            if let Err(e) = attach(mgr, &cfg, bdev) {
+                tracing::error!(bdev = %cfg.name, base = %bdev.name(), error = %e,
+                    "cannot create passthru bdev");
+            }
+        }
+    }
+
+    /// One `bdev_passthru_create` per configuration, attached or waiting,
+    /// so that a saved config recreates all of them in any order.
+    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
+        self.configs.config_json(mgr)
+    }
+}
+
+impl PassthruModule {
+    /// Records the configuration, then attaches at once if the base exists.
+    /// A base that is missing, or going away, leaves the configuration
+    /// waiting for examine; any other failure forgets it again.
+    pub(crate) fn create(&self, mgr: &BdevManager, params: PassthruCreateParams) -> Result<String> {
+        if params.name.is_empty() || params.base_bdev_name.is_empty() {
+            return Err(Error::InvalidArg("names must not be empty".into()));
+        }
+        let (name, base) = (params.name.clone(), params.base_bdev_name.clone());
+        let attached = self
+            .configs
+            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
+        if attached.is_none() {
+            tracing::info!(bdev = %name, base = %base,
+                "passthru creation deferred until the base bdev appears");
+        }
+        Ok(name)
+    }
+
+    /// Forgets the configuration and unregisters the bdev (if it exists).
+    pub(crate) fn delete(
+        &self,
+        mgr: &BdevManager,
+        name: &str,
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) {
+        self.configs.delete(mgr, name, done);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Attaching to a base
+// ---------------------------------------------------------------------------
+
+/// Opens and claims `base`, then registers the passthru bdev on it.
+fn attach(mgr: &BdevManager, cfg: &PassthruCreateParams, base: &Bdev) -> Result<Bdev> {
+    // Opens the base and claims it exclusive_write: we become its only
+    // writer. Fails (EPERM) if another module claimed it first. Closing the
+    // descriptor (`BaseBdev::close`) releases the claim.
+    //
+    // The base's events run on this thread. Their callback cannot hold our
+    // bdev strongly (the bdev holds the descriptor that holds the
+    // callback), so `link` reaches it through a weak reference, set by
+    // `bind` once the bdev exists.
+    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
+    let pt = Arc::new(PassthruBdev {
+        name: cfg.name.clone(),
+        base: base_bdev,
+        mgr: mgr.clone(),
+    });
+    link.bind(&pt);
+    let bdev = mgr.register_bdev(MODULE, props(cfg, base), Arc::clone(&pt))?;
+    tracing::info!(bdev = %cfg.name, base = %base.name(), "passthru bdev created");
+    // A removal of the base that started before `bind` could not reach us:
+    // `catch_up` delivers it now.
+    link.catch_up();
+    Ok(bdev)
+}
+
+/// The passthru bdev looks like its base: same geometry, metadata layout
+/// and alignment needs (`props_over`), and since its blocks are the base's
+/// blocks, the same I/O boundary.
+fn props(cfg: &PassthruCreateParams, base: &Bdev) -> BdevProps {
+    let mut p = vbdev::props_over(base, &cfg.name, PRODUCT_NAME, base.num_blocks());
+    p.uuid = Some(
+        cfg.uuid
+            .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
+    );
+    p.optimal_io_boundary = base.props().optimal_io_boundary;
+    p
+}
+
+// ---------------------------------------------------------------------------
+// The bdev
+// ---------------------------------------------------------------------------
+
+/// One passthru bdev.
+///
+/// It holds a [`BdevManager`] to unregister itself when its base goes.
+/// That is a reference cycle (the manager's registry holds this bdev) which
+/// unregistration breaks: the registry drops the bdev when it is gone.
+pub struct PassthruBdev {
+    name: String,
+    /// The open, claimed base: its descriptor (closed in `destruct`), the
+    /// thread that opened it, and whether it is going away.
+    base: BaseBdev,
+    mgr: BdevManager,
+}
+
+impl std::fmt::Debug for PassthruBdev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassthruBdev")
+            .field("name", &self.name)
+            .field("base", &self.base.bdev().name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PassthruBdev {
+    /// The base bdev.
+    #[must_use]
+    pub fn base(&self) -> &Bdev {
+        self.base.bdev()
+    }
+}
+
+/// Events of the base, on the thread that opened it.
+impl BaseEvents for PassthruBdev {
+    fn base_bdev(&self) -> &BaseBdev {
+        &self.base
+    }
+
+    /// Called once; from now on `submit` fails new I/O
+    /// (`BaseBdev::is_removing`). Unregister this bdev if it still is (the
+    /// name could belong to a newer passthru by now): our openers get a
+    /// remove event; once they close and our channels are gone, `destruct`
+    /// closes the base.
+    fn base_removed(&self) {
+        tracing::info!(bdev = %self.name, base = %self.base.bdev().name(),
+            "base bdev removed; unregistering passthru bdev");
+        vbdev::unregister_own(&self.mgr, &self.name, self);
+    }
+
+    /// Follow the base's size (our openers then get a resize event).
+    fn base_resized(&self) {
+        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    }
+}
+
+/// Per-thread state: this thread's channel to the base.
+#[derive(Debug)]
+pub struct PassthruChannel {
+    base: BdevChannel,
+}
+
+impl BdevOps for PassthruBdev {
+    type Channel = PassthruChannel;
+
+    /// Called on each thread that first uses the bdev: take this thread's
+    /// channel to the base. It is released (on this thread) when our
+    /// channel is destroyed.
+    fn create_channel(&self) -> std::result::Result<PassthruChannel, BoxError> {
+        Ok(PassthruChannel {
+            base: self.base.channel()?,
+        })
+    }
+
+    /// Forward `io` to the base as a child I/O.
+    #[inline]
+    fn submit(&self, ch: &PassthruChannel, io: BdevIo) {
+        if self.base.is_removing() {
+            // The base is going away: fail new I/O, later (never complete
+            // inside `submit`).
+            return io.complete_deferred(IoStatus::Aborted);
+        }
+        // `forward` takes a child from this thread's pool (none left: the
+        // parent completes with NoMem and the bdev layer retries it), gives
+        // it the same request (type, range, data segments, NVMe command)
+        // and tag (so an abort forwarded below finds its target), attaches
+        // the parent (it owns the data buffers the child's segments point
+        // into) and submits it; a child the base rejects fails the parent,
+        // later. We only choose the completion: `complete_parent`, a plain
+        // function that completes the parent with the child's status. No
+        // allocation, no lock.
+        vbdev::forward(&ch.base, io, |child, _| {
+            child.on_done_fn(vbdev::complete_parent);
+        });
+    }
+
+    /// Whatever the base serves (write zeroes included: the base's layer
+    /// emulates it if its module lacks it).
+    fn io_type_supported(&self, io_type: IoType) -> bool {
+        self.base.bdev().supports(io_type)
+    }
+
+    /// Called once every opener closed and every channel is gone: close
+    /// the base (releasing the claim) on the thread that opened it.
+    fn destruct(&self, done: Done) {
+        // If that thread is gone the message is dropped, which closes the
+        // base and signals `done` too.
+        self.base.close(move || done.done());
+    }
+
+    fn dump_info_json(&self) -> Value {
+        json!({"passthru": {"name": self.name, "base_bdev_name": self.base.bdev().name()}})
+    }
+}

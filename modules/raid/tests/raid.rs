@@ -1,0 +1,483 @@
+//! raid0, raid1 and concat over malloc: conformance, data placement,
+//! configuring/examine, degraded and offline, deletion, config replay and
+//! the RPCs.
+
+#[cfg(test)]
+mod tests {
+    use bdevkit::bdev::{BdevManager, ClaimType};
+    use bdevkit::dma::DmaBuf;
+    use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
+    use bdevkit_jsonrpc::RpcError;
+    use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
+    use bdevkit_test::env::wait_for;
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, delete_malloc, malloc, verify, TestEnv};
+    use serde_json::{json, Value};
+
+    fn env(mask: &str) -> TestEnv {
+        TestEnv::with_modules(
+            mask,
+            &[
+                bdevkit_malloc::register,
+                bdevkit_error::register,
+                bdevkit_raid::register,
+            ],
+        )
+    }
+
+    /// The RPC methods the tests call.
+    const RPCS: &[RegisterRpcs] = &[
+        bdevkit_malloc::rpc::register_rpcs,
+        bdevkit_raid::rpc::register_rpcs,
+    ];
+
+    fn state(mgr: &BdevManager, name: &str) -> RaidState {
+        bdevkit_raid::raid(mgr, name).unwrap().state()
+    }
+
+    #[test]
+    fn raid0_conformance_on_four_mallocs() {
+        env("0x1").run(|mgr| async move {
+            for i in 0..4 {
+                malloc(&mgr, &format!("M{i}"), 1024);
+            }
+            let p = RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["M0", "M1", "M2", "M3"]);
+            bdevkit_raid::create(&mgr, p).unwrap();
+            let b = mgr.get("r0").unwrap();
+            assert_eq!(b.product_name(), "Raid Volume");
+            assert_eq!(b.num_blocks(), 4096);
+            assert_eq!(state(&mgr, "r0"), RaidState::Online);
+            assert_eq!(
+                mgr.get("M2").unwrap().claim(),
+                Some((ClaimType::ExclusiveWrite, "raid".to_string()))
+            );
+            conformance::run(&mgr, "r0", Some(bdevkit_raid::delete)).await;
+            assert!(
+                bdevkit_raid::raid(&mgr, "r0").is_none(),
+                "deleted raid is forgotten"
+            );
+            assert!(wait_for(5, || mgr.get("M2").unwrap().claim().is_none()).await);
+        });
+    }
+
+    #[test]
+    fn raid1_and_concat_conformance() {
+        env("0x1").run(|mgr| async move {
+            malloc(&mgr, "A", 600);
+            malloc(&mgr, "B", 500);
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A", "B"]),
+            )
+            .unwrap();
+            assert_eq!(mgr.get("r1").unwrap().num_blocks(), 500, "smallest member");
+            conformance::run(&mgr, "r1", Some(bdevkit_raid::delete)).await;
+
+            // Sizes rounded down to whole strips (8 blocks): 96 + 64 + 200.
+            malloc(&mgr, "C0", 100);
+            malloc(&mgr, "C1", 64);
+            malloc(&mgr, "C2", 200);
+            let p = RaidCreateParams::new("c0", RaidLevel::Concat, 4, &["C0", "C1", "C2"]);
+            bdevkit_raid::create(&mgr, p).unwrap();
+            assert_eq!(mgr.get("c0").unwrap().num_blocks(), 96 + 64 + 200);
+            conformance::run(&mgr, "c0", Some(bdevkit_raid::delete)).await;
+        });
+    }
+
+    #[test]
+    fn data_lands_on_the_mapped_member() {
+        env("0x1").run(|mgr| async move {
+            for n in ["X0", "X1", "Y0", "Y1"] {
+                malloc(&mgr, n, 64);
+            }
+            // raid0, strip 1 KiB = 2 blocks: raid block 2 is member 1's block 0.
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r0", RaidLevel::Raid0, 1, &["X0", "X1"]),
+            )
+            .unwrap();
+            // concat: raid block 64 is member 1's block 0.
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("c0", RaidLevel::Concat, 1, &["Y0", "Y1"]),
+            )
+            .unwrap();
+            for (raid, block, member) in [("r0", 2, "X1"), ("r0", 5, "X0"), ("c0", 64, "Y1")] {
+                let d = mgr.open(raid, true, |_| {}).unwrap();
+                let ch = d.get_io_channel().unwrap();
+                let data = conformance::pattern(512, block);
+                let expect = data.to_vec();
+                ch.write(block, 1, data).await.unwrap();
+                let m = mgr.open(member, false, |_| {}).unwrap();
+                let mch = m.get_io_channel().unwrap();
+                let mblock = match (raid, block) {
+                    ("r0", 2) => 0,
+                    ("r0", 5) => 3, // strip 2 -> member 0's strip 1, second block
+                    _ => 0,
+                };
+                let got = mch
+                    .read(mblock, 1, DmaBuf::new(512).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(&got[..], &expect[..], "{raid} block {block} on {member}");
+            }
+            // A write across a strip boundary is split by the bdev layer.
+            let d = mgr.open("r0", true, |_| {}).unwrap();
+            let ch = d.get_io_channel().unwrap();
+            let data = conformance::pattern(512 * 7, 9);
+            let expect = data.to_vec();
+            ch.write(1, 7, data).await.unwrap();
+            let got = ch.read(1, 7, DmaBuf::new(512 * 7).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            ch.flush(0, 128).await.unwrap();
+            ch.unmap(3, 9).await.unwrap();
+        });
+    }
+
+    #[test]
+    fn configuring_until_the_last_member_appears() {
+        env("0x1").run(|mgr| async move {
+            malloc(&mgr, "M0", 256);
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M0", "M1"]),
+            )
+            .unwrap();
+            assert_eq!(state(&mgr, "r1"), RaidState::Configuring);
+            assert!(mgr.get("r1").is_none());
+            let cfg = bdevkit_raid::get_bdevs(&mgr, "configuring").unwrap();
+            assert_eq!(cfg.len(), 1);
+            assert_eq!(cfg[0]["num_base_bdevs_discovered"], 1);
+            assert_eq!(cfg[0]["base_bdevs_list"][1]["is_configured"], false);
+            assert_eq!(cfg[0]["base_bdevs_list"][1]["name"], "M1");
+            malloc(&mgr, "M1", 256);
+            assert_eq!(state(&mgr, "r1"), RaidState::Online);
+            assert!(mgr.get("r1").is_some());
+            assert!(bdevkit_raid::get_bdevs(&mgr, "configuring")
+                .unwrap()
+                .is_empty());
+            let (tx, rx) = std::sync::mpsc::channel();
+            mgr.wait_for_examine(move || tx.send(()).unwrap());
+            assert!(wait_for(5, || rx.try_recv().is_ok()).await);
+        });
+    }
+
+    #[test]
+    fn raid1_degrades_on_member_failures_and_verify_keeps_passing() {
+        let env = env("0x3");
+        env.run(|mgr| async move {
+            malloc(&mgr, "M0", 8192);
+            malloc(&mgr, "M1", 8192);
+            bdevkit_error::create(&mgr, ErrorCreateParams::new("M0")).unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["EE_M0", "M1"]),
+            )
+            .unwrap();
+            let mut p =
+                ErrorInjectParams::new("EE_M0", InjectIoType::All, InjectErrorType::Failure);
+            p.num = Some(1_000_000);
+            bdevkit_error::inject_error(&mgr, &p).unwrap();
+        });
+        let r = verify::run(&env, "r1", 8, 16, 40);
+        assert_eq!((r.mismatches, r.errors), (0, 0), "{r:?}");
+        assert_eq!(r.verified, 2 * 16 * 40);
+        env.run(|mgr| async move {
+            assert_eq!(state(&mgr, "r1"), RaidState::Degraded);
+            let info = &bdevkit_raid::get_bdevs(&mgr, "online").unwrap()[0];
+            assert_eq!(
+                info["state"], "online",
+                "SPDK reports a degraded raid1 as online"
+            );
+            assert_eq!(info["num_base_bdevs_operational"], 1);
+            assert_eq!(info["num_base_bdevs_discovered"], 2);
+        });
+    }
+
+    #[test]
+    fn raid1_read_failure_is_retried_on_the_mirror() {
+        env("0x1").run(|mgr| async move {
+            malloc(&mgr, "M0", 256);
+            malloc(&mgr, "M1", 256);
+            bdevkit_error::create(&mgr, ErrorCreateParams::new("M1")).unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M0", "EE_M1"]),
+            )
+            .unwrap();
+            let d = mgr.open("r1", true, |_| {}).unwrap();
+            let ch = d.get_io_channel().unwrap();
+            let data = conformance::pattern(512 * 4, 5);
+            let expect = data.to_vec();
+            ch.write(0, 4, data).await.unwrap();
+            let mut p =
+                ErrorInjectParams::new("EE_M1", InjectIoType::Read, InjectErrorType::Failure);
+            p.num = Some(100);
+            bdevkit_error::inject_error(&mgr, &p).unwrap();
+            for _ in 0..8 {
+                let got = ch.read(0, 4, DmaBuf::new(2048).unwrap()).await.unwrap();
+                assert_eq!(&got[..], &expect[..]);
+            }
+            assert_eq!(state(&mgr, "r1"), RaidState::Degraded);
+            // The mirror is the last operational member: its failures are
+            // the caller's, and it is not failed out.
+            let mut p =
+                ErrorInjectParams::new("EE_M1", InjectIoType::Clear, InjectErrorType::Failure);
+            p.num = Some(0);
+            bdevkit_error::inject_error(&mgr, &p).unwrap();
+            ch.write(8, 1, conformance::pattern(512, 1)).await.unwrap();
+        });
+    }
+
+    #[test]
+    fn member_removal_degrades_raid1_and_takes_raid0_offline() {
+        env("0x1").run(|mgr| async move {
+            for n in ["A0", "A1", "B0", "B1"] {
+                malloc(&mgr, n, 256);
+            }
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A0", "A1"]),
+            )
+            .unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["B0", "B1"]),
+            )
+            .unwrap();
+            let d1 = mgr.open("r1", true, |_| {}).unwrap();
+            let c1 = d1.get_io_channel().unwrap();
+            let data = conformance::pattern(512, 3);
+            let expect = data.to_vec();
+            c1.write(7, 1, data).await.unwrap();
+
+            // raid1 survives losing a member, with its channels open.
+            delete_malloc(&mgr, "A0").await;
+            assert_eq!(state(&mgr, "r1"), RaidState::Degraded);
+            let got = c1.read(7, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            c1.write(8, 1, conformance::pattern(512, 4)).await.unwrap();
+            let info = &bdevkit_raid::get_bdevs(&mgr, "online").unwrap()[0];
+            assert_eq!(info["base_bdevs_list"][0]["name"], Value::Null);
+            assert_eq!(info["base_bdevs_list"][0]["is_configured"], false);
+            assert_eq!(info["num_base_bdevs_operational"], 1);
+
+            // raid0 goes offline: its bdev is unregistered.
+            delete_malloc(&mgr, "B1").await;
+            assert!(wait_for(5, || mgr.get("r0").is_none()).await);
+            assert_eq!(state(&mgr, "r0"), RaidState::Offline);
+            let off = bdevkit_raid::get_bdevs(&mgr, "offline").unwrap();
+            assert_eq!(off[0]["name"], "r0");
+            assert_eq!(off[0]["num_base_bdevs_discovered"], 1);
+            // The survivor stays claimed until the raid is deleted.
+            assert!(mgr.get("B0").unwrap().claim().is_some());
+            let (tx, rx) = std::sync::mpsc::channel();
+            bdevkit_raid::delete(&mgr, "r0", move |r| tx.send(r.is_ok()).unwrap());
+            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(mgr.get("B0").unwrap().claim().is_none());
+            assert!(bdevkit_raid::raid(&mgr, "r0").is_none());
+        });
+    }
+
+    #[test]
+    fn save_config_replays_in_any_order() {
+        let entries = env("0x1").run(|mgr| async move {
+            for n in ["M0", "M1", "M2"] {
+                malloc(&mgr, n, 256);
+            }
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r0", RaidLevel::Raid0, 64, &["M0", "M1"]),
+            )
+            .unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M2", "Later"]),
+            )
+            .unwrap();
+            let uuid = mgr.get("r0").unwrap().uuid().to_string();
+            let entries: Vec<Value> = mgr
+                .config_json()
+                .into_iter()
+                .filter(|e| {
+                    let m = e["method"].as_str().unwrap_or("");
+                    m.starts_with("bdev_raid_") || m == "bdev_malloc_create"
+                })
+                .collect();
+            let r0 = entries
+                .iter()
+                .find(|e| e["params"]["name"] == "r0")
+                .unwrap();
+            assert_eq!(
+                r0["params"],
+                json!({"name": "r0", "uuid": uuid, "strip_size_kb": 64,
+                    "raid_level": "raid0", "base_bdevs": ["M0", "M1"]})
+            );
+            let opts = entries
+                .iter()
+                .find(|e| e["method"] == "bdev_raid_set_options")
+                .unwrap();
+            assert_eq!(
+                opts["params"],
+                json!({"process_window_size_kb": 1024, "process_max_bandwidth_mb_sec": 0})
+            );
+            (entries, uuid)
+        });
+        let (entries, uuid) = entries;
+        env("0x1").run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for e in entries.iter().rev() {
+                call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(mgr.get("r0").unwrap().uuid().to_string(), uuid);
+            assert_eq!(state(&mgr, "r1"), RaidState::Configuring);
+        });
+    }
+
+    #[test]
+    fn rpcs_and_their_errors() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["M0", "M1", "M2"] {
+                malloc(&mgr, n, 256);
+            }
+            // What spdk-rpc sends.
+            let r = call(
+                &reg,
+                "bdev_raid_create",
+                json!({"name": "r0", "strip_size_kb": 64, "raid_level": "RAID0",
+                    "base_bdevs": ["M0", "M1"], "superblock": false}),
+            )
+            .await;
+            assert_eq!(r, Ok(json!(true)));
+            let fail = |name: &str, code: i32, text: &str| {
+                Err(RpcError::new(code, format!("Failed to create RAID bdev {name}: {text}")))
+            };
+            let r = call(
+                &reg,
+                "bdev_raid_create",
+                json!({"name": "r0", "strip_size_kb": 64, "raid_level": "0", "base_bdevs": ["M2"]}),
+            )
+            .await;
+            assert_eq!(r, fail("r0", -17, "File exists"));
+            for (params, name) in [
+                (json!({"name": "x", "strip_size_kb": 3, "raid_level": "raid0", "base_bdevs": ["M2"]}), "x"),
+                (json!({"name": "x", "raid_level": "raid0", "base_bdevs": ["M2"]}), "x"),
+                (json!({"name": "x", "strip_size_kb": 4, "raid_level": "raid1", "base_bdevs": ["M2", "Q"]}), "x"),
+                (json!({"name": "x", "raid_level": "raid1", "base_bdevs": ["M2"]}), "x"),
+                (json!({"name": "x", "raid_level": "raid5f", "strip_size_kb": 4, "base_bdevs": ["a", "b", "c"]}), "x"),
+                (json!({"name": "x", "raid_level": "1", "base_bdevs": ["M2", "M2"]}), "x"),
+                (json!({"name": "x", "raid_level": "1", "base_bdevs": ["M2", "Q"], "superblock": true}), "x"),
+                (json!({"name": "n".repeat(64), "raid_level": "concat", "strip_size_kb": 4, "base_bdevs": ["M2"]}), &*"n".repeat(64)),
+            ] {
+                let r = call(&reg, "bdev_raid_create", params.clone()).await;
+                assert_eq!(r, fail(name, -22, "Invalid argument"), "{params}");
+            }
+            assert!(mgr.get("M2").unwrap().claim().is_none(), "failed creates released M2");
+            // A member claimed elsewhere: the whole create fails and
+            // releases what it took.
+            let r = call(
+                &reg,
+                "bdev_raid_create",
+                json!({"name": "r9", "raid_level": "raid1", "base_bdevs": ["M2", "M0"]}),
+            )
+            .await;
+            assert_eq!(r, fail("r9", -1, "Operation not permitted"));
+            assert!(mgr.get("M2").unwrap().claim().is_none());
+            assert!(bdevkit_raid::raid(&mgr, "r9").is_none());
+            let r = call(
+                &reg,
+                "bdev_raid_create",
+                json!({"name": "x", "raid_level": "raid1", "base_bdevs": ["M2", ""]}),
+            )
+            .await;
+            assert_eq!(
+                r,
+                Err(RpcError::new(-22, "The base bdev name cannot be empty: Invalid argument"))
+            );
+            let parse = Err(RpcError::new(-32700, "spdk_json_decode_object failed"));
+            for bad in [
+                json!({"name": "x", "base_bdevs": ["M2"]}),
+                json!({"name": "x", "raid_level": "raid7", "base_bdevs": ["M2"]}),
+                json!({"name": "x", "raid_level": "raid1", "base_bdevs": ["M2"], "extra": 1}),
+                json!({"name": "x", "raid_level": "raid1", "base_bdevs": "M2 M1"}),
+            ] {
+                assert_eq!(call(&reg, "bdev_raid_create", bad).await, parse.clone());
+            }
+
+            let all = call(&reg, "bdev_raid_get_bdevs", json!({"category": "all"}))
+                .await
+                .unwrap();
+            let r0 = &all[0];
+            let keys: Vec<&str> = r0.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(
+                keys,
+                [
+                    "name", "uuid", "strip_size_kb", "state", "raid_level", "superblock",
+                    "num_base_bdevs", "num_base_bdevs_discovered",
+                    "num_base_bdevs_operational", "base_bdevs_list"
+                ]
+            );
+            assert_eq!(r0["state"], "online");
+            assert_eq!(r0["raid_level"], "raid0");
+            assert_eq!(
+                r0["base_bdevs_list"][1],
+                json!({"name": "M1", "uuid": mgr.get("M1").unwrap().uuid().to_string(),
+                    "is_configured": true, "data_offset": 0, "data_size": 256})
+            );
+            let driver = mgr.get("r0").unwrap().dump_info_json();
+            assert_eq!(driver["raid"]["num_base_bdevs"], 2);
+            assert!(driver["raid"].get("name").is_none());
+            assert_eq!(
+                call(&reg, "bdev_raid_get_bdevs", json!({"category": "offline"})).await,
+                Ok(json!([]))
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_get_bdevs", json!({"category": "degraded"})).await,
+                Err(RpcError::new(-22, "Invalid argument"))
+            );
+            assert_eq!(call(&reg, "bdev_raid_get_bdevs", json!({})).await, parse.clone());
+
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", json!({"process_window_size_kb": 2048})).await,
+                Ok(json!(true))
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", json!({"process_window_size_kb": 0})).await,
+                Err(RpcError::new(-22, "Invalid argument"))
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", json!({"x": 1})).await,
+                parse.clone()
+            );
+
+            assert_eq!(
+                call(&reg, "bdev_raid_delete", json!({"name": "r0", "clear_sb": false})).await,
+                Ok(json!(true))
+            );
+            assert!(mgr.get("r0").is_none());
+            assert!(mgr.get("M0").unwrap().claim().is_none());
+            assert_eq!(
+                call(&reg, "bdev_raid_delete", json!({"name": "r0"})).await,
+                Err(RpcError::new(-19, "raid bdev r0 not found"))
+            );
+            assert_eq!(call(&reg, "bdev_raid_delete", json!({})).await, parse);
+            // A configuring raid can be deleted too.
+            call(
+                &reg,
+                "bdev_raid_create",
+                json!({"name": "rc", "raid_level": "raid1", "base_bdevs": ["M2", "Q"]}),
+            )
+            .await
+            .unwrap();
+            assert!(mgr.get("M2").unwrap().claim().is_some());
+            assert_eq!(
+                call(&reg, "bdev_raid_delete", json!({"name": "rc"})).await,
+                Ok(json!(true))
+            );
+            assert!(mgr.get("M2").unwrap().claim().is_none());
+        });
+    }
+}

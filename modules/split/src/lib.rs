@@ -1,0 +1,70 @@
+//! The `split` virtual bdev module: cuts one base bdev into `split_count`
+//! parts `<base>p0`, `<base>p1`, ... of equal size, each a bdev of its
+//! own. A part translates offsets (part block `n` is base block
+//! `offset_blocks + n`) and forwards the I/O; the bdev layer's range checks
+//! keep every I/O inside its part, so none reaches a neighbour.
+//!
+//! The model is passthru's (see `modules/passthru` and
+//! `doc/writing-a-module.md`): configurations live in the module and attach
+//! through examine; the base is opened once and claimed `exclusive_write`
+//! for all parts; removing the base unregisters every part, and the base is
+//! closed (on the thread that opened it) once the last part is destructed.
+//!
+//! Sizes follow SPDK: with `split_size_mb` each part is that many MiB (a
+//! whole number of blocks, else `EINVAL`) and the count is clamped to what
+//! fits; without it the base is divided by `split_count` (the remainder is
+//! unused).
+//!
+//! RPCs: `bdev_split_create`, `bdev_split_delete` (see [`rpc`]).
+//! `save_config` emits one `bdev_split_create` per configuration.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bdev;
+pub mod rpc;
+
+use std::sync::Arc;
+
+use bdevkit::bdev::BdevManager;
+use bdevkit::{Error, Result};
+
+pub use bdev::{SplitBdev, SplitChannel, SplitModule};
+pub use rpc::{SplitCreateParams, SplitDeleteParams};
+
+/// Module name (also the RPC infix).
+pub const MODULE: &str = "split";
+/// `product_name` of split bdevs.
+pub const PRODUCT_NAME: &str = "Split Disk";
+
+/// Adds the split module to `mgr`.
+pub fn register(mgr: &BdevManager) {
+    mgr.register_module(Arc::new(SplitModule::default()));
+}
+
+fn module(mgr: &BdevManager) -> Result<Arc<SplitModule>> {
+    mgr.module_as::<SplitModule>(MODULE)
+        .ok_or_else(|| Error::InvalidArg("the split module is not registered".into()))
+}
+
+/// `bdev_split_create`: records the configuration and splits the base now
+/// if it exists. Returns the names of the parts created (none while the
+/// base is missing). Call on a bdevkit thread.
+///
+/// Errors: `split_count` 0 or a size that does not fit (`EINVAL`), a
+/// configuration for this base exists (`EEXIST`), the base is claimed
+/// (`EPERM`).
+pub fn create(mgr: &BdevManager, params: SplitCreateParams) -> Result<Vec<String>> {
+    module(mgr)?.create(mgr, params)
+}
+
+/// `bdev_split_delete`: forgets the configuration of `base_bdev` and
+/// unregisters its parts; `done` runs on the calling thread once they are
+/// all gone. `ENOENT` when there is no such configuration (then `done` is
+/// not called).
+pub fn delete(
+    mgr: &BdevManager,
+    base_bdev: &str,
+    done: impl FnOnce() + Send + 'static,
+) -> Result<()> {
+    module(mgr)?.delete(mgr, base_bdev, done)
+}

@@ -1,0 +1,43 @@
+//! In-process RPC calls for module tests: a registry holding the methods a
+//! test needs, and a call that waits for the answer on the reactor.
+
+use bdevkit::bdev::BdevManager;
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME};
+use serde_json::Value;
+
+use crate::sleep_ms;
+
+/// A module's `rpc::register_rpcs`.
+pub type RegisterRpcs = fn(&MethodRegistry, &BdevManager) -> Result<(), jsonrpc::Error>;
+
+/// A registry in the `RUNTIME` state with the methods of `modules` (e.g.
+/// `&[bdevkit_malloc::rpc::register_rpcs, bdevkit_delay::rpc::register_rpcs]`).
+///
+/// # Panics
+/// When two modules register the same method (a test setup error).
+#[must_use]
+pub fn registry(mgr: &BdevManager, modules: &[RegisterRpcs]) -> MethodRegistry {
+    let reg = MethodRegistry::new();
+    for register in modules {
+        register(&reg, mgr).unwrap_or_else(|e| panic!("register rpcs: {e}"));
+    }
+    reg.set_state(RUNTIME);
+    reg
+}
+
+/// Calls `method` with `params` in-process, as the server would, and waits
+/// (on the reactor, without blocking it) for the answer.
+///
+/// # Panics
+/// When the handler's responder goes away without answering.
+pub async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<Value, RpcError> {
+    let (resp, rx) = Responder::channel();
+    reg.dispatch(method, Some(params), resp);
+    loop {
+        match rx.try_recv() {
+            Ok(r) => return r,
+            Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
+            Err(e) => panic!("no answer to {method}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests: the real `bdev_tgt` binary on private sockets, driven
+//! by `spdk-rpc`, `bdev_rpc` and our client (see `bdevkit_test::daemon` for
+//! how the binaries and `spdk-rpc` are found). One test binary, so one link.
+//! (Modules are `cfg(test)` so the workspace test lints treat them as test code.)
+
+#[cfg(test)]
+mod errors;
+#[cfg(test)]
+mod lifecycle;
+#[cfg(test)]
+mod spdk_rpc;
+#[cfg(test)]
+mod vbdev_rpc;
