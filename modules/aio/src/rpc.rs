@@ -12,10 +12,12 @@
 //! * `bdev_aio_rescan {name}` → `true`; `-19` if there is no such aio bdev.
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
+
+use crate::Error;
 
 /// `bdev_aio_create` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -70,44 +72,36 @@ pub struct AioNameParams {
 /// Registers `bdev_aio_create`, `bdev_aio_delete` and `bdev_aio_rescan`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_aio_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<AioCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        let filename = p.filename.clone();
-        match crate::create(&m, p) {
-            Ok(b) => {
-                let name = b.name().to_string();
-                m.wait_for_examine(move || resp.ok(json!(name)));
+    reg.register_decoded(
+        "bdev_aio_create",
+        RUNTIME,
+        move |p: AioCreateParams, resp| {
+            let filename = p.filename.clone();
+            match crate::create(&m, p) {
+                Ok(b) => {
+                    let name = b.name().to_string();
+                    m.wait_for_examine(move || resp.ok(json!(name)));
+                }
+                Err(e) => {
+                    tracing::error!(filename, error = %error_chain(&e), "bdev_aio_create failed");
+                    resp.err(RpcError::from_errno(e.errno()));
+                }
             }
-            Err(e) => {
-                tracing::error!(filename, error = %error_chain(&e), "bdev_aio_create failed");
-                resp.err(RpcError::from_errno(e.errno()));
-            }
-        }
-    })?;
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_aio_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<AioNameParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+    reg.register_decoded("bdev_aio_delete", RUNTIME, move |p: AioNameParams, resp| {
+        crate::delete(&m, &p.name, move |r| {
+            resp.respond_errno(r.map(|()| true), Error::errno);
         });
     })?;
     let m = mgr.clone();
-    reg.register("bdev_aio_rescan", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<AioNameParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::rescan(&m, &p.name) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => {
-                tracing::error!(bdev = p.name, error = %error_chain(&e), "bdev_aio_rescan failed");
-                resp.err(RpcError::from_errno(e.errno()));
-            }
+    reg.register_decoded("bdev_aio_rescan", RUNTIME, move |p: AioNameParams, resp| {
+        let r = crate::rescan(&m, &p.name);
+        if let Err(e) = &r {
+            tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_aio_rescan failed");
         }
+        resp.respond_errno(r.map(|()| true), Error::errno);
     })?;
     Ok(())
 }

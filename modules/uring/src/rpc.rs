@@ -12,10 +12,12 @@
 //!   `-22` for invalid values. Absent keys keep their value.
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME, STARTUP};
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
+
+use crate::Error;
 
 /// SPDK's answer to every `bdev_uring_create` failure.
 pub const CREATE_FAILED: &str = "Unable to create URING bdev.";
@@ -83,62 +85,57 @@ pub struct UringSetOptionsParams {
 /// and `bdev_uring_set_options`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
-    reg.register("bdev_uring_create", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<UringCreateParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        let filename = p.filename.clone();
-        match crate::create(&m, p) {
-            Ok(b) => resp.ok(json!(b.name())),
-            Err(e) => {
-                tracing::error!(filename, error = %error_chain(&e), "bdev_uring_create failed");
-                resp.err(RpcError::internal_error(CREATE_FAILED));
+    reg.register_decoded(
+        "bdev_uring_create",
+        RUNTIME,
+        move |p: UringCreateParams, resp| {
+            let filename = p.filename.clone();
+            match crate::create(&m, p) {
+                Ok(b) => resp.ok(json!(b.name())),
+                Err(e) => {
+                    tracing::error!(filename, error = %error_chain(&e), "bdev_uring_create failed");
+                    resp.err(RpcError::internal_error(CREATE_FAILED));
+                }
             }
-        }
-    })?;
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_uring_delete", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<UringNameParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        crate::delete(&m, &p.name, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(RpcError::from_errno(e.errno())),
-        });
-    })?;
+    reg.register_decoded(
+        "bdev_uring_delete",
+        RUNTIME,
+        move |p: UringNameParams, resp| {
+            crate::delete(&m, &p.name, move |r| {
+                resp.respond_errno(r.map(|()| true), Error::errno);
+            });
+        },
+    )?;
     let m = mgr.clone();
-    reg.register("bdev_uring_rescan", RUNTIME, move |params, resp| {
-        let Ok(p) = decode_params::<UringNameParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        match crate::rescan(&m, &p.name) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => {
-                tracing::error!(bdev = p.name, error = %error_chain(&e), "bdev_uring_rescan failed");
-                resp.err(RpcError::from_errno(e.errno()));
+    reg.register_decoded(
+        "bdev_uring_rescan",
+        RUNTIME,
+        move |p: UringNameParams, resp| {
+            let r = crate::rescan(&m, &p.name);
+            if let Err(e) = &r {
+                tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_uring_rescan failed");
             }
-        }
-    })?;
-    reg.register(
+            resp.respond_errno(r.map(|()| true), Error::errno);
+        },
+    )?;
+    reg.register_decoded(
         "bdev_uring_set_options",
         STARTUP | RUNTIME,
-        move |params, resp| {
-            let Ok(p) = decode_params::<UringSetOptionsParams>(params) else {
-                return resp.err(RpcError::decode_failed());
-            };
+        move |p: UringSetOptionsParams, resp| {
             let mut o = crate::options();
             o.sq_entries = p.sq_entries.unwrap_or(o.sq_entries);
             o.sqpoll = p.sqpoll.unwrap_or(o.sqpoll);
             o.sqpoll_idle_ms = p.sqpoll_idle_ms.unwrap_or(o.sqpoll_idle_ms);
             o.iopoll = p.iopoll.unwrap_or(o.iopoll);
             o.idle_yield = p.idle_yield.unwrap_or(o.idle_yield);
-            match crate::set_options(o) {
-                Ok(()) => resp.ok(json!(true)),
-                Err(e) => {
-                    tracing::error!(error = %e, "bdev_uring_set_options failed");
-                    resp.err(RpcError::from_errno(libc::EINVAL));
-                }
+            let r = crate::set_options(o);
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "bdev_uring_set_options failed");
             }
+            resp.respond_errno(r.map(|()| true), |_| libc::EINVAL);
         },
     )?;
     Ok(())
