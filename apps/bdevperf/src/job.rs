@@ -459,87 +459,109 @@ impl Job {
     #[inline]
     fn issue_with(&self, tag: usize, buf: Option<DmaBuf>, reuse: Option<BdevIo>) {
         let Some(mut io) = reuse.or_else(|| self.ch.alloc_io()) else {
-            self.tasks.borrow_mut()[tag].buf = buf;
-            let me = self.weak.borrow().clone();
-            self.ch.queue_io_wait(move || {
-                if let Some(job) = me.upgrade() {
-                    let buf = job.tasks.borrow_mut()[tag].buf.take();
-                    job.issue(tag, buf);
-                }
-            });
+            self.wait_for_io(tag, buf);
             return;
         };
-        let w = self.cfg.workload;
+        if self.verify {
+            self.fill_verify(&mut io, tag, buf);
+        } else {
+            self.fill(&mut io, buf);
+        }
+        self.send(io, tag);
+    }
+
+    /// Sets the next request of a plain workload on `io`.
+    #[inline]
+    fn fill(&self, io: &mut BdevIo, buf: Option<DmaBuf>) {
         let n = self.io_blocks;
-        match w {
-            Workload::Verify | Workload::Reset => {
-                let mut tasks = self.tasks.borrow_mut();
-                let t = &mut tasks[tag];
-                let mut buf = buf.expect("invariant: verify tasks own a buffer");
-                match t.phase {
-                    Phase::Write => {
-                        t.slot = self.next_slot();
-                        t.gen += 1;
-                        if self.check_data {
-                            fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
-                        }
-                        io.write(t.slot * n, n, buf);
-                    }
-                    Phase::Read => {
-                        if self.check_data {
-                            buf.fill(0xA5);
-                        }
-                        io.read(t.slot * n, n, buf);
-                    }
-                }
+        let off = self.next_slot() * n;
+        match (self.cfg.workload, buf) {
+            (Workload::Read | Workload::RandRead, Some(buf)) => {
+                io.read(off, n, buf);
             }
-            Workload::Read | Workload::RandRead => {
-                io.read(
-                    self.next_slot() * n,
-                    n,
-                    buf.expect("invariant: data buffer"),
-                );
+            (Workload::Write | Workload::RandWrite, Some(buf)) => {
+                io.write(off, n, buf);
             }
-            Workload::Write | Workload::RandWrite => {
-                io.write(
-                    self.next_slot() * n,
-                    n,
-                    buf.expect("invariant: data buffer"),
-                );
-            }
-            Workload::Rw | Workload::RandRw => {
-                let buf = buf.expect("invariant: data buffer");
-                let slot = self.next_slot();
+            (Workload::Rw | Workload::RandRw, Some(buf)) => {
                 if below(next_rand(&self.rng), 100) < u64::from(self.cfg.rw_percentage) {
-                    io.read(slot * n, n, buf);
+                    io.read(off, n, buf);
                 } else {
-                    io.write(slot * n, n, buf);
+                    io.write(off, n, buf);
                 }
             }
-            Workload::Unmap => {
-                io.unmap(self.next_slot() * n, n);
+            (Workload::Unmap, _) => {
+                io.unmap(off, n);
             }
-            Workload::Flush => {
-                io.flush(self.next_slot() * n, n);
+            (Workload::Flush, _) => {
+                io.flush(off, n);
             }
-            Workload::WriteZeroes => {
-                io.write_zeroes(self.next_slot() * n, n);
+            (Workload::WriteZeroes, _) => {
+                io.write_zeroes(off, n);
+            }
+            (_, buf) => unreachable_workload(buf),
+        }
+    }
+
+    /// Sets the next request of a verify task: write a fresh pattern, or
+    /// read it back into a poisoned buffer.
+    #[cold]
+    fn fill_verify(&self, io: &mut BdevIo, tag: usize, buf: Option<DmaBuf>) {
+        let n = self.io_blocks;
+        let mut tasks = self.tasks.borrow_mut();
+        let t = &mut tasks[tag];
+        let mut buf = buf.expect("invariant: verify tasks own a buffer");
+        match t.phase {
+            Phase::Write => {
+                t.slot = self.next_slot();
+                t.gen += 1;
+                if self.check_data {
+                    fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
+                }
+                io.write(t.slot * n, n, buf);
+            }
+            Phase::Read => {
+                if self.check_data {
+                    buf.fill(0xA5);
+                }
+                io.read(t.slot * n, n, buf);
             }
         }
+    }
+
+    /// Tags and submits `io` with the job as its completion.
+    #[inline]
+    fn send(&self, mut io: BdevIo, tag: usize) {
         io.set_tag(tag as u64);
         if let Some(h) = self.me.borrow().as_ref() {
             io.on_done(Rc::clone(h));
         }
-        if let Err(mut e) = self.ch.submit(io) {
-            self.tasks.borrow_mut()[tag].buf = e.io.take_buf();
-            self.stats.borrow_mut().failed += 1;
-            self.outstanding.set(self.outstanding.get() - 1);
-            self.failed.set(true);
-            tracing::error!(bdev = %self.cfg.bdev, error = %e.error, "submit failed");
-            // A task that cannot submit stops; the others carry on with -f.
-            if !self.cfg.continue_on_failure || self.outstanding.get() == 0 {
-                self.stop();
+        if let Err(e) = self.ch.submit(io) {
+            self.submit_failed(tag, e);
+        }
+    }
+
+    #[cold]
+    fn wait_for_io(&self, tag: usize, buf: Option<DmaBuf>) {
+        self.tasks.borrow_mut()[tag].buf = buf;
+        let me = self.weak.borrow().clone();
+        self.ch.queue_io_wait(move || {
+            if let Some(job) = me.upgrade() {
+                let buf = job.tasks.borrow_mut()[tag].buf.take();
+                job.issue(tag, buf);
             }
+        });
+    }
+
+    #[cold]
+    fn submit_failed(&self, tag: usize, mut e: bdevkit::bdev::SubmitError) {
+        self.tasks.borrow_mut()[tag].buf = e.io.take_buf();
+        self.stats.borrow_mut().failed += 1;
+        self.outstanding.set(self.outstanding.get() - 1);
+        self.failed.set(true);
+        tracing::error!(bdev = %self.cfg.bdev, error = %e.error, "submit failed");
+        // A task that cannot submit stops; the others carry on with -f.
+        if !self.cfg.continue_on_failure || self.outstanding.get() == 0 {
+            self.stop();
         }
     }
 
@@ -627,15 +649,12 @@ impl Job {
     }
 }
 
-impl IoCompletion for Job {
-    #[inline]
-    fn io_done(&self, mut io: BdevIo) {
-        let status = io.status();
-        let latency = io.complete_tick().wrapping_sub(io.submit_tick());
-        let tag = usize::try_from(io.tag()).unwrap_or(0);
-        let buf = io.take_buf();
+impl Job {
+    /// Everything but a successful plain completion while running.
+    #[cold]
+    #[inline(never)]
+    fn io_done_slow(&self, io: BdevIo, tag: usize, status: IoStatus, buf: Option<DmaBuf>) {
         let ok = status == IoStatus::Success;
-        self.record(ok, latency);
         let buf = if self.verify {
             self.verify_done(tag, ok, buf)
         } else {
@@ -652,6 +671,32 @@ impl IoCompletion for Job {
                 self.tasks.borrow_mut()[tag].buf = buf;
             }
             self.retire();
+        }
+    }
+}
+
+/// A verify workload's request reached the plain path (a bug).
+#[cold]
+fn unreachable_workload(buf: Option<DmaBuf>) {
+    drop(buf);
+    debug_assert!(false, "verify workloads are filled by fill_verify");
+}
+
+impl IoCompletion for Job {
+    #[inline]
+    fn io_done(&self, mut io: BdevIo) {
+        let status = io.status();
+        let latency = io.complete_tick().wrapping_sub(io.submit_tick());
+        let tag = usize::try_from(io.tag()).unwrap_or(0);
+        let buf = io.take_buf();
+        let ok = status == IoStatus::Success;
+        self.record(ok, latency);
+        if ok && !self.verify && self.running.get() {
+            // The fast path: reuse the completed I/O for the next request.
+            self.fill(&mut io, buf);
+            self.send(io, tag);
+        } else {
+            self.io_done_slow(io, tag, status, buf);
         }
     }
 }

@@ -129,6 +129,17 @@ pub(crate) struct IoInner {
 }
 
 impl IoInner {
+    /// Reused after its completion: start afresh, keeping the pool slot
+    /// and the channel.
+    #[inline]
+    fn reuse(&mut self) {
+        self.state = IoState::Building;
+        self.status = IoStatus::Pending;
+        self.role = Role::User;
+        self.driver_ctx = [0; 4];
+        self.nvme_cdw0 = 0;
+    }
+
     /// Whether dropping this I/O has more to release than its channel
     /// (buffers, a parent, a completion, a bounce buffer).
     #[inline]
@@ -495,6 +506,7 @@ impl BdevIo {
         &mut self.0
     }
 
+    #[inline]
     fn set_request(
         &mut self,
         io_type: IoType,
@@ -507,13 +519,7 @@ impl BdevIo {
             "request set on a submitted I/O"
         );
         if i.state == IoState::Done {
-            // Reused after its completion: start afresh, keeping the pool
-            // slot and the channel.
-            i.state = IoState::Building;
-            i.status = IoStatus::Pending;
-            i.role = Role::User;
-            i.driver_ctx = [0; 4];
-            i.nvme_cdw0 = 0;
+            i.reuse();
         }
         i.io_type = io_type;
         i.offset_blocks = offset_blocks;
@@ -546,6 +552,7 @@ impl BdevIo {
 
     /// Read `num_blocks` at `offset_blocks` into `buf` (its first
     /// `num_blocks * block_size` bytes).
+    #[inline]
     pub fn read(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
         let i = self.set_request(IoType::Read, offset_blocks, num_blocks);
         Self::set_buf(i, buf);
@@ -560,6 +567,7 @@ impl BdevIo {
     }
 
     /// Write `num_blocks` at `offset_blocks` from `buf`.
+    #[inline]
     pub fn write(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
         let i = self.set_request(IoType::Write, offset_blocks, num_blocks);
         Self::set_buf(i, buf);
@@ -681,6 +689,7 @@ impl BdevIo {
     }
 
     /// Sets the caller's tag (any value; returned with the completion).
+    #[inline]
     pub fn set_tag(&mut self, tag: u64) -> &mut Self {
         self.inner_mut().tag = tag;
         self
