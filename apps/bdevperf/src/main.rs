@@ -256,7 +256,7 @@ fn place_jobs(
     let handle = rt.clone();
     let tick_timeout = opts
         .timeout_sec
-        .map_or(0, |s| clock::us_to_ticks(s * 1_000_000));
+        .map_or(u64::MAX, |s| clock::us_to_ticks(s * 1_000_000));
     let mut next_core = 0usize;
     let mut id = 0u64;
     for bdev in &targets {

@@ -390,7 +390,7 @@ impl Drop for IoCache {
 /// Stores `new` in `slot`; the old value is dropped out of line, and only
 /// when it holds something (on the fast path the slot is empty, and a plain
 /// assignment would still call the enum's drop glue).
-#[inline]
+#[inline(always)]
 fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
     let old = std::mem::replace(slot, new);
     if old.is_empty() {
@@ -506,7 +506,7 @@ impl BdevIo {
         &mut self.0
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_request(
         &mut self,
         io_type: IoType,
@@ -529,7 +529,7 @@ impl BdevIo {
         i
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_buf(i: &mut IoInner, mut buf: DmaBuf) {
         i.iovs.push(IoVec {
             base: buf.as_mut_ptr(),
@@ -552,7 +552,7 @@ impl BdevIo {
 
     /// Read `num_blocks` at `offset_blocks` into `buf` (its first
     /// `num_blocks * block_size` bytes).
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
         let i = self.set_request(IoType::Read, offset_blocks, num_blocks);
         Self::set_buf(i, buf);
@@ -567,7 +567,7 @@ impl BdevIo {
     }
 
     /// Write `num_blocks` at `offset_blocks` from `buf`.
-    #[inline]
+    #[inline(always)]
     pub fn write(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
         let i = self.set_request(IoType::Write, offset_blocks, num_blocks);
         Self::set_buf(i, buf);

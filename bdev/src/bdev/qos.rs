@@ -151,7 +151,7 @@ impl QosChannel {
 /// Whether `io_type` on this channel goes through QoS.
 #[inline]
 pub(crate) fn is_limited(core: &ChannelCore, io_type: IoType) -> bool {
-    core.qos_on.get()
+    core.qos_on()
         && matches!(
             io_type,
             IoType::Read | IoType::Write | IoType::WriteZeroes | IoType::Unmap | IoType::Compare
@@ -304,14 +304,14 @@ pub(crate) fn set_limits(
                 (Some(s), Some(mut qc)) => {
                     qc.shared = Arc::clone(s);
                     *ch.qos.borrow_mut() = Some(qc);
-                    ch.qos_on.set(true);
+                    ch.set_qos_on(true);
                 }
                 (Some(s), None) => {
                     *ch.qos.borrow_mut() = Some(QosChannel::new(Arc::clone(s)));
-                    ch.qos_on.set(true);
+                    ch.set_qos_on(true);
                 }
                 (None, Some(qc)) => {
-                    ch.qos_on.set(false);
+                    ch.set_qos_on(false);
                     let QosChannel { queue, poller, .. } = qc;
                     if let Some(p) = poller {
                         p.unregister();

@@ -26,7 +26,7 @@ pub(crate) fn start(core: &ChannelCore, io: BdevIo) {
     let b2 = bdev.clone();
     bdev.0.device.for_each_channel(
         |ch| {
-            ch.frozen.set(true);
+            ch.set_frozen(true);
             channel::abort_queued(ch);
             qos::abort_queued(ch);
         },
@@ -99,7 +99,7 @@ fn drain(core: &ChannelCore) {
 fn unfreeze(bdev: &Bdev) {
     let b2 = bdev.clone();
     bdev.0.device.for_each_channel(
-        |ch| ch.frozen.set(false),
+        |ch| ch.set_frozen(false),
         move || {
             with_active(&b2, |core| {
                 let io = core.active_reset.borrow_mut().take();
