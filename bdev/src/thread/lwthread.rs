@@ -12,7 +12,7 @@ use std::future::Future;
 use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak as ArcWeak};
 use std::task::{Context, Wake, Waker};
 
@@ -66,6 +66,10 @@ pub(crate) struct ThreadShared {
     pub(crate) name: String,
     pub(crate) cpumask: CpuSet,
     msgs: SegQueue<Msg>,
+    /// Messages pushed / popped so far: an idle thread's poll checks for
+    /// messages with one load instead of probing the queue.
+    pushed: AtomicU64,
+    popped: AtomicU64,
     pub(crate) reactor: Arc<ReactorShared>,
     pub(crate) runtime: ArcWeak<RuntimeShared>,
     exited: AtomicBool,
@@ -89,6 +93,8 @@ impl ThreadShared {
             name,
             cpumask,
             msgs: SegQueue::new(),
+            pushed: AtomicU64::new(0),
+            popped: AtomicU64::new(0),
             reactor,
             runtime,
             exited: AtomicBool::new(false),
@@ -101,8 +107,9 @@ impl ThreadShared {
         })
     }
 
+    #[inline]
     pub(crate) fn has_msgs(&self) -> bool {
-        !self.msgs.is_empty()
+        self.pushed.load(Ordering::SeqCst) != self.popped.load(Ordering::Relaxed)
     }
 }
 
@@ -164,9 +171,10 @@ impl ThreadHandle {
             return Err(Error::ThreadExited(self.0.name.clone()));
         }
         self.0.msgs.push(msg);
-        // Pairs with the fence in the reactor before it sleeps: either it
-        // sees our message, or we see its `sleeping` flag and wake it.
-        fence(Ordering::SeqCst);
+        // A full barrier (SeqCst read-modify-write) pairing with the fence
+        // in the reactor before it sleeps: either it sees our message, or
+        // we see its `sleeping` flag and wake it.
+        self.0.pushed.fetch_add(1, Ordering::SeqCst);
         self.0.reactor.wake_if_sleeping();
         Ok(())
     }
@@ -765,10 +773,26 @@ impl Thread {
             .collect()
     }
 
-    /// One loop iteration for this thread: messages, active pollers, due
-    /// timed pollers. Returns whether anything did work.
-    pub(crate) fn poll(&self, now: u64) -> bool {
-        self.enter(|| self.0.poll_inner(now))
+    /// One loop iteration for this thread (messages, active pollers, due
+    /// timed pollers), called from the reactor loop, where nothing is nested: the
+    /// thread stays current after the poll, so a reactor polling the same
+    /// thread again (the common case) touches no thread-local state.
+    /// [`Thread::leave`] clears it.
+    #[inline]
+    pub(crate) fn poll_top(&self, now: u64) -> bool {
+        if CURRENT_ID.with(Cell::get) != self.0.shared.id {
+            CURRENT.with(|c| *c.borrow_mut() = Some(self.clone()));
+            CURRENT_ID.with(|c| c.set(self.0.shared.id));
+        }
+        self.0.poll_inner(now)
+    }
+
+    /// Makes no thread current (the reactor, before a thread goes away and
+    /// when it stops).
+    pub(crate) fn leave() {
+        let old = CURRENT.with(|c| c.try_borrow_mut().ok().and_then(|mut b| b.take()));
+        CURRENT_ID.with(|c| c.set(0));
+        drop(old);
     }
 
     /// Whether a poll now could do anything: messages queued, an active
@@ -777,7 +801,7 @@ impl Thread {
     #[inline]
     pub(crate) fn has_work(&self, now: u64) -> bool {
         let i = &self.0;
-        if !i.shared.msgs.is_empty() || !i.local_msgs.borrow().is_empty() {
+        if i.shared.has_msgs() || !i.local_msgs.borrow().is_empty() {
             return true;
         }
         let ps = i.pollers.borrow();
@@ -901,15 +925,20 @@ impl ThreadInner {
                 None => break,
             }
         }
-        for _ in 0..MSG_BATCH {
-            match self.shared.msgs.pop() {
-                Some(m) => {
-                    crate::clock::refresh_poll_ticks();
-                    m();
-                    busy = true;
-                }
-                None => break,
+        let queued =
+            self.shared.pushed.load(Ordering::Acquire) - self.shared.popped.load(Ordering::Relaxed);
+        if queued > 0 {
+            let mut n = 0u64;
+            while n < queued.min(MSG_BATCH as u64) {
+                let Some(m) = self.shared.msgs.pop() else {
+                    break;
+                };
+                n += 1;
+                crate::clock::refresh_poll_ticks();
+                m();
+                busy = true;
             }
+            self.shared.popped.fetch_add(n, Ordering::Relaxed);
         }
 
         let n = self.pollers.borrow().active.len();
@@ -925,6 +954,13 @@ impl ThreadInner {
             busy |= Self::run_poller(&p);
         }
 
+        // Nothing due and nothing to clean up: the common case, one borrow.
+        {
+            let ps = self.pollers.borrow();
+            if !ps.dirty && ps.timed.peek().is_none_or(|s| s.deadline > now) {
+                return busy;
+            }
+        }
         loop {
             let slot = {
                 let mut ps = self.pollers.borrow_mut();

@@ -523,6 +523,7 @@ struct DeathWatch<'a>(&'a ReactorShared);
 
 impl Drop for DeathWatch<'_> {
     fn drop(&mut self) {
+        Thread::leave();
         if std::thread::panicking() {
             self.0.dead.store(true, Ordering::Release);
             tracing::error!(core = self.0.core, "reactor thread panicked");
@@ -560,7 +561,7 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
                 continue;
             }
             polled = true;
-            let b = t.poll(now);
+            let b = t.poll_top(now);
             // One tick reading per polled thread: its end is the next start.
             let end = clock::ticks();
             t.account(b, end.wrapping_sub(now));
@@ -626,6 +627,7 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
 }
 
 fn finish_thread(rt: &RuntimeShared, r: &ReactorShared, t: &Thread) {
+    Thread::leave();
     t.finish();
     r.thread_count.fetch_sub(1, Ordering::Relaxed);
     rt.threads.lock().retain(|h| h.id() != t.id());
