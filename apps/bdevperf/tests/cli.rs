@@ -370,59 +370,101 @@ mod tests {
     }
 }
 
+/// bdevperf started with `-z` on a private socket, driven over RPC.
 #[cfg(test)]
-mod perform_tests {
-    use std::process::{Command, Stdio};
+mod rpc_driven {
+    use std::path::PathBuf;
+    use std::process::{Child, Command, ExitStatus, Stdio};
     use std::time::{Duration, Instant};
 
     use bdevkit_jsonrpc::{Client, ClientError};
     use serde_json::json;
 
+    struct ZServer {
+        child: Child,
+        sock: PathBuf,
+        dir: PathBuf,
+    }
+
+    impl ZServer {
+        /// `bdevperf -z -r <sock> -c <config with these entries> <args>`.
+        fn start(name: &str, entries: &str, args: &[&str]) -> ZServer {
+            let dir = std::env::temp_dir().join(format!("bdevperf-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let sock = dir.join("perf.sock");
+            let cfg = dir.join("conf.json");
+            std::fs::write(
+                &cfg,
+                format!(r#"{{"subsystems":[{{"subsystem":"bdev","config":[{entries}]}}]}}"#),
+            )
+            .unwrap();
+            let child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+                .args([
+                    "-z",
+                    "-r",
+                    sock.to_str().unwrap(),
+                    "-c",
+                    cfg.to_str().unwrap(),
+                ])
+                .args(args)
+                .arg("--interrupt-mode")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            ZServer { child, sock, dir }
+        }
+
+        /// A client, once the socket answers.
+        fn client(&self) -> Client {
+            let start = Instant::now();
+            loop {
+                match Client::connect_unix(&self.sock) {
+                    Ok(mut c) => {
+                        c.set_timeout(Some(Duration::from_secs(60)));
+                        return c;
+                    }
+                    Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => panic!("bdevperf -z never listened: {e}"),
+                }
+            }
+        }
+
+        /// Stops it with `spdk_kill_instance`; its exit status and stdout.
+        fn kill(mut self) -> (ExitStatus, String) {
+            let _ = self
+                .client()
+                .call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+            let start = Instant::now();
+            while self.child.try_wait().unwrap().is_none() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "bdevperf did not exit"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let out = self.child.wait_with_output().unwrap();
+            assert!(!self.sock.exists(), "socket left behind");
+            let _ = std::fs::remove_dir_all(&self.dir);
+            (
+                out.status,
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        }
+    }
+
+    const NULL0: &str = r#"{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}"#;
+
     #[test]
     fn z_waits_for_perform_tests_rpc() {
-        let dir = std::env::temp_dir().join(format!("bdevperf-z-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("perf.sock");
-        let cfg = dir.join("null.json");
-        std::fs::write(
-            &cfg,
-            r#"{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}]}]}"#,
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
-            .args([
-                "-z",
-                "-r",
-                sock.to_str().unwrap(),
-                "-c",
-                cfg.to_str().unwrap(),
-            ])
-            .args([
-                "-q",
-                "4",
-                "-o",
-                "4096",
-                "-w",
-                "randread",
-                "-t",
-                "1",
-                "--interrupt-mode",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        let mut client = loop {
-            match Client::connect_unix(&sock) {
-                Ok(c) => break c,
-                Err(_) if start.elapsed() < Duration::from_secs(20) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("bdevperf -z never listened: {e}"),
-            }
-        };
-        client.set_timeout(Some(Duration::from_secs(60)));
+        let z = ZServer::start(
+            "z",
+            NULL0,
+            &["-q", "4", "-o", "4096", "-w", "randread", "-t", "1"],
+        );
+        let mut client = z.client();
         let r = client
             .call(
                 "perform_tests",
@@ -447,92 +489,30 @@ mod perform_tests {
             Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32700),
             other => panic!("expected -32700, got {other:?}"),
         }
-        let _ = client.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "bdevperf did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let (status, stdout) = z.kill();
         assert!(status.success(), "{status:?}");
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8"),
             "{stdout}"
         );
-        assert!(!sock.exists(), "socket left behind");
-        let _ = std::fs::remove_dir_all(dir);
     }
-}
-
-#[cfg(test)]
-mod hot_remove {
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
-
-    use bdevkit_jsonrpc::Client;
-    use serde_json::json;
 
     /// A bdev deleted over RPC while a test runs on it: the job stops,
     /// releases the bdev so the delete completes, and the run still reports.
     #[test]
     fn bdev_deleted_during_a_run() {
-        let dir = std::env::temp_dir().join(format!("bdevperf-hr-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("perf.sock");
-        let cfg = dir.join("two.json");
-        std::fs::write(
-            &cfg,
-            r#"{"subsystems":[{"subsystem":"bdev","config":[
-                {"method":"bdev_malloc_create","params":{"name":"Gone","num_blocks":8192,"block_size":4096}},
-                {"method":"bdev_null_create","params":{"name":"Stays","num_blocks":8192,"block_size":4096}}]}]}"#,
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
-            .args([
-                "-z",
-                "-r",
-                sock.to_str().unwrap(),
-                "-c",
-                cfg.to_str().unwrap(),
-            ])
-            .args([
-                "-q",
-                "64",
-                "-o",
-                "4096",
-                "-w",
-                "randwrite",
-                "-t",
-                "3",
-                "--interrupt-mode",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        let connect = || loop {
-            match Client::connect_unix(&sock) {
-                Ok(mut c) => {
-                    c.set_timeout(Some(Duration::from_secs(60)));
-                    return c;
-                }
-                Err(_) if start.elapsed() < Duration::from_secs(20) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("no socket: {e}"),
-            }
-        };
-        let mut runner = connect();
+        let entries = r#"
+            {"method":"bdev_malloc_create","params":{"name":"Gone","num_blocks":8192,"block_size":4096}},
+            {"method":"bdev_null_create","params":{"name":"Stays","num_blocks":8192,"block_size":4096}}"#;
+        let z = ZServer::start(
+            "hr",
+            entries,
+            &["-q", "64", "-o", "4096", "-w", "randwrite", "-t", "3"],
+        );
+        let mut runner = z.client();
         let run = std::thread::spawn(move || runner.call("perform_tests", None));
         std::thread::sleep(Duration::from_millis(500));
-        let mut admin = connect();
+        let mut admin = z.client();
         let t = Instant::now();
         admin
             .call("bdev_malloc_delete", Some(json!({"name": "Gone"})))
@@ -552,9 +532,7 @@ mod hot_remove {
         assert_eq!(stays["status"], "finished");
         let bdevs = admin.call("bdev_get_bdevs", None).unwrap();
         assert_eq!(bdevs.as_array().unwrap().len(), 1);
-        let _ = admin.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-        let status = child.wait().unwrap();
+        let (status, _) = z.kill();
         assert!(status.success() || status.code() == Some(1), "{status:?}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
