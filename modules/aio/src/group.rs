@@ -26,7 +26,7 @@ use bdevkit::error::BoxError;
 use bdevkit::thread::{InterruptFd, IoDevice, Poller, PollerStatus, Thread, ThreadHandle};
 
 use crate::helper;
-use crate::sys::{self, Op, Table};
+use crate::sys::{Op, Table};
 
 /// Requests one thread's AIO context holds at once (SPDK uses 128).
 pub(crate) const GROUP_DEPTH: u32 = 256;
@@ -97,7 +97,7 @@ impl AioGroup {
         let t = Thread::try_current()?;
         let interrupt = t.runtime().map(|r| r.interrupt_mode()).unwrap_or(false);
         let efd = if interrupt {
-            Some(sys::eventfd()?)
+            Some(bdevkit_kfile::eventfd()?)
         } else {
             None
         };
@@ -161,7 +161,7 @@ impl GroupInner {
                 let fallback = self.st.borrow().no_fdsync.contains(&t.fd);
                 if fallback {
                     let fd = t.fd;
-                    self.run_blocking(io, move || sys::fdatasync(fd));
+                    self.run_blocking(io, move || bdevkit_kfile::fdatasync(fd));
                 } else {
                     self.queue(io, t);
                 }
@@ -173,14 +173,14 @@ impl GroupInner {
                 self.run_blocking(io, move || {
                     let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
                     if !zeroes {
-                        return sys::fallocate(fd, punch, off, len);
+                        return bdevkit_kfile::fallocate(fd, punch, off, len);
                     }
                     // Zero range where the file system has it (tmpfs does
                     // not); a punched hole reads back as zeroes too.
                     let zero = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-                    match sys::fallocate(fd, zero, off, len) {
+                    match bdevkit_kfile::fallocate(fd, zero, off, len) {
                         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                            sys::fallocate(fd, punch, off, len)
+                            bdevkit_kfile::fallocate(fd, punch, off, len)
                         }
                         r => r,
                     }
@@ -206,7 +206,7 @@ impl GroupInner {
         // must wake a reactor that might otherwise go to sleep first.
         if was_idle && !self.in_poll.get() {
             if let Some(fd) = &self.efd {
-                sys::eventfd_signal(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_signal(fd.as_raw_fd());
             }
         }
     }
@@ -282,7 +282,7 @@ impl GroupInner {
                 // About to report idle: reset the eventfd first, then look
                 // once more, so that a completion racing with the reset
                 // is either seen now or signals the eventfd again.
-                sys::eventfd_drain(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_drain(fd.as_raw_fd());
                 busy = self.step(&mut batch, &mut fallback);
             }
         }
@@ -292,7 +292,7 @@ impl GroupInner {
         }
         *self.batch.borrow_mut() = batch;
         for (io, fd) in fallback {
-            self.run_blocking(io, move || sys::fdatasync(fd));
+            self.run_blocking(io, move || bdevkit_kfile::fdatasync(fd));
         }
         self.in_poll.set(false);
         PollerStatus::from(work)

@@ -101,7 +101,7 @@ impl UringGroup {
         let t = Thread::try_current()?;
         let interrupt = t.runtime().map(|r| r.interrupt_mode()).unwrap_or(false);
         let efd = if interrupt {
-            Some(sys::eventfd()?)
+            Some(bdevkit_kfile::eventfd()?)
         } else {
             None
         };
@@ -216,7 +216,7 @@ impl GroupInner {
         // might otherwise go to sleep before the poller pushes it.
         if was_idle && !self.in_poll.get() {
             if let Some(fd) = &self.efd {
-                sys::eventfd_signal(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_signal(fd.as_raw_fd());
             }
         }
     }
@@ -230,7 +230,7 @@ impl GroupInner {
                 // About to report idle: reset the eventfd, then look once
                 // more, so a completion racing with the reset is seen now
                 // or signals the eventfd again.
-                sys::eventfd_drain(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_drain(fd.as_raw_fd());
                 busy = self.step(&mut batch);
             }
         }

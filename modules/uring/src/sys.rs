@@ -1,6 +1,7 @@
 //! The only unsafe code of the crate: an io_uring ring with its in-flight
-//! table, whose slots own everything the kernel may touch, plus the few
-//! file syscalls std does not wrap (block device ioctls, eventfd, fcntl).
+//! table, whose slots own everything the kernel may touch, plus the probes
+//! that read a file directly and `sched_yield`. (The file system calls std
+//! does not wrap are `bdevkit_kfile`'s.)
 //!
 //! The table is the safety boundary: callers hand a [`BdevIo`] to
 //! [`Ring::prep`], which builds the SQE from the I/O's own iovec array and
@@ -9,9 +10,8 @@
 //! the completion. `Drop` waits for every request still in the kernel
 //! before the slots are dropped.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use bdevkit::bdev::{BdevIo, IoVec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -657,67 +657,6 @@ pub(crate) fn advance_iovs(iovs: &[IoVec], skip: usize, out: &mut Vec<IoVec>) {
         });
         skip = 0;
     }
-}
-
-// ---- files ----
-
-/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-/// `BLKSSZGET`: `_IO(0x12, 104)`.
-const BLKSSZGET: libc::c_ulong = 0x1268;
-
-/// Size in bytes and logical block size of a block device.
-pub(crate) fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
-    let mut size: u64 = 0;
-    let mut bs: libc::c_int = 0;
-    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((size, u32::try_from(bs).unwrap_or(0)))
-}
-
-/// Clears `O_NONBLOCK` (set during `open` so that a FIFO cannot block the
-/// reactor; io_uring would turn it into `EAGAIN` completions).
-pub(crate) fn clear_nonblock(f: &File) -> io::Result<()> {
-    let fd = f.as_raw_fd();
-    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// A non-blocking eventfd.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly created descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Resets an eventfd's counter (non-blocking read).
-pub(crate) fn eventfd_drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
-    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
-}
-
-/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
-pub(crate) fn eventfd_signal(fd: RawFd) {
-    let v: u64 = 1;
-    // SAFETY: writes 8 bytes from a live local.
-    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
 }
 
 /// Gives the CPU to another runnable task on this CPU, if any (returns at
