@@ -7,15 +7,25 @@
 //! creation ([`open`]: `O_DIRECT` where the file system takes it), derives
 //! its geometry from the file ([`Backing::geometry`], [`props`]) and can
 //! later pick up a new size ([`rescan`]). Its I/O goes through a kernel
-//! context per thread, which is the module's own (an AIO context, an
-//! io_uring ring), as is its error type, which wraps [`Error`] without
-//! changing its message or errno.
+//! context per thread (the module's own: an AIO context, an io_uring
+//! ring), whose requests live in an in-flight table ([`slots::Slots`]) of
+//! preallocated slots: a slot owns the [`BdevIo`](bdevkit::bdev::BdevIo),
+//! so its buffers, from submission until the kernel reports the completion
+//! (the ownership rule is in [`slots`]). The module keeps everything that
+//! talks to its kernel interface (building, submitting and reaping
+//! requests) and its error type, which wraps [`Error`] without changing
+//! its message or errno.
 //!
 //! The few system calls std does not wrap are here too, safe to call:
 //! block device geometry, [`fallocate`] and [`fdatasync`] (blocking: for a
 //! helper thread), and the eventfd a thread's context signals in interrupt
 //! mode ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`]). Their
 //! `unsafe` is in this crate's private `sys` module.
+//!
+//! Nothing here allocates, locks or makes a system call per I/O: the table
+//! is plain data, generic over how the module names a file (a descriptor,
+//! a registered-file index), so its methods inline into the module's I/O
+//! path.
 //!
 //! # Example
 //!
@@ -42,6 +52,7 @@
 
 mod error;
 mod file;
+pub mod slots;
 mod sys;
 
 pub use error::{Error, Result};
