@@ -12,6 +12,8 @@
 //! * [`rpc`]: in-process RPC calls for module tests (a registry with the
 //!   methods a test needs, a call that waits on the reactor).
 //! * [`fixtures`]: malloc base bdevs created and deleted in one call.
+//! * [`steady`]: a counting global allocator and the steady-state I/O
+//!   driver of the zero-allocation tests.
 #![warn(missing_docs)]
 
 pub mod conformance;
@@ -19,6 +21,7 @@ pub mod daemon;
 pub mod env;
 pub mod fixtures;
 pub mod rpc;
+pub mod steady;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};
