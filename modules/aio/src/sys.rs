@@ -17,7 +17,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bdevkit::bdev::{BdevIo, IoVec};
-use bdevkit_kfile::slots::{Op, Slot, SlotState, Slots, Transfer};
+use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
 
 // ---- kernel ABI (include/uapi/linux/aio_abi.h) ----
 
@@ -379,11 +379,20 @@ impl Table {
 
     /// Takes the I/O back from a slot the kernel is done with (or never
     /// saw) and frees the slot. `None` while the kernel may use it.
+    #[inline]
     pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
-        if self.slots.state(idx) == Some(SlotState::Queued) {
-            self.queued.retain(|q| *q != idx);
+        match self.slots.take(idx) {
+            Some(io) => Some(io),
+            None => self.cancel(idx),
         }
-        self.slots.take(idx)
+    }
+
+    /// [`Table::take`] of a slot still queued: out of the queue too.
+    #[cold]
+    fn cancel(&mut self, idx: u32) -> Option<BdevIo> {
+        let io = self.slots.cancel(idx)?;
+        self.queued.retain(|q| *q != idx);
+        Some(io)
     }
 }
 

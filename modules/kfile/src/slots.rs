@@ -6,8 +6,9 @@
 //!
 //! A slot owns its I/O (so the data buffers and the iovec array a kernel
 //! request points at) and the segments left after a short transfer
-//! ([`Slot::segments`]) from [`Slots::prep`] until [`Slots::take`] hands
-//! the I/O back. `take` refuses a slot in [`SlotState::InKernel`], and the
+//! ([`Slot::segments`]) from [`Slots::prep`] until [`Slots::take`] (or
+//! [`Slots::cancel`], before the kernel saw it) hands the I/O back. Neither
+//! hands back a slot in [`SlotState::InKernel`], and the
 //! segments of a slot change only in [`Slots::requeue_rest`], which wants a
 //! reaped slot. A module's `sys` code builds kernel requests from
 //! [`Slot::segments`], marks the slot with [`Slots::mark_in_kernel`] when it
@@ -276,20 +277,28 @@ impl<F: Copy> Slots<F> {
         s.state = SlotState::Queued;
     }
 
-    /// Takes the I/O back from a slot the kernel is done with (or never
-    /// saw) and frees the slot. `None` while the kernel may use it, and for
-    /// a free slot or an unknown index.
+    /// Takes the I/O back from a slot whose completion was reaped (or whose
+    /// request the kernel refused) and frees the slot. `None` for any
+    /// other state (the kernel may use it, it was never handed over, it is
+    /// free) and for an unknown index.
     #[inline]
     pub fn take(&mut self, idx: u32) -> Option<BdevIo> {
         let s = self.slots.get_mut(idx as usize)?;
-        match s.state {
-            SlotState::Queued | SlotState::Reaped => {}
-            SlotState::Free | SlotState::InKernel => return None,
+        if s.state != SlotState::Reaped {
+            return None;
         }
-        s.state = SlotState::Free;
-        s.rest.clear();
-        self.free.push(idx);
-        s.io.take()
+        release(s, &mut self.free, idx)
+    }
+
+    /// Takes the I/O back from a slot that was prepared but never handed
+    /// to the kernel ([`SlotState::Queued`]) and frees the slot; `None` for
+    /// any other state. The owner drops the request from its own queue.
+    pub fn cancel(&mut self, idx: u32) -> Option<BdevIo> {
+        let s = self.slots.get_mut(idx as usize)?;
+        if s.state != SlotState::Queued {
+            return None;
+        }
+        release(s, &mut self.free, idx)
     }
 
     /// Forgets (leaks) every I/O the table still holds, whatever its state:
@@ -303,6 +312,15 @@ impl<F: Copy> Slots<F> {
             }
         }
     }
+}
+
+/// Frees slot `s` (index `idx`, onto `free`) and hands back its I/O.
+#[inline]
+fn release<F>(s: &mut Slot<F>, free: &mut Vec<u32>, idx: u32) -> Option<BdevIo> {
+    s.state = SlotState::Free;
+    s.rest.clear();
+    free.push(idx);
+    s.io.take()
 }
 
 /// The segments of `iovs` after the first `skip` bytes, into `out`.
@@ -359,6 +377,8 @@ mod tests {
         assert_eq!(t.state(2), None);
         assert!(t.take(0).is_none());
         assert!(t.take(7).is_none());
+        assert!(t.cancel(0).is_none());
+        assert!(t.cancel(7).is_none());
         assert!(!t.complete(0));
         assert!(!t.complete(u32::MAX));
     }
