@@ -12,13 +12,20 @@
 //! * [`rpc`]: in-process RPC calls for module tests (a registry with the
 //!   methods a test needs, a call that waits on the reactor).
 //! * [`fixtures`]: malloc base bdevs created and deleted in one call.
+//! * [`kernel`]: what the modules over kernel files (aio, uring) test the
+//!   same way: temporary files, a loop device, a tiny tmpfs, shared
+//!   scenarios and the per-I/O bench driver.
+//! * [`steady`]: a counting global allocator and the steady-state I/O
+//!   driver of the zero-allocation tests.
 #![warn(missing_docs)]
 
 pub mod conformance;
 pub mod daemon;
 pub mod env;
 pub mod fixtures;
+pub mod kernel;
 pub mod rpc;
+pub mod steady;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};

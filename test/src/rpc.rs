@@ -1,11 +1,14 @@
 //! In-process RPC calls for module tests: a registry holding the methods a
-//! test needs, and a call that waits for the answer on the reactor.
+//! test needs, and a call that waits for the answer on the reactor (or, from
+//! the test's own thread, blocking).
+
+use std::time::Duration;
 
 use bdevkit::bdev::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME};
 use serde_json::Value;
 
-use crate::sleep_ms;
+use crate::{sleep_ms, TestEnv};
 
 /// A module's `rpc::register_rpcs`.
 pub type RegisterRpcs = fn(&MethodRegistry, &BdevManager) -> Result<(), jsonrpc::Error>;
@@ -23,6 +26,30 @@ pub fn registry(mgr: &BdevManager, modules: &[RegisterRpcs]) -> MethodRegistry {
     }
     reg.set_state(RUNTIME);
     reg
+}
+
+/// Calls `method` with `params` in-process on `env`'s app thread, with a
+/// registry of `modules`' methods, and waits (blocking the calling thread,
+/// which must not be a reactor) up to 30 s for the answer.
+///
+/// # Panics
+/// When two modules register the same method, the app thread is gone or
+/// no answer comes in time.
+pub fn call_blocking(
+    env: &TestEnv,
+    modules: &[RegisterRpcs],
+    method: &str,
+    params: Value,
+) -> Result<Value, RpcError> {
+    let reg = registry(env.mgr(), modules);
+    let (resp, rx) = Responder::channel();
+    let method = method.to_string();
+    env.runtime()
+        .app_thread()
+        .send_msg(move || reg.dispatch(&method, Some(params), resp))
+        .expect("invariant: app thread alive");
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("an answer within 30 s")
 }
 
 /// Calls `method` with `params` in-process, as the server would, and waits

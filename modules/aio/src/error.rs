@@ -1,8 +1,6 @@
 //! The aio module's error type and its errno mapping (what the RPC handlers
 //! answer, SPDK's convention).
 
-use std::io;
-
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -19,57 +17,13 @@ pub enum Error {
     /// No aio bdev of that name.
     #[error("no aio bdev named {0}")]
     NotFound(String),
-    /// `open()` failed.
-    #[error("open {path}")]
-    Open {
-        /// The file.
-        path: String,
-        /// What open reported.
-        #[source]
-        source: io::Error,
-    },
-    /// Reading the file's type or size failed.
-    #[error("read size of {path}")]
-    Size {
-        /// The file.
-        path: String,
-        /// What the kernel reported.
-        #[source]
-        source: io::Error,
-    },
-    /// The path is a directory.
-    #[error("{0} is a directory")]
-    IsDirectory(String),
-    /// The path is neither a regular file nor a block device.
-    #[error("{0} is not a regular file or block device")]
-    UnsupportedFileType(String),
+    /// Opening, sizing or validating the backing file failed (the shared
+    /// kernel-file support's error; message and errno are its own).
+    #[error(transparent)]
+    File(#[from] bdevkit_kfile::Error),
     /// `nowait` asked for on something that is not a block device.
     #[error("nowait is only supported on block devices ({0} is not one)")]
     NowaitNotBlockDevice(String),
-    /// The block size is not a power of two >= 512 and >= the device's.
-    #[error("invalid block size {block_size} (detected {detected})")]
-    InvalidBlockSize {
-        /// Requested.
-        block_size: u32,
-        /// Detected from the device (0 = none).
-        detected: u32,
-    },
-    /// The file size is not a multiple of the block size.
-    #[error("size {size} of {path} is not a multiple of the block size {block_size}")]
-    SizeNotMultiple {
-        /// The file.
-        path: String,
-        /// Its size in bytes.
-        size: u64,
-        /// The block size.
-        block_size: u32,
-    },
-    /// The file is empty.
-    #[error("{0} is empty")]
-    Empty(String),
-    /// Shrinking a bdev that has open descriptors.
-    #[error("cannot shrink {0} while it is open")]
-    ShrinkWhileOpen(String),
     /// The bdev layer refused the bdev.
     #[error("register bdev")]
     Register(#[source] bdevkit::Error),
@@ -80,20 +34,36 @@ impl Error {
     #[must_use]
     pub fn errno(&self) -> i32 {
         match self {
-            Error::EmptyName
-            | Error::UnsupportedFileType(_)
-            | Error::InvalidBlockSize { .. }
-            | Error::SizeNotMultiple { .. }
-            | Error::Empty(_) => libc::EINVAL,
+            Error::EmptyName => libc::EINVAL,
             Error::Exists(_) => libc::EEXIST,
             Error::NotFound(_) => libc::ENODEV,
-            Error::Open { source, .. } | Error::Size { source, .. } => {
-                source.raw_os_error().unwrap_or(libc::EIO)
-            }
-            Error::IsDirectory(_) => libc::EISDIR,
+            Error::File(e) => e.errno(),
             Error::NowaitNotBlockDevice(_) => libc::ENOTSUP,
-            Error::ShrinkWhileOpen(_) => libc::EBUSY,
             Error::Register(e) => e.errno(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// A wrapped file error keeps its message, its source and its errno.
+    #[test]
+    fn file_errors_keep_message_source_and_errno() {
+        let source = std::io::Error::from_raw_os_error(libc::EACCES);
+        let e = Error::from(bdevkit_kfile::Error::Open {
+            path: "/x".into(),
+            source,
+        });
+        assert_eq!(
+            (e.to_string().as_str(), e.errno()),
+            ("open /x", libc::EACCES)
+        );
+        assert!(e
+            .source()
+            .is_some_and(|s| s.to_string().contains("os error 13")));
     }
 }

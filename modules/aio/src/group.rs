@@ -24,9 +24,10 @@ use std::sync::OnceLock;
 use bdevkit::bdev::{BdevIo, IoStatus, IoType};
 use bdevkit::error::BoxError;
 use bdevkit::thread::{InterruptFd, IoDevice, Poller, PollerStatus, Thread, ThreadHandle};
+use bdevkit_kfile::slots::{Op, Transfer};
 
 use crate::helper;
-use crate::sys::{self, Op, Table};
+use crate::sys::Table;
 
 /// Requests one thread's AIO context holds at once (SPDK uses 128).
 pub(crate) const GROUP_DEPTH: u32 = 256;
@@ -97,7 +98,7 @@ impl AioGroup {
         let t = Thread::try_current()?;
         let interrupt = t.runtime().map(|r| r.interrupt_mode()).unwrap_or(false);
         let efd = if interrupt {
-            Some(sys::eventfd()?)
+            Some(bdevkit_kfile::eventfd()?)
         } else {
             None
         };
@@ -161,7 +162,7 @@ impl GroupInner {
                 let fallback = self.st.borrow().no_fdsync.contains(&t.fd);
                 if fallback {
                     let fd = t.fd;
-                    self.run_blocking(io, move || sys::fdatasync(fd));
+                    self.run_blocking(io, move || bdevkit_kfile::fdatasync(fd));
                 } else {
                     self.queue(io, t);
                 }
@@ -173,14 +174,14 @@ impl GroupInner {
                 self.run_blocking(io, move || {
                     let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
                     if !zeroes {
-                        return sys::fallocate(fd, punch, off, len);
+                        return bdevkit_kfile::fallocate(fd, punch, off, len);
                     }
                     // Zero range where the file system has it (tmpfs does
                     // not); a punched hole reads back as zeroes too.
                     let zero = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-                    match sys::fallocate(fd, zero, off, len) {
+                    match bdevkit_kfile::fallocate(fd, zero, off, len) {
                         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                            sys::fallocate(fd, punch, off, len)
+                            bdevkit_kfile::fallocate(fd, punch, off, len)
                         }
                         r => r,
                     }
@@ -206,7 +207,7 @@ impl GroupInner {
         // must wake a reactor that might otherwise go to sleep first.
         if was_idle && !self.in_poll.get() {
             if let Some(fd) = &self.efd {
-                sys::eventfd_signal(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_signal(fd.as_raw_fd());
             }
         }
     }
@@ -282,7 +283,7 @@ impl GroupInner {
                 // About to report idle: reset the eventfd first, then look
                 // once more, so that a completion racing with the reset
                 // is either seen now or signals the eventfd again.
-                sys::eventfd_drain(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_drain(fd.as_raw_fd());
                 busy = self.step(&mut batch, &mut fallback);
             }
         }
@@ -292,7 +293,7 @@ impl GroupInner {
         }
         *self.batch.borrow_mut() = batch;
         for (io, fd) in fallback {
-            self.run_blocking(io, move || sys::fdatasync(fd));
+            self.run_blocking(io, move || bdevkit_kfile::fdatasync(fd));
         }
         self.in_poll.set(false);
         PollerStatus::from(work)
@@ -329,10 +330,10 @@ impl GroupInner {
             busy |= sub.accepted > 0 || sub.again;
             for (idx, errno) in failed.drain(..) {
                 let s = table.slot(idx);
-                let (op, fd) = (s.op, s.fd);
+                let (op, fd) = (s.op, s.file);
                 let Some(io) = table.take(idx) else { continue };
                 busy = true;
-                if op == Op::Fdsync && errno == libc::EINVAL {
+                if op == Op::Flush && errno == libc::EINVAL {
                     tracing::info!(
                         fd,
                         "IOCB_CMD_FDSYNC not supported for this file; flushing on a helper thread"
@@ -364,7 +365,7 @@ fn prep(table: &mut Table, io: BdevIo, t: Target) -> Result<(), BdevIo> {
     let (op, flags) = match io.io_type() {
         IoType::Read => (Op::Read, t.rw_flags),
         IoType::Write => (Op::Write, t.rw_flags),
-        _ => (Op::Fdsync, 0),
+        _ => (Op::Flush, 0),
     };
     let offset = io.offset_blocks() << t.block_shift;
     table.prep(io, op, t.fd, offset, flags, t.solo).map(|_| ())
@@ -373,8 +374,7 @@ fn prep(table: &mut Table, io: BdevIo, t: Target) -> Result<(), BdevIo> {
 /// Decides what a completion means: done (the I/O and its status), or
 /// queued again for the rest of a short transfer or after `EAGAIN`.
 fn finish(table: &mut Table, idx: u32, res: i64) -> Option<(BdevIo, IoStatus)> {
-    let s = table.slot(idx);
-    let (op, flags) = (s.op, s.rw_flags);
+    let flags = table.slot(idx).rw_flags;
     if res < 0 {
         let errno = i32::try_from(-res).unwrap_or(libc::EIO);
         return match errno {
@@ -391,23 +391,14 @@ fn finish(table: &mut Table, idx: u32, res: i64) -> Option<(BdevIo, IoStatus)> {
             _ => table.take(idx).map(|io| (io, IoStatus::Errno(errno))),
         };
     }
-    if op == Op::Fdsync {
-        return table.take(idx).map(|io| (io, IoStatus::Success));
-    }
-    let n = u64::try_from(res).unwrap_or(0);
-    let (done, len) = {
-        let s = table.slot(idx);
-        (s.done + n, s.len)
-    };
-    if done >= len {
-        return table.take(idx).map(|io| (io, IoStatus::Success));
-    }
-    if n == 0 {
+    match table.transferred(idx, u64::try_from(res).unwrap_or(0)) {
+        Transfer::Complete => table.take(idx).map(|io| (io, IoStatus::Success)),
         // End of file inside the bdev (the file shrank): no more data will
         // come, so fail rather than resubmit forever.
-        return table.take(idx).map(|io| (io, IoStatus::Errno(libc::EIO)));
+        Transfer::EndOfFile => table.take(idx).map(|io| (io, IoStatus::Errno(libc::EIO))),
+        Transfer::Partial => {
+            table.requeue_rest(idx, flags);
+            None
+        }
     }
-    table.set_done(idx, done);
-    table.requeue_rest(idx, flags);
-    None
 }

@@ -60,7 +60,6 @@
 #![warn(missing_docs)]
 
 mod error;
-mod file;
 mod group;
 mod helper;
 pub mod rpc;
@@ -70,7 +69,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use bdevkit::bdev::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, IoType};
+use bdevkit::bdev::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, IoType};
 use bdevkit::error::BoxError;
 use bdevkit::thread::IoChannel;
 use serde_json::{json, Value};
@@ -79,7 +78,7 @@ use uuid::Uuid;
 pub use error::{Error, Result};
 pub use rpc::AioCreateParams;
 
-use file::Kind;
+use bdevkit_kfile::Kind;
 use group::{AioGroup, Target};
 
 /// Module name.
@@ -221,32 +220,20 @@ pub fn create(mgr: &BdevManager, params: AioCreateParams) -> Result<Bdev> {
         return Err(Error::Exists(params.name));
     }
     let readonly = params.readonly.unwrap_or(false);
-    let backing = file::open(&params.filename, readonly)?;
+    let backing = bdevkit_kfile::open(&params.filename, readonly)?;
     let nowait = params.nowait.unwrap_or(false);
     if nowait && backing.kind != Kind::Block {
         return Err(Error::NowaitNotBlockDevice(params.filename));
     }
-    let block_size =
-        file::choose_block_size(params.block_size.unwrap_or(0), backing.detected_block_size)?;
-    if !backing.size.is_multiple_of(u64::from(block_size)) {
-        return Err(Error::SizeNotMultiple {
-            path: params.filename,
-            size: backing.size,
-            block_size,
-        });
-    }
-    let num_blocks = backing.size / u64::from(block_size);
-    if num_blocks == 0 {
-        return Err(Error::Empty(params.filename));
-    }
-    let block_shift = block_size.trailing_zeros();
-    let mut props = BdevProps::new(&params.name, PRODUCT_NAME, block_size, num_blocks);
+    let geometry = backing.geometry(&params.filename, params.block_size.unwrap_or(0))?;
+    let (block_size, block_shift, num_blocks) = (
+        geometry.block_size,
+        geometry.block_shift,
+        geometry.num_blocks,
+    );
+    let mut props = bdevkit_kfile::props(&params.name, PRODUCT_NAME, geometry);
     let uuid = params.uuid.unwrap_or_else(Uuid::new_v4);
     props.uuid = Some(uuid);
-    props.required_alignment = u8::try_from(block_shift).unwrap_or(12);
-    props.write_cache = true;
-    // IOV_MAX: the kernel refuses longer iovec arrays.
-    props.max_num_segments = 1024;
     let bdev = AioBdev {
         fallocate: params.fallocate.unwrap_or(false),
         readonly,
@@ -296,23 +283,14 @@ pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Sen
 /// bdev. Shrinking while descriptors are open fails with `EBUSY` (as SPDK).
 pub fn rescan(mgr: &BdevManager, name: &str) -> Result<()> {
     let (b, a) = find(mgr, name)?;
-    let size = file::size(&a.file, a.kind).map_err(|source| Error::Size {
-        path: a.params.filename.clone(),
-        source,
-    })?;
-    let blocks = size / u64::from(a.block_size);
-    let old = b.num_blocks();
-    if blocks == old {
-        return Ok(());
-    }
-    if blocks == 0 {
-        tracing::info!(bdev = %b.name(), "backing file is empty; removing bdev");
-        mgr.unregister(&b, || {});
-        return Ok(());
-    }
-    if blocks < old && b.open_descriptors() > 0 {
-        return Err(Error::ShrinkWhileOpen(name.to_string()));
-    }
-    b.notify_resize(blocks);
+    bdevkit_kfile::rescan(
+        mgr,
+        name,
+        &b,
+        &a.file,
+        a.kind,
+        &a.params.filename,
+        a.block_size,
+    )?;
     Ok(())
 }

@@ -1,21 +1,23 @@
 //! The only unsafe code of the crate: Linux AIO through raw syscalls, the
-//! in-flight table whose slots own everything the kernel may touch, the
-//! user-space reaping of the completion ring, and the few file syscalls
-//! std does not wrap (block device ioctls, fallocate, fdatasync, eventfd).
+//! in-flight table whose slots own everything the kernel may touch, and the
+//! user-space reaping of the completion ring. (The file system calls std
+//! does not wrap are `bdevkit_kfile`'s.)
 //!
-//! The table is the safety boundary. A slot owns its [`BdevIo`] (and so the
-//! data buffers and the iovec array the iocb points at) from [`Table::prep`]
+//! The table is the safety boundary. Its slots (`bdevkit_kfile`'s in-flight
+//! table, [`Slots`]) own each request's [`BdevIo`] (and so the data
+//! buffers and the iovec array the iocb points at) from [`Table::prep`]
 //! until the kernel reported its completion and [`Table::take`] hands it
 //! back; `take` refuses while the kernel may still use it. The iocbs live in
-//! a boxed slice that never reallocates. `io_destroy` (in `Drop`) waits for
-//! every request the kernel still holds before the slots are dropped.
+//! a boxed slice beside the slots that never reallocates. `io_destroy` (in
+//! `Drop`) waits for every request the kernel still holds before the slots
+//! are dropped.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bdevkit::bdev::{BdevIo, IoVec};
+use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
 
 // ---- kernel ABI (include/uapi/linux/aio_abi.h) ----
 
@@ -88,74 +90,6 @@ fn syscall_result(r: libc::c_long) -> io::Result<usize> {
     }
 }
 
-/// What a slot is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SlotState {
-    /// Unused.
-    Free,
-    /// Prepared, not yet given to the kernel: the owner may still take it.
-    Queued,
-    /// Submitted: the kernel may use its buffers.
-    InKernel,
-    /// The kernel reported completion: buffers are the owner's again.
-    Reaped,
-}
-
-/// The operation of a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Vectored read.
-    Read,
-    /// Vectored write.
-    Write,
-    /// `fdatasync` run by the kernel's AIO workqueue.
-    Fdsync,
-}
-
-/// One in-flight request. The fields other than the iocb and the I/O are
-/// bookkeeping for the owner (the group).
-#[derive(Debug)]
-pub(crate) struct Slot {
-    iocb: Iocb,
-    io: Option<BdevIo>,
-    /// The rest of the data after a short transfer (kernel-visible while the
-    /// resubmission is in flight).
-    rest: Vec<IoVec>,
-    state: SlotState,
-    /// Operation.
-    pub(crate) op: Op,
-    /// File.
-    pub(crate) fd: RawFd,
-    /// Byte offset of the whole request.
-    pub(crate) offset: u64,
-    /// Bytes of the whole request.
-    pub(crate) len: u64,
-    /// Bytes transferred so far (short transfers).
-    pub(crate) done: u64,
-    /// `RWF_*` flags of the request.
-    pub(crate) rw_flags: i32,
-    /// Hand to the kernel in an `io_submit` of its own (see [`Table::submit`]).
-    solo: bool,
-}
-
-impl Slot {
-    fn new() -> Slot {
-        Slot {
-            iocb: Iocb::default(),
-            io: None,
-            rest: Vec::new(),
-            state: SlotState::Free,
-            op: Op::Read,
-            fd: -1,
-            offset: 0,
-            len: 0,
-            done: 0,
-            rw_flags: 0,
-            solo: false,
-        }
-    }
-}
-
 /// Outcome of [`Table::submit`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Submitted {
@@ -172,8 +106,10 @@ pub(crate) struct Table {
     /// Whether completions can be read from the mapped ring (else
     /// `io_getevents`).
     user_reap: bool,
-    slots: Box<[Slot]>,
-    free: Vec<u32>,
+    /// The requests; a slot's file is its descriptor.
+    slots: Slots<RawFd>,
+    /// The iocb of each slot, same index.
+    iocbs: Box<[Iocb]>,
     queued: Vec<u32>,
     ptrs: Vec<*mut Iocb>,
     events: Box<[IoEvent]>,
@@ -203,8 +139,8 @@ impl Table {
         Ok(Table {
             ctx,
             user_reap,
-            slots: (0..n).map(|_| Slot::new()).collect(),
-            free: (0..depth).rev().collect(),
+            slots: Slots::new(depth, -1),
+            iocbs: vec![Iocb::default(); n].into_boxed_slice(),
             queued: Vec::with_capacity(n),
             ptrs: Vec::with_capacity(n),
             events: vec![IoEvent::default(); n].into_boxed_slice(),
@@ -225,12 +161,12 @@ impl Table {
 
     /// Whether a slot is free.
     pub(crate) fn has_free(&self) -> bool {
-        !self.free.is_empty()
+        self.slots.has_free()
     }
 
     /// The slot `idx`.
-    pub(crate) fn slot(&self, idx: u32) -> &Slot {
-        &self.slots[idx as usize]
+    pub(crate) fn slot(&self, idx: u32) -> &Slot<RawFd> {
+        self.slots.get(idx)
     }
 
     /// Takes a free slot for `io` and queues the request: `op` on `fd` at
@@ -245,53 +181,27 @@ impl Table {
         rw_flags: i32,
         solo: bool,
     ) -> Result<u32, BdevIo> {
-        let Some(idx) = self.free.pop() else {
-            return Err(io);
-        };
-        let len = if op == Op::Fdsync {
-            0
-        } else {
-            io.iovs().iter().map(|v| v.len as u64).sum()
-        };
-        let s = &mut self.slots[idx as usize];
-        s.io = Some(io);
-        s.op = op;
-        s.fd = fd;
-        s.offset = offset;
-        s.len = len;
-        s.done = 0;
-        s.rw_flags = rw_flags;
-        s.solo = solo;
+        let idx = self.slots.prep(io, op, fd, offset, rw_flags, solo)?;
         self.fill_iocb(idx, false);
         Ok(idx)
     }
 
-    /// Records that slot `idx` has transferred `done` bytes so far.
-    pub(crate) fn set_done(&mut self, idx: u32, done: u64) {
-        self.slots[idx as usize].done = done;
+    /// Slot `idx` (reaped) transferred `n` more bytes: what that means.
+    pub(crate) fn transferred(&mut self, idx: u32, n: u64) -> Transfer {
+        self.slots.transferred(idx, n)
     }
 
-    /// Queues slot `idx` again for what is left after `s.done` bytes (a
+    /// Queues slot `idx` again for what is left after its `done` bytes (a
     /// short transfer), with `rw_flags`. The slot must be reaped.
     pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
-        let s = &mut self.slots[idx as usize];
-        debug_assert_eq!(s.state, SlotState::Reaped);
-        s.rw_flags = rw_flags;
-        let io =
-            s.io.as_ref()
-                .expect("invariant: a reaped slot holds its I/O");
-        let done = usize::try_from(s.done).unwrap_or(usize::MAX);
-        advance_iovs(io.iovs(), done, &mut s.rest);
+        self.slots.requeue_rest(idx, rw_flags);
         self.fill_iocb(idx, true);
     }
 
     fn fill_iocb(&mut self, idx: u32, use_rest: bool) {
         let resfd = self.resfd;
-        let s = &mut self.slots[idx as usize];
-        let io =
-            s.io.as_ref()
-                .expect("invariant: a prepared slot holds its I/O");
-        let iovs: &[IoVec] = if use_rest { &s.rest } else { io.iovs() };
+        let s = self.slots.get(idx);
+        let iovs: &[IoVec] = s.segments(use_rest);
         // One segment: PREAD/PWRITE name the buffer directly (the kernel
         // imports no iovec); several: PREADV/PWRITEV with the array.
         let (opcode, buf, nbytes) = match (s.op, iovs) {
@@ -299,21 +209,20 @@ impl Table {
             (Op::Write, [one]) => (IOCB_CMD_PWRITE, one.base as u64, one.len as u64),
             (Op::Read, _) => (IOCB_CMD_PREADV, iovs.as_ptr() as u64, iovs.len() as u64),
             (Op::Write, _) => (IOCB_CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64),
-            (Op::Fdsync, _) => (IOCB_CMD_FDSYNC, 0, 0),
+            (Op::Flush, _) => (IOCB_CMD_FDSYNC, 0, 0),
         };
-        s.iocb = Iocb {
+        self.iocbs[idx as usize] = Iocb {
             aio_data: u64::from(idx),
             aio_rw_flags: s.rw_flags,
             aio_lio_opcode: opcode,
-            aio_fildes: u32::try_from(s.fd).unwrap_or(u32::MAX),
+            aio_fildes: u32::try_from(s.file).unwrap_or(u32::MAX),
             aio_buf: buf,
             aio_nbytes: nbytes,
-            aio_offset: i64::try_from(s.offset + s.done).unwrap_or(i64::MAX),
+            aio_offset: i64::try_from(s.next_offset()).unwrap_or(i64::MAX),
             aio_flags: if resfd.is_some() { IOCB_FLAG_RESFD } else { 0 },
             aio_resfd: resfd.and_then(|f| u32::try_from(f).ok()).unwrap_or(0),
             ..Iocb::default()
         };
-        s.state = SlotState::Queued;
         self.queued.push(idx);
     }
 
@@ -331,28 +240,28 @@ impl Table {
         let mut first = 0;
         while first < self.queued.len() {
             self.ptrs.clear();
-            let solo = self.slots[self.queued[first] as usize].solo;
+            let solo = self.slots.get(self.queued[first]).solo;
             for &idx in &self.queued[first..] {
-                let s = &mut self.slots[idx as usize];
-                if !self.ptrs.is_empty() && (solo || s.solo) {
+                if !self.ptrs.is_empty() && (solo || self.slots.get(idx).solo) {
                     break;
                 }
-                self.ptrs.push(&raw mut s.iocb);
+                self.ptrs.push(&raw mut self.iocbs[idx as usize]);
             }
             let nr = libc::c_long::try_from(self.ptrs.len()).unwrap_or(libc::c_long::MAX);
             // SAFETY: every pointer points at the iocb of a Queued slot in
-            // `self.slots`, a boxed slice that is never reallocated. Each
-            // iocb's iovec array is the slot's I/O's segment list or the
-            // slot's `rest`, and the data behind it is owned by the slot's
-            // BdevIo; the slot keeps both until the kernel reports the
-            // completion (`take` refuses InKernel slots) and io_destroy in
-            // Drop waits for any request still in the kernel.
+            // `self.iocbs`, a boxed slice that is never reallocated. Each
+            // iocb's buffer or iovec array is the slot's segments (its I/O's
+            // segment list or the slot's `rest`), and the data behind it is
+            // owned by the slot's BdevIo; the table keeps both until the
+            // kernel reports the completion (`Slots::take` refuses InKernel
+            // slots, the segments change only for reaped ones) and
+            // io_destroy in Drop waits for any request still in the kernel.
             let r =
                 unsafe { libc::syscall(libc::SYS_io_submit, self.ctx, nr, self.ptrs.as_mut_ptr()) };
             match syscall_result(r) {
                 Ok(n) => {
                     for &idx in &self.queued[first..first + n] {
-                        self.slots[idx as usize].state = SlotState::InKernel;
+                        self.slots.mark_in_kernel(idx);
                     }
                     self.in_kernel += u32::try_from(n).unwrap_or(u32::MAX);
                     out.accepted += n;
@@ -370,7 +279,7 @@ impl Table {
                     // The first request was refused; the ones after it were
                     // not looked at.
                     let idx = self.queued[first];
-                    self.slots[idx as usize].state = SlotState::Reaped;
+                    self.slots.refuse(idx);
                     failed.push((idx, e.raw_os_error().unwrap_or(libc::EIO)));
                     first += 1;
                 }
@@ -395,12 +304,9 @@ impl Table {
             let Ok(idx) = u32::try_from(ev.data) else {
                 continue;
             };
-            if let Some(s) = self.slots.get_mut(idx as usize) {
-                if s.state == SlotState::InKernel {
-                    s.state = SlotState::Reaped;
-                    self.in_kernel -= 1;
-                    out.push((idx, ev.res));
-                }
+            if self.slots.complete(idx) {
+                self.in_kernel -= 1;
+                out.push((idx, ev.res));
             }
         }
         n
@@ -473,19 +379,20 @@ impl Table {
 
     /// Takes the I/O back from a slot the kernel is done with (or never
     /// saw) and frees the slot. `None` while the kernel may use it.
+    #[inline]
     pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
-        let s = self.slots.get_mut(idx as usize)?;
-        match s.state {
-            SlotState::Reaped => {}
-            SlotState::Queued => {
-                self.queued.retain(|q| *q != idx);
-            }
-            SlotState::Free | SlotState::InKernel => return None,
+        match self.slots.take(idx) {
+            Some(io) => Some(io),
+            None => self.cancel(idx),
         }
-        s.state = SlotState::Free;
-        s.rest.clear();
-        self.free.push(idx);
-        s.io.take()
+    }
+
+    /// [`Table::take`] of a slot still queued: out of the queue too.
+    #[cold]
+    fn cancel(&mut self, idx: u32) -> Option<BdevIo> {
+        let io = self.slots.cancel(idx)?;
+        self.queued.retain(|q| *q != idx);
+        Some(io)
     }
 }
 
@@ -499,132 +406,5 @@ impl Drop for Table {
         if r < 0 {
             tracing::warn!(error = %io::Error::last_os_error(), "io_destroy failed");
         }
-    }
-}
-
-/// The segments of `iovs` after the first `skip` bytes, into `out`.
-pub(crate) fn advance_iovs(iovs: &[IoVec], skip: usize, out: &mut Vec<IoVec>) {
-    out.clear();
-    let mut skip = skip;
-    for v in iovs {
-        if skip >= v.len {
-            skip -= v.len;
-            continue;
-        }
-        out.push(IoVec {
-            base: v.base.wrapping_add(skip),
-            len: v.len - skip,
-        });
-        skip = 0;
-    }
-}
-
-// ---- files ----
-
-/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-/// `BLKSSZGET`: `_IO(0x12, 104)`.
-const BLKSSZGET: libc::c_ulong = 0x1268;
-
-/// Size in bytes and logical block size of a block device.
-pub(crate) fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
-    let mut size: u64 = 0;
-    let mut bs: libc::c_int = 0;
-    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((size, u32::try_from(bs).unwrap_or(0)))
-}
-
-/// Clears `O_NONBLOCK` (files are opened with it so that opening a FIFO
-/// cannot block the reactor; it must not stay on for regular I/O).
-pub(crate) fn clear_nonblock(f: &File) -> io::Result<()> {
-    let fd = f.as_raw_fd();
-    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// `fallocate(fd, mode, offset, len)`.
-pub(crate) fn fallocate(fd: RawFd, mode: i32, offset: u64, len: u64) -> io::Result<()> {
-    let off =
-        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: fallocate takes plain integers; a stale fd yields EBADF.
-    if unsafe { libc::fallocate(fd, mode, off, len) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// `fdatasync(fd)`.
-pub(crate) fn fdatasync(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fdatasync takes a plain fd; a stale fd yields EBADF.
-    if unsafe { libc::fdatasync(fd) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A non-blocking eventfd.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly created descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Resets an eventfd's counter (non-blocking read).
-pub(crate) fn eventfd_drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
-    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
-}
-
-/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
-pub(crate) fn eventfd_signal(fd: RawFd) {
-    let v: u64 = 1;
-    // SAFETY: writes 8 bytes from a live local.
-    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(base: usize, len: usize) -> IoVec {
-        IoVec {
-            base: base as *mut u8,
-            len,
-        }
-    }
-
-    #[test]
-    fn advance_skips_whole_and_partial_segments() {
-        let iovs = [v(0x1000, 512), v(0x4000, 1024), v(0x9000, 512)];
-        let mut out = Vec::new();
-        advance_iovs(&iovs, 0, &mut out);
-        assert_eq!(out, iovs);
-        advance_iovs(&iovs, 512, &mut out);
-        assert_eq!(out, [v(0x4000, 1024), v(0x9000, 512)]);
-        advance_iovs(&iovs, 700, &mut out);
-        assert_eq!(out, [v(0x4000 + 188, 836), v(0x9000, 512)]);
-        advance_iovs(&iovs, 2047, &mut out);
-        assert_eq!(out, [v(0x9000 + 511, 1)]);
-        advance_iovs(&iovs, 2048, &mut out);
-        assert!(out.is_empty());
     }
 }

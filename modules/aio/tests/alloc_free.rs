@@ -1,145 +1,22 @@
 //! After warm-up, 100 000 reads and writes at QD 32 on an aio bdev over a
 //! tmpfs file cause zero heap allocations: the aio module's submission,
 //! kernel round trip, reaping and batch completion allocate nothing per
-//! I/O in steady state.
+//! I/O in steady state (the scenario is `bdevkit_test::kernel`'s).
+
+mod common;
 
 #[cfg(test)]
 mod tests {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::{Cell, RefCell};
-    use std::rc::Rc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::mpsc;
+    use bdevkit_test::kernel;
+    use bdevkit_test::steady::CountingAlloc;
 
-    use bdevkit::bdev::{BdevChannel, BdevDesc, BdevIo, IoCompletion, IoStatus};
-    use bdevkit::dma::DmaBuf;
-    use bdevkit_aio::AioCreateParams;
-    use bdevkit_test::TestEnv;
-
-    struct Counting;
-    static COUNTING: AtomicBool = AtomicBool::new(false);
-    static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-    // SAFETY: forwards to the system allocator; only counts calls.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            if COUNTING.load(Ordering::Relaxed) {
-                ALLOCS.fetch_add(1, Ordering::Relaxed);
-            }
-            // SAFETY: same contract as ours.
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: same contract as ours.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-            if COUNTING.load(Ordering::Relaxed) {
-                ALLOCS.fetch_add(1, Ordering::Relaxed);
-            }
-            // SAFETY: same contract as ours.
-            unsafe { System.realloc(ptr, layout, new) }
-        }
-    }
+    use super::common::AIO;
 
     #[global_allocator]
-    static GLOBAL: Counting = Counting;
-
-    const WARMUP: u64 = 20_000;
-    const MEASURED: u64 = 100_000;
-    const QD: u64 = 32;
-
-    struct Driver {
-        ch: BdevChannel,
-        desc: RefCell<Option<BdevDesc>>,
-        me: RefCell<Option<Rc<dyn IoCompletion>>>,
-        done_ios: Cell<u64>,
-        submitted: Cell<u64>,
-        failures: Cell<u64>,
-        finished: RefCell<Option<mpsc::Sender<u64>>>,
-    }
-
-    impl Driver {
-        fn issue(&self, buf: DmaBuf) {
-            let n = self.submitted.get();
-            self.submitted.set(n + 1);
-            let mut io = self.ch.alloc_io().expect("pool");
-            let off = (n * 7919) % 1024;
-            if n.is_multiple_of(2) {
-                io.read(off, 1, buf);
-            } else {
-                io.write(off, 1, buf);
-            }
-            if let Some(h) = self.me.borrow().as_ref() {
-                io.on_done(Rc::clone(h));
-            }
-            assert!(self.ch.submit(io).is_ok());
-        }
-    }
-
-    impl IoCompletion for Driver {
-        fn io_done(&self, mut io: BdevIo) {
-            if io.status() != IoStatus::Success {
-                self.failures.set(self.failures.get() + 1);
-            }
-            let buf = io.take_buf().expect("buffer");
-            drop(io);
-            let done = self.done_ios.get() + 1;
-            self.done_ios.set(done);
-            if done == WARMUP {
-                COUNTING.store(true, Ordering::SeqCst);
-            }
-            if done == WARMUP + MEASURED {
-                COUNTING.store(false, Ordering::SeqCst);
-            }
-            if self.submitted.get() < WARMUP + MEASURED + QD {
-                self.issue(buf);
-            } else if done == self.submitted.get() {
-                self.me.borrow_mut().take();
-                self.desc.borrow_mut().take();
-                if let Some(tx) = self.finished.borrow_mut().take() {
-                    let _ = tx.send(self.failures.get());
-                }
-            }
-        }
-    }
+    static GLOBAL: CountingAlloc = CountingAlloc;
 
     #[test]
     fn steady_state_io_allocates_nothing() {
-        let path = format!("/dev/shm/bdevkit-aio-alloc-{}", std::process::id());
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(4 << 20)
-            .unwrap();
-        let env = TestEnv::with_modules("0x1", &[bdevkit_aio::register]);
-        let (tx, rx) = mpsc::channel();
-        let p2 = path.clone();
-        env.run(move |mgr| async move {
-            let mut p = AioCreateParams::new("aio0", p2);
-            p.block_size = Some(4096);
-            bdevkit_aio::create(&mgr, p).unwrap();
-            let desc = mgr.open("aio0", true, |_| {}).unwrap();
-            let d = Rc::new(Driver {
-                ch: desc.get_io_channel().unwrap(),
-                desc: RefCell::new(Some(desc)),
-                me: RefCell::new(None),
-                done_ios: Cell::new(0),
-                submitted: Cell::new(0),
-                failures: Cell::new(0),
-                finished: RefCell::new(Some(tx)),
-            });
-            *d.me.borrow_mut() = Some(Rc::clone(&d) as Rc<dyn IoCompletion>);
-            for _ in 0..QD {
-                d.issue(DmaBuf::new(4096).unwrap());
-            }
-        });
-        let failures = rx.recv().unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(failures, 0);
-        let allocs = ALLOCS.load(Ordering::SeqCst);
-        assert_eq!(
-            allocs, 0,
-            "{allocs} heap allocations during {MEASURED} steady-state I/Os"
-        );
+        kernel::steady_state_io_allocates_nothing(&AIO);
     }
 }

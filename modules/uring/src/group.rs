@@ -24,9 +24,10 @@ use std::sync::OnceLock;
 use bdevkit::bdev::{BdevIo, IoStatus, IoType};
 use bdevkit::error::BoxError;
 use bdevkit::thread::{InterruptFd, IoDevice, Poller, PollerStatus, Thread};
+use bdevkit_kfile::slots::{Op, Transfer};
 
 use crate::probe;
-use crate::sys::{self, FileRef, Op, Ring};
+use crate::sys::{self, FileRef, Ring};
 
 /// Ring of a target: the plain one or the `IOPOLL` one.
 pub(crate) const PLAIN: usize = 0;
@@ -101,7 +102,7 @@ impl UringGroup {
         let t = Thread::try_current()?;
         let interrupt = t.runtime().map(|r| r.interrupt_mode()).unwrap_or(false);
         let efd = if interrupt {
-            Some(sys::eventfd()?)
+            Some(bdevkit_kfile::eventfd()?)
         } else {
             None
         };
@@ -216,7 +217,7 @@ impl GroupInner {
         // might otherwise go to sleep before the poller pushes it.
         if was_idle && !self.in_poll.get() {
             if let Some(fd) = &self.efd {
-                sys::eventfd_signal(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_signal(fd.as_raw_fd());
             }
         }
     }
@@ -230,7 +231,7 @@ impl GroupInner {
                 // About to report idle: reset the eventfd, then look once
                 // more, so a completion racing with the reset is seen now
                 // or signals the eventfd again.
-                sys::eventfd_drain(fd.as_raw_fd());
+                bdevkit_kfile::eventfd_drain(fd.as_raw_fd());
                 busy = self.step(&mut batch);
             }
         }
@@ -318,7 +319,7 @@ fn prep(rings: &mut [Option<Ring>; 2], io: BdevIo, t: Target) -> Result<(), Bdev
     let op = match io.io_type() {
         IoType::Read => Op::Read,
         IoType::Write => Op::Write,
-        _ => Op::Fsync,
+        _ => Op::Flush,
     };
     let offset = io.offset_blocks() << t.block_shift;
     ring.prep(io, op, t.file, offset, 0, t.solo).map(|_| ())
@@ -327,8 +328,7 @@ fn prep(rings: &mut [Option<Ring>; 2], io: BdevIo, t: Target) -> Result<(), Bdev
 /// Decides what a completion means: done (the I/O and its status), or
 /// pushed again for the rest of a short transfer or after `EAGAIN`.
 fn finish(ring: &mut Ring, idx: u32, res: i32) -> Option<(BdevIo, IoStatus)> {
-    let s = ring.slot(idx);
-    let (op, flags) = (s.op, s.rw_flags);
+    let flags = ring.slot(idx).rw_flags;
     if res < 0 {
         return match -res {
             libc::EAGAIN | libc::EINTR => {
@@ -339,23 +339,14 @@ fn finish(ring: &mut Ring, idx: u32, res: i32) -> Option<(BdevIo, IoStatus)> {
             errno => ring.take(idx).map(|io| (io, IoStatus::Errno(errno))),
         };
     }
-    if op == Op::Fsync {
-        return ring.take(idx).map(|io| (io, IoStatus::Success));
-    }
-    let n = u64::try_from(res).unwrap_or(0);
-    let (done, len) = {
-        let s = ring.slot(idx);
-        (s.done + n, s.len)
-    };
-    if done >= len {
-        return ring.take(idx).map(|io| (io, IoStatus::Success));
-    }
-    if n == 0 {
+    match ring.transferred(idx, u64::try_from(res).unwrap_or(0)) {
+        Transfer::Complete => ring.take(idx).map(|io| (io, IoStatus::Success)),
         // End of file inside the bdev (the file shrank): fail rather than
         // resubmit forever.
-        return ring.take(idx).map(|io| (io, IoStatus::Errno(libc::EIO)));
+        Transfer::EndOfFile => ring.take(idx).map(|io| (io, IoStatus::Errno(libc::EIO))),
+        Transfer::Partial => {
+            ring.requeue_rest(idx, flags);
+            None
+        }
     }
-    ring.set_done(idx, done);
-    ring.requeue_rest(idx, flags);
-    None
 }

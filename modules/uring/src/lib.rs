@@ -70,7 +70,6 @@
 #![warn(missing_docs)]
 
 mod error;
-mod file;
 mod group;
 mod probe;
 pub mod rpc;
@@ -80,7 +79,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use bdevkit::bdev::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, IoType};
+use bdevkit::bdev::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, IoType};
 use bdevkit::error::BoxError;
 use bdevkit::thread::IoChannel;
 use serde_json::{json, Value};
@@ -90,7 +89,7 @@ pub use error::{Error, Result};
 pub use probe::{options, set_options, UringOptions};
 pub use rpc::UringCreateParams;
 
-use file::Kind;
+use bdevkit_kfile::Kind;
 use group::{Target, UringGroup};
 
 /// Module name.
@@ -231,20 +230,13 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
         return Err(Error::Exists(params.name));
     }
     let base = probe::base_setup().map_err(Error::Unavailable)?;
-    let backing = file::open(&params.filename, false)?;
-    let block_size =
-        file::choose_block_size(params.block_size.unwrap_or(0), backing.detected_block_size)?;
-    if !backing.size.is_multiple_of(u64::from(block_size)) {
-        return Err(Error::SizeNotMultiple {
-            path: params.filename,
-            size: backing.size,
-            block_size,
-        });
-    }
-    let num_blocks = backing.size / u64::from(block_size);
-    if num_blocks == 0 {
-        return Err(Error::Empty(params.filename));
-    }
+    let backing = bdevkit_kfile::open(&params.filename, false)?;
+    let geometry = backing.geometry(&params.filename, params.block_size.unwrap_or(0))?;
+    let (block_size, block_shift, num_blocks) = (
+        geometry.block_size,
+        geometry.block_shift,
+        geometry.num_blocks,
+    );
     let polled = options().iopoll
         && backing.kind == Kind::Block
         && backing.direct
@@ -256,14 +248,9 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
             }
         };
     let punts = !sys::supports_nowait(backing.file.as_raw_fd(), block_size);
-    let block_shift = block_size.trailing_zeros();
     let uuid = params.uuid.unwrap_or_else(Uuid::new_v4);
-    let mut props = BdevProps::new(&params.name, PRODUCT_NAME, block_size, num_blocks);
+    let mut props = bdevkit_kfile::props(&params.name, PRODUCT_NAME, geometry);
     props.uuid = Some(uuid);
-    props.required_alignment = u8::try_from(block_shift).unwrap_or(12);
-    props.write_cache = true;
-    // IOV_MAX: the kernel refuses longer iovec arrays.
-    props.max_num_segments = 1024;
     let bdev = UringBdev {
         params,
         file: backing.file,
@@ -312,23 +299,14 @@ pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Sen
 /// bdev. Shrinking while descriptors are open fails with `EBUSY` (as SPDK).
 pub fn rescan(mgr: &BdevManager, name: &str) -> Result<()> {
     let (b, u) = find(mgr, name)?;
-    let size = file::size(&u.file, u.kind).map_err(|source| Error::Size {
-        path: u.params.filename.clone(),
-        source,
-    })?;
-    let blocks = size / u64::from(u.block_size);
-    let old = b.num_blocks();
-    if blocks == old {
-        return Ok(());
-    }
-    if blocks == 0 {
-        tracing::info!(bdev = %b.name(), "backing file is empty; removing bdev");
-        mgr.unregister(&b, || {});
-        return Ok(());
-    }
-    if blocks < old && b.open_descriptors() > 0 {
-        return Err(Error::ShrinkWhileOpen(name.to_string()));
-    }
-    b.notify_resize(blocks);
+    bdevkit_kfile::rescan(
+        mgr,
+        name,
+        &b,
+        &u.file,
+        u.kind,
+        &u.params.filename,
+        u.block_size,
+    )?;
     Ok(())
 }

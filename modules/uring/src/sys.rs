@@ -1,42 +1,21 @@
 //! The only unsafe code of the crate: an io_uring ring with its in-flight
-//! table, whose slots own everything the kernel may touch, plus the few
-//! file syscalls std does not wrap (block device ioctls, eventfd, fcntl).
+//! table, whose slots own everything the kernel may touch, plus the probes
+//! that read a file directly and `sched_yield`. (The file system calls std
+//! does not wrap are `bdevkit_kfile`'s.)
 //!
 //! The table is the safety boundary: callers hand a [`BdevIo`] to
 //! [`Ring::prep`], which builds the SQE from the I/O's own iovec array and
-//! keeps the I/O (so its buffers) in the slot whose index is the SQE's
-//! `user_data`. [`Ring::take`] gives it back only once the kernel posted
-//! the completion. `Drop` waits for every request still in the kernel
-//! before the slots are dropped.
+//! keeps the I/O (so its buffers) in the slot (`bdevkit_kfile`'s in-flight
+//! table, [`Slots`]) whose index is the SQE's `user_data`. [`Ring::take`]
+//! gives it back only once the kernel posted the completion. `Drop` waits
+//! for every request still in the kernel before the slots are dropped.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use bdevkit::bdev::{BdevIo, IoVec};
+use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-
-/// What a slot is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SlotState {
-    Free,
-    /// Its SQE was pushed: the kernel may use its buffers (with SQPOLL even
-    /// before the next `io_uring_enter`).
-    InKernel,
-    /// The completion was reaped: buffers are the owner's again.
-    Reaped,
-}
-
-/// The operation of a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Read into the I/O's segments.
-    Read,
-    /// Write from the I/O's segments.
-    Write,
-    /// `fdatasync`.
-    Fsync,
-}
 
 /// How an SQE names its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,30 +24,6 @@ pub(crate) enum FileRef {
     Fixed(u32),
     /// A plain descriptor (the table was full).
     Raw(RawFd),
-}
-
-/// One in-flight request. Fields other than the I/O are bookkeeping for
-/// the owner (the group).
-#[derive(Debug)]
-pub(crate) struct Slot {
-    io: Option<BdevIo>,
-    /// The rest of the data after a short transfer.
-    rest: Vec<IoVec>,
-    state: SlotState,
-    /// Operation.
-    pub(crate) op: Op,
-    /// File.
-    pub(crate) file: FileRef,
-    /// Byte offset of the whole request.
-    pub(crate) offset: u64,
-    /// Bytes of the whole request.
-    pub(crate) len: u64,
-    /// Bytes transferred so far.
-    pub(crate) done: u64,
-    /// `RWF_*` flags.
-    pub(crate) rw_flags: i32,
-    /// Submit with an `io_uring_enter` of its own (see [`Ring::enter`]).
-    solo: bool,
 }
 
 /// How a ring was set up.
@@ -113,8 +68,8 @@ const _: () = assert!(std::mem::size_of::<RsrcUpdate>() == 16);
 pub(crate) struct Ring {
     // Field order is drop order: `Drop` drains the kernel first, then the
     // slots (the I/Os and their buffers) drop, then the ring is unmapped.
-    slots: Box<[Slot]>,
-    free: Vec<u32>,
+    /// The requests; a slot's file is its [`FileRef`].
+    slots: Slots<FileRef>,
     files_free: Vec<u32>,
     in_kernel: u32,
     pushed: u32,
@@ -171,21 +126,7 @@ impl Ring {
         let n = ring.params().sq_entries();
         let reg_index = register_ring_fd(ring.as_raw_fd());
         Ok(Ring {
-            slots: (0..n)
-                .map(|_| Slot {
-                    io: None,
-                    rest: Vec::new(),
-                    state: SlotState::Free,
-                    op: Op::Read,
-                    file: FileRef::Raw(-1),
-                    offset: 0,
-                    len: 0,
-                    done: 0,
-                    rw_flags: 0,
-                    solo: false,
-                })
-                .collect(),
-            free: (0..n).rev().collect(),
+            slots: Slots::new(n, FileRef::Raw(-1)),
             files_free: files,
             in_kernel: 0,
             pushed: 0,
@@ -247,8 +188,8 @@ impl Ring {
     }
 
     /// The slot `idx`.
-    pub(crate) fn slot(&self, idx: u32) -> &Slot {
-        &self.slots[idx as usize]
+    pub(crate) fn slot(&self, idx: u32) -> &Slot<FileRef> {
+        self.slots.get(idx)
     }
 
     /// Takes a free slot for `io` and pushes its SQE: `op` on `file` at
@@ -263,55 +204,28 @@ impl Ring {
         rw_flags: i32,
         solo: bool,
     ) -> Result<u32, BdevIo> {
-        let Some(idx) = self.free.pop() else {
-            return Err(io);
-        };
-        let len = if op == Op::Fsync {
-            0
-        } else {
-            io.iovs().iter().map(|v| v.len as u64).sum()
-        };
-        let s = &mut self.slots[idx as usize];
-        s.io = Some(io);
-        s.op = op;
-        s.file = file;
-        s.offset = offset;
-        s.len = len;
-        s.done = 0;
-        s.rw_flags = rw_flags;
-        s.solo = solo;
+        let idx = self.slots.prep(io, op, file, offset, rw_flags, solo)?;
         self.push(idx, false);
         Ok(idx)
     }
 
-    /// Records that slot `idx` has transferred `done` bytes so far.
-    pub(crate) fn set_done(&mut self, idx: u32, done: u64) {
-        self.slots[idx as usize].done = done;
+    /// Slot `idx` (reaped) transferred `n` more bytes: what that means.
+    pub(crate) fn transferred(&mut self, idx: u32, n: u64) -> Transfer {
+        self.slots.transferred(idx, n)
     }
 
     /// Pushes slot `idx` again for what is left after its `done` bytes,
     /// with `rw_flags`. The slot must be reaped.
     pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
-        let s = &mut self.slots[idx as usize];
-        debug_assert_eq!(s.state, SlotState::Reaped);
-        s.rw_flags = rw_flags;
-        let io =
-            s.io.as_ref()
-                .expect("invariant: a reaped slot holds its I/O");
-        let done = usize::try_from(s.done).unwrap_or(usize::MAX);
-        advance_iovs(io.iovs(), done, &mut s.rest);
+        self.slots.requeue_rest(idx, rw_flags);
         self.push(idx, true);
     }
 
     fn push(&mut self, idx: u32, use_rest: bool) {
-        let s = &mut self.slots[idx as usize];
-        let io =
-            s.io.as_ref()
-                .expect("invariant: a prepared slot holds its I/O");
-        let iovs: &[IoVec] = if use_rest { &s.rest } else { io.iovs() };
-        let off = s.offset + s.done;
+        let s = self.slots.get(idx);
+        let iovs: &[IoVec] = s.segments(use_rest);
         let sqe = match s.op {
-            Op::Fsync => match s.file {
+            Op::Flush => match s.file {
                 FileRef::Fixed(i) => opcode::Fsync::new(types::Fixed(i))
                     .flags(types::FsyncFlags::DATASYNC)
                     .build(),
@@ -319,19 +233,19 @@ impl Ring {
                     .flags(types::FsyncFlags::DATASYNC)
                     .build(),
             },
-            op => rw_sqe(op, s.file, iovs, off, s.rw_flags),
+            op => rw_sqe(op, s.file, iovs, s.next_offset(), s.rw_flags),
         };
         let sqe = sqe.user_data(u64::from(idx));
         self.pending.push_back(s.solo);
-        s.state = SlotState::InKernel;
+        self.slots.mark_in_kernel(idx);
         self.in_kernel += 1;
         self.pushed += 1;
         // SAFETY: the SQE points at `iovs` (the slot's I/O's segment list or
         // the slot's `rest`) and, through it, at data owned by the slot's
-        // BdevIo; the slot keeps the I/O, and `rest` is not touched, until
-        // the completion for `user_data == idx` is reaped (`take` refuses
-        // InKernel slots, `requeue_rest` only runs on Reaped ones), and
-        // `Drop` waits for the kernel before the slots drop.
+        // BdevIo; the table keeps the I/O, and `rest` is not touched, until
+        // the completion for `user_data == idx` is reaped (`Slots::take`
+        // refuses InKernel slots, `requeue_rest` only runs on reaped ones),
+        // and `Drop` waits for the kernel before the slots drop.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         // Never full: there are as many slots as SQ entries and each slot
         // has at most one SQE queued.
@@ -442,13 +356,10 @@ impl Ring {
             let Ok(idx) = u32::try_from(cqe.user_data()) else {
                 continue;
             };
-            if let Some(s) = self.slots.get_mut(idx as usize) {
-                if s.state == SlotState::InKernel {
-                    s.state = SlotState::Reaped;
-                    self.in_kernel -= 1;
-                    out.push((idx, cqe.result()));
-                    n += 1;
-                }
+            if self.slots.complete(idx) {
+                self.in_kernel -= 1;
+                out.push((idx, cqe.result()));
+                n += 1;
             }
         }
         n
@@ -457,14 +368,7 @@ impl Ring {
     /// Takes the I/O back from a reaped slot and frees the slot; `None`
     /// while the kernel may use it.
     pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
-        let s = self.slots.get_mut(idx as usize)?;
-        if s.state != SlotState::Reaped {
-            return None;
-        }
-        s.state = SlotState::Free;
-        s.rest.clear();
-        self.free.push(idx);
-        s.io.take()
+        self.slots.take(idx)
     }
 }
 
@@ -544,16 +448,11 @@ impl Drop for Ring {
         }
         if self.in_kernel > 0 {
             // Keep the buffers alive forever rather than free memory the
-            // kernel may still write.
+            // kernel may still write (`forget_ios` below).
             tracing::error!(
                 in_kernel = self.in_kernel,
                 "io_uring ring dropped with I/O in the kernel; leaking its buffers"
             );
-            for s in self.slots.iter_mut() {
-                if s.state == SlotState::InKernel {
-                    std::mem::forget(s.io.take());
-                }
-            }
         }
         if let Some(idx) = self.reg_index.take() {
             let mut up = RsrcUpdate {
@@ -574,13 +473,10 @@ impl Drop for Ring {
                 )
             };
         }
-        for s in self.slots.iter_mut() {
-            if let Some(io) = s.io.take() {
-                // Completed by the kernel but never handed back: nobody can
-                // complete it any more (its thread is being torn down).
-                std::mem::forget(io);
-            }
-        }
+        // I/Os the kernel may still use (above), and ones it completed but
+        // that were never handed back: nobody can complete them any more
+        // (their thread is being torn down).
+        self.slots.forget_ios();
     }
 }
 
@@ -642,111 +538,9 @@ pub(crate) fn supports_nowait(fd: RawFd, block_size: u32) -> bool {
     !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP))
 }
 
-/// The segments of `iovs` after the first `skip` bytes, into `out`.
-pub(crate) fn advance_iovs(iovs: &[IoVec], skip: usize, out: &mut Vec<IoVec>) {
-    out.clear();
-    let mut skip = skip;
-    for v in iovs {
-        if skip >= v.len {
-            skip -= v.len;
-            continue;
-        }
-        out.push(IoVec {
-            base: v.base.wrapping_add(skip),
-            len: v.len - skip,
-        });
-        skip = 0;
-    }
-}
-
-// ---- files ----
-
-/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-/// `BLKSSZGET`: `_IO(0x12, 104)`.
-const BLKSSZGET: libc::c_ulong = 0x1268;
-
-/// Size in bytes and logical block size of a block device.
-pub(crate) fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
-    let mut size: u64 = 0;
-    let mut bs: libc::c_int = 0;
-    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
-    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((size, u32::try_from(bs).unwrap_or(0)))
-}
-
-/// Clears `O_NONBLOCK` (set during `open` so that a FIFO cannot block the
-/// reactor; io_uring would turn it into `EAGAIN` completions).
-pub(crate) fn clear_nonblock(f: &File) -> io::Result<()> {
-    let fd = f.as_raw_fd();
-    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// A non-blocking eventfd.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly created descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Resets an eventfd's counter (non-blocking read).
-pub(crate) fn eventfd_drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
-    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
-}
-
-/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
-pub(crate) fn eventfd_signal(fd: RawFd) {
-    let v: u64 = 1;
-    // SAFETY: writes 8 bytes from a live local.
-    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
-}
-
 /// Gives the CPU to another runnable task on this CPU, if any (returns at
 /// once otherwise).
 pub(crate) fn yield_cpu() {
     // SAFETY: sched_yield takes no arguments and cannot fail.
     unsafe { libc::sched_yield() };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(base: usize, len: usize) -> IoVec {
-        IoVec {
-            base: base as *mut u8,
-            len,
-        }
-    }
-
-    #[test]
-    fn advance_skips_whole_and_partial_segments() {
-        let iovs = [v(0x1000, 512), v(0x4000, 1024)];
-        let mut out = Vec::new();
-        advance_iovs(&iovs, 100, &mut out);
-        assert_eq!(out, [v(0x1000 + 100, 412), v(0x4000, 1024)]);
-        advance_iovs(&iovs, 512, &mut out);
-        assert_eq!(out, [v(0x4000, 1024)]);
-        advance_iovs(&iovs, 1536, &mut out);
-        assert!(out.is_empty());
-    }
 }

@@ -1,0 +1,126 @@
+//! The only unsafe code of the crate: the few file and eventfd system calls
+//! std does not wrap (block device ioctls, `fcntl`, `fallocate`,
+//! `fdatasync`, eventfd). Each takes plain integers or pointers to live
+//! locals; none keeps a pointer past the call.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `BLKSSZGET`: `_IO(0x12, 104)`.
+const BLKSSZGET: libc::c_ulong = 0x1268;
+
+/// Size in bytes and logical block size of a block device.
+///
+/// # Errors
+/// What the `BLKGETSIZE64` or `BLKSSZGET` ioctl reports.
+pub fn blockdev_geometry(f: &File) -> io::Result<(u64, u32)> {
+    let mut size: u64 = 0;
+    let mut bs: libc::c_int = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64, &raw mut size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: BLKSSZGET writes one int to the pointer, a live local.
+    if unsafe { libc::ioctl(f.as_raw_fd(), BLKSSZGET, &raw mut bs) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((size, u32::try_from(bs).unwrap_or(0)))
+}
+
+/// Clears `O_NONBLOCK` (files are opened with it so that opening a FIFO
+/// cannot block the reactor; it must not stay on for regular I/O).
+///
+/// # Errors
+/// What `fcntl` reports.
+pub fn clear_nonblock(f: &File) -> io::Result<()> {
+    let fd = f.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on an fd we own take and return plain ints.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `fallocate(fd, mode, offset, len)` (blocking: call it off the reactor).
+///
+/// # Errors
+/// `EINVAL` when `offset` or `len` do not fit `off_t`, else what
+/// `fallocate` reports.
+pub fn fallocate(fd: RawFd, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: fallocate takes plain integers; a stale fd yields EBADF.
+    if unsafe { libc::fallocate(fd, mode, off, len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fdatasync(fd)` (blocking: call it off the reactor).
+///
+/// # Errors
+/// What `fdatasync` reports.
+pub fn fdatasync(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fdatasync takes a plain fd; a stale fd yields EBADF.
+    if unsafe { libc::fdatasync(fd) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd.
+///
+/// # Errors
+/// What `eventfd` reports.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new fd or -1; nothing else is touched.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly created descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets an eventfd's counter (non-blocking read).
+pub fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live local; EAGAIN when the count is 0.
+    let _ = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+}
+
+/// Adds one to an eventfd's counter (wakes a reactor sleeping on it).
+pub fn eventfd_signal(fd: RawFd) {
+    let v: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local.
+    let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_signal_and_drain() {
+        let efd = eventfd().unwrap();
+        let fd = efd.as_raw_fd();
+        let mut v: u64 = 0;
+        eventfd_signal(fd);
+        eventfd_signal(fd);
+        // SAFETY: reads 8 bytes into a live local.
+        let n = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+        assert_eq!((n, v), (8, 2));
+        eventfd_signal(fd);
+        eventfd_drain(fd);
+        // SAFETY: as above; the counter is 0, so EAGAIN.
+        let n = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+        assert_eq!(n, -1);
+    }
+}
