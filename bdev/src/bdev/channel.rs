@@ -87,6 +87,12 @@ pub(crate) struct ChannelCore {
     pub(crate) reset_queue: RefCell<VecDeque<BdevIo>>,
     pub(crate) active_reset: RefCell<Option<BdevIo>>,
     limits: SplitLimits,
+    /// `limits` for writes: the boundary is the write unit when it is
+    /// mandatory.
+    write_limits: SplitLimits,
+    /// Mandatory write unit in blocks (0 = none): writes must be
+    /// multiples of it, in offset and length.
+    write_unit: u64,
     split_rw: bool,
     /// Reads and writes go straight to the module: no split limits, no
     /// alignment requirement.
@@ -178,7 +184,21 @@ pub(crate) fn create_core(b: &Arc<BdevInner>) -> Result<ChannelCore> {
         max_segment_size: p.max_segment_size as usize,
         max_segments: p.max_num_segments as usize,
     };
+    let write_unit = if p.split_on_write_unit && p.write_unit_size > 1 {
+        u64::from(p.write_unit_size)
+    } else {
+        0
+    };
+    let write_limits = if write_unit != 0 {
+        SplitLimits {
+            boundary: write_unit,
+            ..limits
+        }
+    } else {
+        limits
+    };
     let split_rw = limits.boundary != 0
+        || write_limits.boundary != 0
         || limits.max_blocks != 0
         || limits.max_segment_size != 0
         || limits.max_segments != 0;
@@ -203,6 +223,8 @@ pub(crate) fn create_core(b: &Arc<BdevInner>) -> Result<ChannelCore> {
         reset_queue: RefCell::new(VecDeque::new()),
         active_reset: RefCell::new(None),
         limits,
+        write_limits,
+        write_unit,
         split_rw,
         direct_rw: !split_rw && align_mask == 0,
         qos_on: Cell::new(false),
@@ -401,6 +423,17 @@ impl BdevChannel {
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| Error::InvalidArg("I/O too large".into()))?;
             trim_iovs(&mut i.iovs, need)?;
+            if core.write_unit != 0
+                && t == IoType::Write
+                && (!i.offset_blocks.is_multiple_of(core.write_unit)
+                    || !i.num_blocks.is_multiple_of(core.write_unit))
+            {
+                return Err(partial_write_unit(
+                    core.write_unit,
+                    i.offset_blocks,
+                    i.num_blocks,
+                ));
+            }
             if t == IoType::CompareAndWrite {
                 trim_iovs(&mut i.aux_iovs, need)?;
             }
@@ -418,6 +451,15 @@ impl BdevChannel {
             Error::ReadOnly(self.core.bdev.name.clone())
         }
     }
+}
+
+/// A write on a bdev with a mandatory write unit must cover whole units.
+#[cold]
+fn partial_write_unit(unit: u64, offset_blocks: u64, num_blocks: u64) -> Error {
+    Error::InvalidArg(format!(
+        "write of {num_blocks} blocks at block {offset_blocks} does not cover whole \
+         write units of {unit} blocks"
+    ))
 }
 
 /// Cuts `iovs` to exactly `need` bytes; errors if they hold fewer.
@@ -468,8 +510,11 @@ fn dispatch_slow(core: &ChannelCore, io: BdevIo) {
         IoType::Reset => reset::start(core, io),
         IoType::WriteZeroes if !core.zeroes_native => {
             let bs = core.block_size.max(1);
-            let mut limits = core.limits;
-            let zero_blocks = (ZERO_BUF_LEN as u64 / bs).max(1);
+            let mut limits = core.write_limits;
+            let mut zero_blocks = (ZERO_BUF_LEN as u64 / bs).max(1);
+            if core.write_unit != 0 && zero_blocks >= core.write_unit {
+                zero_blocks -= zero_blocks % core.write_unit;
+            }
             limits.max_blocks = if limits.max_blocks == 0 {
                 zero_blocks
             } else {
@@ -477,13 +522,17 @@ fn dispatch_slow(core: &ChannelCore, io: BdevIo) {
             };
             start_split(core, io, SplitKind::ZeroWrites, limits);
         }
-        IoType::Read | IoType::Write | IoType::Compare
-            if core.split_rw
-                && core
-                    .limits
-                    .needs_split(i.offset_blocks, i.num_blocks, &i.iovs) =>
-        {
-            start_split(core, io, SplitKind::Data, core.limits);
+        IoType::Read | IoType::Write | IoType::Compare if core.split_rw => {
+            let limits = if i.io_type == IoType::Write {
+                core.write_limits
+            } else {
+                core.limits
+            };
+            if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
+                start_split(core, io, SplitKind::Data, limits);
+            } else {
+                to_module(core, io);
+            }
         }
         IoType::Unmap | IoType::WriteZeroes | IoType::Copy => {
             let p = &core.bdev.props;

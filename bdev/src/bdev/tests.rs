@@ -73,7 +73,16 @@ impl BdevOps for TestDisk {
         // Every I/O that reaches a module respects the declared limits.
         let p = &self.props;
         let (off, n) = (io.offset_blocks(), io.num_blocks());
-        if p.split_on_optimal_io_boundary
+        let unit_writes =
+            p.split_on_write_unit && p.write_unit_size > 1 && io.io_type() == IoType::Write;
+        if unit_writes {
+            // Whole write units, one at a time.
+            let u = u64::from(p.write_unit_size);
+            assert!(
+                off.is_multiple_of(u) && n == u,
+                "write {off}+{n} is not one unit"
+            );
+        } else if p.split_on_optimal_io_boundary
             && p.optimal_io_boundary != 0
             && io.io_type() != IoType::Reset
         {
@@ -610,6 +619,62 @@ fn splits_respect_limits_and_keep_data() {
         ch.write_zeroes(0, 100).await.unwrap();
         let got = ch.read(0, 100, DmaBuf::new(51200).unwrap()).await.unwrap();
         assert!(got.iter().all(|x| *x == 0));
+    });
+}
+
+#[test]
+fn writes_split_on_a_mandatory_write_unit() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let mut p = BdevProps::new("d9", "Test", 512, 1024);
+        p.write_unit_size = 4;
+        p.split_on_write_unit = true;
+        p.optimal_io_boundary = 16;
+        p.split_on_optimal_io_boundary = true;
+        let (_b, knobs) = disk(&mgr, p, ALL);
+        let desc = mgr.open("d9", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        // 12 blocks from block 8: three one-unit writes (the test disk
+        // asserts each is one aligned unit), data intact.
+        let before = knobs.submitted.load(Ordering::SeqCst);
+        ch.write(8, 12, pattern(12 * 512, 5)).await.unwrap();
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst) - before, 3);
+        let got = ch
+            .read(8, 12, DmaBuf::new(12 * 512).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(&got[..], &pattern(12 * 512, 5)[..]);
+        // Reads follow the optimal boundary only: 12 blocks at 8 cross 16
+        // once.
+        let before = knobs.submitted.load(Ordering::SeqCst);
+        ch.read(8, 12, DmaBuf::new(12 * 512).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst) - before, 2);
+        // Partial units are refused before the module sees them.
+        let before = knobs.submitted.load(Ordering::SeqCst);
+        for (off, n) in [(2, 4), (4, 6), (0, 1), (5, 3)] {
+            let mut io = ch.alloc_io().unwrap();
+            io.write(off, n, pattern(usize::try_from(n).unwrap() * 512, 1));
+            let e = ch.submit(io).unwrap_err();
+            assert!(
+                matches!(&e.error, Error::InvalidArg(m) if m.contains("write units of 4")),
+                "{off}+{n}: {}",
+                e.error
+            );
+        }
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst), before);
+        // Reads need no whole units.
+        ch.read(5, 3, DmaBuf::new(3 * 512).unwrap()).await.unwrap();
+        let got = ch
+            .read(8, 12, DmaBuf::new(12 * 512).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            &got[..],
+            &pattern(12 * 512, 5)[..],
+            "refused writes wrote nothing"
+        );
     });
 }
 

@@ -311,6 +311,10 @@ pub struct BdevProps {
     pub split_on_optimal_io_boundary: bool,
     /// Atomic write unit in blocks (0 = 1).
     pub write_unit_size: u32,
+    /// The write unit is mandatory: the bdev layer splits writes on
+    /// multiples of `write_unit_size` (instead of `optimal_io_boundary`)
+    /// and fails a write whose offset or length is not a multiple of it.
+    pub split_on_write_unit: bool,
     /// Largest iovec segment in bytes (0 = no limit).
     pub max_segment_size: u32,
     /// Most iovec segments per I/O (0 = no limit).
@@ -371,6 +375,7 @@ impl BdevProps {
             optimal_io_boundary: 0,
             split_on_optimal_io_boundary: false,
             write_unit_size: 0,
+            split_on_write_unit: false,
             max_segment_size: 0,
             max_num_segments: 0,
             max_rw_size: 0,
