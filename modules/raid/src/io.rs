@@ -126,6 +126,21 @@ impl RaidBdev {
         p
     }
 
+    /// raid0's strip size in blocks.
+    pub(crate) fn raid0_strip_blocks(&self) -> Option<u64> {
+        match &self.geometry {
+            Geometry::Raid0(m) => Some(m.strip_blocks),
+            _ => None,
+        }
+    }
+
+    /// Grows the registered raid bdev to `num_blocks` (the members grew).
+    /// The mapping does not change: raid0 deals strips by number alone and
+    /// raid1 maps block to block.
+    pub(crate) fn resize(&self, num_blocks: u64) {
+        vbdev::resize_own(&self.mgr, &self.raid.name, self, num_blocks);
+    }
+
     pub(crate) fn unregister_self(&self) {
         vbdev::unregister_own(&self.mgr, &self.raid.name, self);
     }

@@ -24,6 +24,13 @@
 //! Fan-outs keep their parent in a per-channel slot table: no allocation
 //! per I/O in steady state, no lock.
 //!
+//! When every working member of a raid0 or raid1 has grown, the raid
+//! grows (raid0 by whole strips) and its openers get a resize event; the
+//! mapping stays as it was. The new blocks of a raid1 are not resynced:
+//! they read as whatever each member held until written. concat keeps its
+//! size (growing a middle member would move every block after it), and no
+//! raid shrinks under its openers.
+//!
 //! When a member is hot-removed, every thread drops its channel to it
 //! (the raid's own `IoDevice` walks them) before the member is closed, on
 //! the thread that opened it.

@@ -454,11 +454,60 @@ impl Raid {
     fn member_event(self: &Arc<Self>, i: usize, event: BdevEvent) {
         match event {
             BdevEvent::Remove => self.member_gone(i),
-            BdevEvent::Resize => {
-                tracing::info!(raid = %self.name, slot = i, "raid member resized; raid size unchanged");
-            }
+            BdevEvent::Resize => self.member_resized(i),
             BdevEvent::MediaManagement => {}
         }
+    }
+
+    /// Member `i` changed size. raid0 and raid1 grow once every working
+    /// member has grown (raid0 by whole strips); concat keeps its size
+    /// (growing a member in the middle would move every block after it),
+    /// as SPDK's concat does. A raid never shrinks under its openers: a
+    /// member that shrank fails the I/O beyond its end (raid1 then goes
+    /// degraded).
+    fn member_resized(self: &Arc<Self>, i: usize) {
+        let (bdev, new_size, data_size) = {
+            let ctl = self.ctl.lock();
+            if !matches!(ctl.state, RaidState::Online | RaidState::Degraded) {
+                // Configuring: sizes are read when the raid starts.
+                return;
+            }
+            let Some(bdev) = ctl.bdev.as_ref().and_then(Weak::upgrade) else {
+                return;
+            };
+            let min = ctl
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| self.member_ok(*j))
+                .filter_map(|(_, m)| m.as_ref().map(|m| m.bdev.num_blocks()))
+                .min()
+                .unwrap_or(0);
+            let (new_size, data_size) = match self.level {
+                RaidLevel::Raid1 => (min, min),
+                RaidLevel::Raid0 => {
+                    let strip = bdev.raid0_strip_blocks().unwrap_or(1).max(1);
+                    let per_member = min / strip * strip;
+                    (per_member * self.num_members() as u64, per_member)
+                }
+                RaidLevel::Concat | RaidLevel::Raid5f => {
+                    tracing::warn!(raid = %self.name, slot = i,
+                        "concat member resized; concat raids keep their size");
+                    return;
+                }
+            };
+            if ctl.data_size >= data_size {
+                if ctl.data_size > data_size {
+                    tracing::warn!(raid = %self.name, slot = i, member = %self.member_names[i],
+                        "raid member shrank below the raid's data size; I/O beyond its end fails");
+                }
+                return;
+            }
+            (bdev, new_size, data_size)
+        };
+        tracing::info!(raid = %self.name, slot = i, new_size, "raid members grew; raid grows");
+        self.ctl.lock().data_size = data_size;
+        bdev.resize(new_size);
     }
 
     /// Member `i` is being hot-removed.

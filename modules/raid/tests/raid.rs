@@ -135,6 +135,77 @@ mod tests {
     }
 
     #[test]
+    fn raid0_and_raid1_grow_with_their_members() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        use bdevkit::bdev::BdevEvent;
+        use bdevkit_null::NullCreateParams;
+
+        let env = TestEnv::with_modules("0x1", &[bdevkit_null::register, bdevkit_raid::register]);
+        env.run(|mgr| async move {
+            const MIB: u64 = 2048; // 512-byte blocks per MiB
+            for n in ["N0", "N1", "N2", "N3", "N4", "N5"] {
+                bdevkit_null::create(&mgr, NullCreateParams::new(n, 512, 16 * MIB)).unwrap();
+            }
+            // Strip 64 KiB = 128 blocks.
+            for (name, level, strip, members) in [
+                ("r0", RaidLevel::Raid0, 64, ["N0", "N1"]),
+                ("r1", RaidLevel::Raid1, 0, ["N2", "N3"]),
+                ("c0", RaidLevel::Concat, 64, ["N4", "N5"]),
+            ] {
+                bdevkit_raid::create(&mgr, RaidCreateParams::new(name, level, strip, &members))
+                    .unwrap();
+            }
+            let resized = Arc::new(AtomicUsize::new(0));
+            let mut descs = Vec::new();
+            for name in ["r0", "r1", "c0"] {
+                let r = Arc::clone(&resized);
+                descs.push(
+                    mgr.open(name, true, move |e| {
+                        if e == BdevEvent::Resize {
+                            r.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                    .unwrap(),
+                );
+            }
+            let blocks = |n: &str| mgr.get(n).unwrap().num_blocks();
+            assert_eq!(blocks("r0"), 32 * MIB);
+            assert_eq!(blocks("r1"), 16 * MIB);
+            // One member grown: the smallest still bounds the raid.
+            bdevkit_null::resize(&mgr, "N0", 40).unwrap();
+            bdevkit_null::resize(&mgr, "N2", 40).unwrap();
+            bdevkit_null::resize(&mgr, "N4", 40).unwrap();
+            bdevkit_test::env::sleep_ms(20).await;
+            assert_eq!((blocks("r0"), blocks("r1")), (32 * MIB, 16 * MIB));
+            assert_eq!(resized.load(Ordering::SeqCst), 0);
+            // Both grown: raid0 by whole strips of the smaller, raid1 to it.
+            // 24 MiB + 3 blocks is not a whole number of strips.
+            let n1 = mgr.get("N1").unwrap();
+            n1.notify_resize(24 * MIB + 3);
+            bdevkit_null::resize(&mgr, "N3", 24).unwrap();
+            bdevkit_null::resize(&mgr, "N5", 24).unwrap();
+            assert!(wait_for(5, || resized.load(Ordering::SeqCst) == 2).await);
+            assert_eq!(blocks("r0"), 2 * 24 * MIB);
+            assert_eq!(blocks("r1"), 24 * MIB);
+            assert_eq!(blocks("c0"), 32 * MIB, "concat keeps its size");
+            let info = bdevkit_raid::get_bdevs(&mgr, "all").unwrap();
+            let r0 = info.iter().find(|r| r["name"] == "r0").unwrap();
+            assert_eq!(r0["base_bdevs_list"][1]["data_size"], 24 * MIB);
+            // The new blocks serve I/O, mapped as before.
+            for name in ["r0", "r1"] {
+                let d = mgr.open(name, true, |_| {}).unwrap();
+                let ch = d.get_io_channel().unwrap();
+                let last = blocks(name) - 1;
+                ch.write(last, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+                ch.read(last, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+            }
+            drop(descs);
+        });
+    }
+
+    #[test]
     fn configuring_until_the_last_member_appears() {
         env("0x1").run(|mgr| async move {
             malloc(&mgr, "M0", 256);
