@@ -55,7 +55,10 @@ use serde_json::Value;
 
 pub use io::{RaidBdev, RaidChannel};
 pub use raid::{Raid, RaidModule, MAX_MEMBERS, MAX_NAME_LEN};
-pub use rpc::{RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams, RaidSetOptionsParams};
+pub use rpc::{
+    RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams, RaidRemoveBaseBdevParams,
+    RaidSetOptionsParams,
+};
 
 /// Module name (also the RPC infix).
 pub const MODULE: &str = "raid";
@@ -171,6 +174,41 @@ pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Sen
         Ok(Some(raid)) => raid.delete(done),
         Ok(None) => done(Err(Error::NotFound(name.to_string()))),
         Err(e) => done(Err(e)),
+    }
+}
+
+/// `bdev_raid_remove_base_bdev`: takes member `name` out of the raid that
+/// holds it, as a hot removal would, and releases it (the bdev itself stays
+/// registered, unclaimed): a raid1 with another working member goes
+/// degraded, a raid0 or concat (or a raid1 left with none) goes offline, a
+/// configuring raid waits for the member again. `done` gets the outcome on
+/// the calling thread, once the member is released; `NotFound` when no raid
+/// holds `name`.
+pub fn remove_base_bdev(
+    mgr: &BdevManager,
+    name: &str,
+    done: impl FnOnce(Result<()>) + Send + 'static,
+) {
+    let m = match module(mgr) {
+        Ok(m) => m,
+        Err(e) => return done(Err(e)),
+    };
+    let found = m
+        .raids()
+        .into_iter()
+        .find_map(|r| r.slot_of(name).map(|i| (r, i)));
+    let Some((raid, i)) = found else {
+        return done(Err(Error::NotFound(format!("{name} is not a raid member"))));
+    };
+    tracing::info!(raid = %raid.name(), member = name, "removing raid member");
+    match bdevkit::thread::Thread::current() {
+        Some(t) => {
+            let h = t.handle();
+            raid.member_gone(i, move || {
+                let _ = h.send_msg(move || done(Ok(())));
+            });
+        }
+        None => raid.member_gone(i, move || done(Ok(()))),
     }
 }
 

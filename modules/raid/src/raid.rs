@@ -453,7 +453,7 @@ impl Raid {
     /// Events of member `i`, on the thread that opened it.
     fn member_event(self: &Arc<Self>, i: usize, event: BdevEvent) {
         match event {
-            BdevEvent::Remove => self.member_gone(i),
+            BdevEvent::Remove => self.member_gone(i, || {}),
             BdevEvent::Resize => self.member_resized(i),
             BdevEvent::MediaManagement => {}
         }
@@ -510,8 +510,19 @@ impl Raid {
         bdev.resize(new_size);
     }
 
-    /// Member `i` is being hot-removed.
-    fn member_gone(self: &Arc<Self>, i: usize) {
+    /// The slot of member `name` (a name or alias of the member bdev),
+    /// while the raid holds it.
+    pub(crate) fn slot_of(&self, name: &str) -> Option<usize> {
+        let ctl = self.ctl.lock();
+        ctl.members.iter().enumerate().position(|(i, m)| {
+            m.as_ref().is_some_and(|m| m.bdev.has_name(name)) && !self.member_removed(i)
+        })
+    }
+
+    /// Member `i` is being hot-removed, or taken out by
+    /// `bdev_raid_remove_base_bdev`; `done` runs once it is closed (its
+    /// claim released).
+    pub(crate) fn member_gone(self: &Arc<Self>, i: usize, done: impl FnOnce() + Send + 'static) {
         let mut ctl = self.ctl.lock();
         match ctl.state {
             RaidState::Configuring => {
@@ -521,6 +532,7 @@ impl Raid {
                     tracing::info!(raid = %self.name, slot = i, "configuring raid lost a member");
                     md.close();
                 }
+                done();
             }
             RaidState::Offline => {
                 let md = ctl.members[i].take();
@@ -532,6 +544,7 @@ impl Raid {
                 if empty {
                     self.forget();
                 }
+                done();
             }
             RaidState::Online | RaidState::Degraded => {
                 self.member_state[i].store(MEMBER_REMOVED, Ordering::Release);
@@ -548,6 +561,7 @@ impl Raid {
                 drop(ctl);
                 let Some(bdev) = bdev else {
                     self.close_member(i);
+                    done();
                     return;
                 };
                 if !tolerated {
@@ -557,7 +571,10 @@ impl Raid {
                 // member can be closed (its in-flight I/O keeps what it
                 // needs alive until it completes).
                 let me = Arc::clone(self);
-                bdev.release_member(i, move || me.close_member(i));
+                bdev.release_member(i, move || {
+                    me.close_member(i);
+                    done();
+                });
             }
         }
     }

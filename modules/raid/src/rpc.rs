@@ -8,6 +8,7 @@
 //! | `bdev_raid_create` | `true` | -32700; -22 "The base bdev name cannot be empty: Invalid argument"; `-errno` "Failed to create RAID bdev N: ..." |
 //! | `bdev_raid_delete` | `true` | -32700; -19 "raid bdev N not found" |
 //! | `bdev_raid_get_bdevs` | array of raid objects | -32700; -22 "Invalid argument" for an unknown category |
+//! | `bdev_raid_remove_base_bdev` | `true` | -32700; -19 "Failed to remove base bdev from raid bdev" (no raid holds it) |
 //! | `bdev_raid_set_options` | `true` | -32700; -22 for a zero window |
 
 use bdevkit::bdev::BdevManager;
@@ -86,6 +87,14 @@ pub struct RaidDeleteParams {
     pub clear_sb: Option<bool>,
 }
 
+/// `bdev_raid_remove_base_bdev` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RaidRemoveBaseBdevParams {
+    /// The member bdev to take out of its raid.
+    pub name: String,
+}
+
 /// `bdev_raid_get_bdevs` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +171,23 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             )),
         });
     })?;
+    let m = mgr.clone();
+    reg.register(
+        "bdev_raid_remove_base_bdev",
+        RUNTIME,
+        move |params, resp| {
+            let Ok(p) = decode_params::<RaidRemoveBaseBdevParams>(params) else {
+                return resp.err(decode_failed());
+            };
+            crate::remove_base_bdev(&m, &p.name, move |r| match r {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => resp.err(RpcError::new(
+                    -e.errno(),
+                    "Failed to remove base bdev from raid bdev",
+                )),
+            });
+        },
+    )?;
     let m = mgr.clone();
     reg.register("bdev_raid_get_bdevs", RUNTIME, move |params, resp| {
         let Ok(p) = decode_params::<RaidGetBdevsParams>(params) else {

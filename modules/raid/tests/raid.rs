@@ -206,6 +206,75 @@ mod tests {
     }
 
     #[test]
+    fn remove_base_bdev_degrades_offlines_or_unconfigures() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["A0", "A1", "B0", "B1", "C0"] {
+                malloc(&mgr, n, 256);
+            }
+            let create = |name: &str, level: RaidLevel, strip: u32, members: &[&str]| {
+                bdevkit_raid::create(&mgr, RaidCreateParams::new(name, level, strip, members))
+                    .unwrap();
+            };
+            create("r1", RaidLevel::Raid1, 0, &["A0", "A1"]);
+            create("r0", RaidLevel::Raid0, 4, &["B0", "B1"]);
+            create("rc", RaidLevel::Raid1, 0, &["C0", "C1"]);
+            let remove =
+                |name: &str| call(&reg, "bdev_raid_remove_base_bdev", json!({ "name": name }));
+            let unclaimed = |name: &str| mgr.get(name).unwrap().claim().is_none();
+
+            // raid1: degraded, still serving from A0; A1 released.
+            let d = mgr.open("r1", true, |_| {}).unwrap();
+            let ch = d.get_io_channel().unwrap();
+            assert_eq!(remove("A1").await, Ok(json!(true)));
+            assert_eq!(state(&mgr, "r1"), RaidState::Degraded);
+            assert!(wait_for(5, || unclaimed("A1")).await);
+            let data = conformance::pattern(512, 3);
+            let expect = data.to_vec();
+            ch.write(7, 1, data).await.unwrap();
+            let got = ch.read(7, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            // Its last member: offline.
+            assert_eq!(remove("A0").await, Ok(json!(true)));
+            assert!(ch.read(7, 1, DmaBuf::new(512).unwrap()).await.is_err());
+            drop(ch);
+            drop(d);
+            assert!(wait_for(5, || mgr.get("r1").is_none()).await);
+
+            // raid0 has no redundancy: offline, its bdev unregistered; the
+            // other member stays held until the raid is deleted.
+            assert_eq!(remove("B1").await, Ok(json!(true)));
+            assert!(wait_for(5, || mgr.get("r0").is_none()).await);
+            assert_eq!(state(&mgr, "r0"), RaidState::Offline);
+            assert!(unclaimed("B1") && !unclaimed("B0"));
+            assert_eq!(
+                call(&reg, "bdev_raid_delete", json!({"name": "r0"})).await,
+                Ok(json!(true))
+            );
+            assert!(wait_for(5, || unclaimed("B0")).await);
+
+            // A configuring raid waits for the member again.
+            assert_eq!(remove("C0").await, Ok(json!(true)));
+            assert_eq!(state(&mgr, "rc"), RaidState::Configuring);
+            assert!(unclaimed("C0"));
+            let cfg = bdevkit_raid::get_bdevs(&mgr, "configuring").unwrap();
+            assert_eq!(cfg[0]["num_base_bdevs_discovered"], 0);
+
+            // Not a member of any raid (any more), or no such bdev.
+            let fail = Err(RpcError::new(
+                -19,
+                "Failed to remove base bdev from raid bdev",
+            ));
+            assert_eq!(remove("C0").await, fail.clone());
+            assert_eq!(remove("nope").await, fail);
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"base": "C0"})).await,
+                Err(RpcError::new(-32700, "spdk_json_decode_object failed"))
+            );
+        });
+    }
+
+    #[test]
     fn configuring_until_the_last_member_appears() {
         env("0x1").run(|mgr| async move {
             malloc(&mgr, "M0", 256);

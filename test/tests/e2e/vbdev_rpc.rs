@@ -205,6 +205,31 @@ fn every_vbdev_method() {
     ok(&exe, &d, &["bdev_passthru_delete", "PT0"]);
     ok(&exe, &d, &["bdev_raid_delete", "R0"]);
     assert_eq!(names(&d), ["M0", "M1", "M2", "M3"]);
+    // A member taken out of a raid1: degraded (reported online, one
+    // operational member), the member released.
+    ok(
+        &exe,
+        &d,
+        &["bdev_raid_create", "-n", "R1", "-r", "raid1", "-b", "M2 M3"],
+    );
+    assert_eq!(
+        ok(&exe, &d, &["bdev_raid_remove_base_bdev", "M3"]).trim(),
+        ""
+    );
+    let raids: Value =
+        serde_json::from_str(&ok(&exe, &d, &["bdev_raid_get_bdevs", "all"])).expect("json");
+    assert_eq!(raids[0]["state"], "online");
+    assert_eq!(raids[0]["num_base_bdevs_operational"], 1);
+    assert_eq!(raids[0]["base_bdevs_list"][1]["name"], Value::Null);
+    let m3 = d.ok("bdev_get_bdevs", Some(serde_json::json!({"name": "M3"})));
+    assert_eq!(m3[0]["claimed"], false);
+    fails(
+        &exe,
+        &d,
+        &["bdev_raid_remove_base_bdev", "M3"],
+        "Failed to remove base bdev from raid bdev",
+    );
+    ok(&exe, &d, &["bdev_raid_delete", "R1"]);
     ok(&exe, &d, &["bdev_malloc_delete", "M2"]);
     // d2: delete the base of the passthru and of the raid; stacks go away.
     ok(&exe, &d2, &["bdev_malloc_delete", "M0"]);
