@@ -98,6 +98,12 @@ pub fn us_to_ticks(us: u64) -> u64 {
     u64::try_from(u128::from(us) * u128::from(tick_rate()) / 1_000_000).unwrap_or(u64::MAX)
 }
 
+/// Converts nanoseconds to ticks (saturating).
+#[must_use]
+pub fn ns_to_ticks(ns: u64) -> u64 {
+    u64::try_from(u128::from(ns) * u128::from(tick_rate()) / 1_000_000_000).unwrap_or(u64::MAX)
+}
+
 /// Converts ticks to nanoseconds (saturating).
 #[must_use]
 pub fn ticks_to_ns(ticks: u64) -> u64 {

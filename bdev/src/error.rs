@@ -121,6 +121,9 @@ pub enum Error {
     /// No memory (pool or allocation).
     #[error("out of memory")]
     NoMem,
+    /// The bdev keeps no latency histogram (SPDK answers `EFAULT`).
+    #[error("histogram of bdev {0} is not enabled")]
+    HistogramDisabled(String),
 }
 
 impl Error {
@@ -149,6 +152,7 @@ impl Error {
             Error::Claimed(..) => libc::EPERM,
             Error::ModuleInit { .. } => libc::EIO,
             Error::Again => libc::EAGAIN,
+            Error::HistogramDisabled(_) => libc::EFAULT,
             Error::Io(s) => s.errno(),
         }
     }

@@ -497,6 +497,66 @@ mod rpc_driven {
         );
     }
 
+    /// Latency histograms over a run, as SPDK users take them: enable,
+    /// `perform_tests`, read. Every completed read is in the histogram.
+    #[test]
+    fn histogram_of_a_run() {
+        let z = ZServer::start(
+            "hist",
+            NULL0,
+            &["-q", "8", "-o", "4096", "-w", "randread", "-t", "1"],
+        );
+        let mut c = z.client();
+        c.call(
+            "bdev_enable_histogram",
+            Some(json!({"name": "Null0", "enable": true})),
+        )
+        .unwrap();
+        c.call("perform_tests", None).unwrap();
+        let reads = c
+            .call("bdev_get_iostat", Some(json!({"names": ["Null0"]})))
+            .unwrap()["bdevs"][0]["num_read_ops"]
+            .as_u64()
+            .unwrap();
+        assert!(reads > 0);
+        let h = c
+            .call("bdev_get_histogram", Some(json!({"name": "Null0"})))
+            .unwrap();
+        assert_eq!(h["granularity"], 7);
+        assert!(h["tsc_rate"].as_u64().unwrap() > 0);
+        let ranges = h["max_range"].as_u64().unwrap() - h["min_range"].as_u64().unwrap() + 1;
+        let bytes = ranges * 128 * 8;
+        assert_eq!(
+            h["histogram"].as_str().unwrap().len() as u64,
+            bytes.div_ceil(3) * 4,
+            "base64 of {ranges} ranges of 128 u64 counters"
+        );
+        // Borders in µs; the last count is every I/O.
+        let b = c
+            .call(
+                "bdev_get_histogram_borders",
+                Some(json!({"name": "Null0", "borders": [1, 1_000_000]})),
+            )
+            .unwrap();
+        let counts = b["borders_count"].as_array().unwrap();
+        assert_eq!(counts.len(), 3);
+        assert_eq!(counts[2].as_u64().unwrap(), reads, "{b}");
+        assert_eq!(counts[1].as_u64().unwrap(), reads, "no read took a second");
+        c.call(
+            "bdev_enable_histogram",
+            Some(json!({"name": "Null0", "enable": false})),
+        )
+        .unwrap();
+        match c.call("bdev_get_histogram", Some(json!({"name": "Null0"}))) {
+            Err(ClientError::Rpc(e)) => {
+                assert_eq!((e.code, e.message.as_str()), (-32603, "Bad address"));
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+        let (status, _) = z.kill();
+        assert!(status.success(), "{status:?}");
+    }
+
     /// A bdev deleted over RPC while a test runs on it: the job stops,
     /// releases the bdev so the delete completes, and the run still reports.
     #[test]

@@ -7,6 +7,7 @@ use std::fmt;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use super::histogram::{ChannelHist, HistConfig};
 use super::io::{
     copy_from_segments, copy_to_segments, BdevIo, Completion, IoCache, IoState, IoVec, Role,
 };
@@ -104,6 +105,10 @@ pub(crate) struct ChannelCore {
     align_mask: usize,
     block_size: u64,
     zeroes_native: bool,
+    /// Latency histogram (`bdev_enable_histogram`), and whether there is
+    /// one (one test per completion).
+    pub(crate) hist: RefCell<Option<Box<ChannelHist>>>,
+    hist_on: Cell<bool>,
 }
 
 impl fmt::Debug for ChannelCore {
@@ -131,6 +136,23 @@ impl ChannelCore {
         self.update_fast();
     }
 
+    /// Starts a fresh histogram for `cfg`, or drops it (`None`).
+    pub(crate) fn set_histogram(&self, cfg: Option<&HistConfig>) {
+        *self.hist.borrow_mut() = cfg.map(ChannelHist::new);
+        self.hist_on.set(cfg.is_some());
+    }
+
+    /// Counts a completion in the histogram; inline and without a panic
+    /// path, so that `finish` pays one flag test when histograms are off.
+    #[inline(always)]
+    fn tally_histogram(&self, io_type: IoType, ticks: u64) {
+        if let Ok(mut h) = self.hist.try_borrow_mut() {
+            if let Some(h) = h.as_mut() {
+                h.tally(io_type, ticks);
+            }
+        }
+    }
+
     fn update_fast(&self) {
         self.fast_rw
             .set(self.direct_rw && !self.frozen.get() && !self.qos_on.get());
@@ -148,6 +170,13 @@ impl ChannelCore {
 impl Drop for ChannelCore {
     fn drop(&mut self) {
         self.bdev.folded_stat.lock().merge(&self.stat.borrow());
+        if let Some(h) = self.hist.get_mut().take() {
+            let mut st = self.bdev.hist.lock();
+            if let Some(cfg) = st.config {
+                let folded = st.folded.get_or_insert_with(|| cfg.histogram());
+                folded.merge(&h.data);
+            }
+        }
         if let Some(p) = self.nomem_poller.get_mut().take() {
             p.unregister();
         }
@@ -232,7 +261,12 @@ pub(crate) fn create_core(b: &Arc<BdevInner>) -> Result<ChannelCore> {
         align_mask,
         block_size: u64::from(p.block_size),
         zeroes_native: b.ops.io_type_supported(IoType::WriteZeroes),
+        hist: RefCell::new(None),
+        hist_on: Cell::new(false),
     };
+    if let Some(cfg) = b.hist.lock().config {
+        core.set_histogram(Some(&cfg));
+    }
     if let Some(shared) = b.qos.shared() {
         *core.qos.borrow_mut() = Some(QosChannel::new(shared));
         core.set_qos_on(true);
@@ -679,9 +713,13 @@ pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
         i.status = IoStatus::Success;
     }
     let bytes = i.num_blocks * core.block_size;
+    let ticks = now.wrapping_sub(i.submit_tick);
     core.stat
         .borrow_mut()
-        .record(i.io_type, bytes, i.status, now.wrapping_sub(i.submit_tick));
+        .record(i.io_type, bytes, i.status, ticks);
+    if core.hist_on.get() {
+        core.tally_histogram(i.io_type, ticks);
+    }
     core.outstanding.set(core.outstanding.get() - 1);
     i.state = IoState::Done;
     i.complete_tick = now;

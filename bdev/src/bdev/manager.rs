@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::channel::{self, BdevChannel, ChannelCore, MgmtChannel};
+use super::histogram::{HistConfig, HistState, Histogram, HistogramOptions};
 use super::io::PoolShared;
 use super::module::{BdevModule, BdevOps, BdevOpsDyn, Done, OpsBox};
 use super::qos::QosState;
@@ -93,6 +94,7 @@ pub(crate) struct BdevInner {
     pub(crate) device: IoDevice<ChannelCore>,
     state: Mutex<BdevState>,
     pub(crate) folded_stat: Mutex<IoStat>,
+    pub(crate) hist: Mutex<HistState>,
     pub(crate) qos: QosState,
     pub(crate) reset_in_progress: AtomicBool,
     pub(crate) mgr: Weak<MgrShared>,
@@ -390,6 +392,77 @@ impl Bdev {
         self.0
             .device
             .for_each_channel(move |ch| ch.stat.borrow_mut().reset(mode), done);
+    }
+
+    /// Starts (`Some`) or stops (`None`) a latency histogram on every
+    /// channel of the bdev (`bdev_enable_histogram`); enabling again
+    /// starts from zero with the new options. `done` gets the outcome on
+    /// the calling thread: `InvalidArg` for bad options, `Again` while
+    /// another change walks the channels.
+    pub fn enable_histogram(
+        &self,
+        opts: Option<HistogramOptions>,
+        done: impl FnOnce(Result<(), BdevError>) + Send + 'static,
+    ) {
+        let cfg = match opts.as_ref().map(HistConfig::new).transpose() {
+            Ok(c) => c,
+            Err(e) => return done(Err(e)),
+        };
+        {
+            let mut st = self.0.hist.lock();
+            if st.busy {
+                drop(st);
+                return done(Err(BdevError::Again));
+            }
+            st.busy = true;
+            st.config = cfg;
+            st.folded = None;
+        }
+        tracing::info!(bdev = %self.0.name, enabled = cfg.is_some(), ?opts, "bdev histogram");
+        let me = self.clone();
+        self.0.device.for_each_channel(
+            move |ch| ch.set_histogram(cfg.as_ref()),
+            move || {
+                me.0.hist.lock().busy = false;
+                done(Ok(()));
+            },
+        );
+    }
+
+    /// Whether a latency histogram is kept.
+    #[must_use]
+    pub fn histogram_enabled(&self) -> bool {
+        self.0.hist.lock().config.is_some()
+    }
+
+    /// The latency histogram (ticks, [`crate::clock::tick_rate`]) summed
+    /// over every channel, live or gone, since it was enabled; `done` gets
+    /// it on the calling thread. `HistogramDisabled` when none is kept.
+    pub fn get_histogram(&self, done: impl FnOnce(Result<Histogram, BdevError>) + Send + 'static) {
+        let acc = {
+            let st = self.0.hist.lock();
+            let Some(cfg) = st.config.as_ref() else {
+                drop(st);
+                return done(Err(BdevError::HistogramDisabled(self.0.name.clone())));
+            };
+            let mut h = cfg.histogram();
+            if let Some(f) = &st.folded {
+                h.merge(f);
+            }
+            Arc::new(Mutex::new(Some(h)))
+        };
+        let acc2 = Arc::clone(&acc);
+        self.0.device.for_each_channel(
+            move |ch| {
+                if let (Some(c), Some(a)) = (ch.hist.borrow().as_ref(), acc2.lock().as_mut()) {
+                    a.merge(&c.data);
+                }
+            },
+            move || {
+                let h = acc.lock().take().expect("invariant: the walk ends once");
+                done(Ok(h));
+            },
+        );
     }
 
     /// Current QoS limits: `[rw_ios_per_sec, rw_mbytes_per_sec,
@@ -808,6 +881,7 @@ impl BdevManager {
                         unregister_done: Vec::new(),
                     }),
                     folded_stat: Mutex::new(IoStat::default()),
+                    hist: Mutex::new(HistState::default()),
                     qos: QosState::default(),
                     reset_in_progress: AtomicBool::new(false),
                     mgr,

@@ -16,6 +16,7 @@
 mod async_io;
 mod channel;
 mod completion_queue;
+pub mod histogram;
 mod io;
 mod manager;
 mod module;
@@ -29,6 +30,7 @@ pub mod vbdev;
 pub use async_io::{IoFailure, IoFuture};
 pub use channel::{BdevChannel, SubmitError};
 pub use completion_queue::CompletionQueue;
+pub use histogram::Histogram;
 pub use io::{BdevIo, Completion, IoCompletion, IoVec};
 pub use manager::{Bdev, BdevDesc, BdevManager, BdevOptions};
 pub use module::{BdevModule, BdevOps, Done};

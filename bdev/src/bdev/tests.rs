@@ -679,6 +679,122 @@ fn writes_split_on_a_mandatory_write_unit() {
 }
 
 #[test]
+fn histograms_count_completions_per_type_and_survive_channels() {
+    use crate::bdev::histogram::HistogramOptions;
+
+    fn get(b: &Bdev) -> std::sync::mpsc::Receiver<Result<Histogram, Error>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.get_histogram(move |r| tx.send(r).unwrap());
+        rx
+    }
+    fn enable(
+        b: &Bdev,
+        o: Option<HistogramOptions>,
+    ) -> std::sync::mpsc::Receiver<Result<(), Error>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.enable_histogram(o, move |r| tx.send(r).unwrap());
+        rx
+    }
+
+    let env = Env::new("0x3", BdevOptions::default());
+    let b = env.run(|mgr| async move {
+        let (b, _knobs) = disk(&mgr, BdevProps::new("h0", "Test", 512, 64), ALL);
+        assert!(matches!(
+            wait_res(get(&b)).await,
+            Err(Error::HistogramDisabled(_))
+        ));
+        // Reads only.
+        let reads = HistogramOptions {
+            io_type: Some(IoType::Read),
+            ..HistogramOptions::default()
+        };
+        wait_res(enable(&b, Some(reads))).await.unwrap();
+        assert!(b.histogram_enabled());
+        let desc = mgr.open("h0", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        for i in 0..10 {
+            ch.read(i, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+        }
+        ch.write(0, 1, pattern(512, 1)).await.unwrap();
+        let h = wait_res(get(&b)).await.unwrap();
+        assert_eq!(h.total(), 10, "reads only");
+        assert_eq!(h.granularity(), 7);
+        b
+    });
+    // A channel on the other reactor counts too, and its counts survive
+    // its end.
+    let other = env
+        .rt
+        .as_ref()
+        .unwrap()
+        .handle()
+        .spawn_thread("other", Some(&CpuSet::single(1)))
+        .unwrap();
+    let mgr = env.mgr.clone();
+    other
+        .block_on(move || async move {
+            let desc = mgr.open("h0", false, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            for i in 0..5 {
+                ch.read(i, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+            }
+        })
+        .unwrap();
+    let b2 = b.clone();
+    env.run(move |mgr| async move {
+        let b = b2;
+        let h = wait_res(get(&b)).await.unwrap();
+        assert_eq!(h.total(), 15, "the gone channel's reads are kept");
+        // All types; enabling again starts from zero.
+        wait_res(enable(&b, Some(HistogramOptions::default())))
+            .await
+            .unwrap();
+        assert_eq!(wait_res(get(&b)).await.unwrap().total(), 0);
+        let desc = mgr.open("h0", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        ch.write(0, 1, pattern(512, 1)).await.unwrap();
+        ch.flush(0, 1).await.unwrap();
+        let h = wait_res(get(&b)).await.unwrap();
+        assert_eq!(h.total(), 2);
+        // Each latency lies in a bucket: a border at the end of the last
+        // non-empty bucket counts both.
+        let end = h.iter().filter(|x| x.2 != 0).map(|x| x.0).max().unwrap();
+        assert_eq!(h.borders_count(&[end])[0], 2);
+        // Bad options are refused and leave it as it was.
+        for bad in [
+            HistogramOptions {
+                min_nsec: 10,
+                max_nsec: 10,
+                ..HistogramOptions::default()
+            },
+            HistogramOptions {
+                granularity: 13,
+                ..HistogramOptions::default()
+            },
+        ] {
+            let r = wait_res(enable(&b, Some(bad))).await;
+            assert!(matches!(r, Err(Error::InvalidArg(_))), "{r:?}");
+        }
+        assert!(b.histogram_enabled());
+        wait_res(enable(&b, None)).await.unwrap();
+        assert!(!b.histogram_enabled());
+        assert!(matches!(
+            wait_res(get(&b)).await,
+            Err(Error::HistogramDisabled(_))
+        ));
+    });
+}
+
+async fn wait_res<T>(rx: std::sync::mpsc::Receiver<T>) -> T {
+    loop {
+        if let Ok(r) = rx.try_recv() {
+            return r;
+        }
+        sleep_ms(1).await;
+    }
+}
+
+#[test]
 fn misaligned_buffers_are_bounced() {
     let env = Env::new("0x1", BdevOptions::default());
     env.run(|mgr| async move {

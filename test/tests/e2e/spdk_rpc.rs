@@ -208,6 +208,67 @@ fn create_get_resize_delete_and_field_types() {
 }
 
 #[test]
+fn histograms() {
+    let Some(exe) = spdk_rpc() else { return };
+    let d = Daemon::start(&[]);
+    rpc_ok(&exe, &d, &["bdev_malloc_create", "-b", "M0", "8", "512"]);
+    let e = rpc_err(&exe, &d, &["bdev_get_histogram", "M0"]);
+    assert!(e.contains("-32603") && e.contains("Bad address"), "{e}");
+    rpc_ok(
+        &exe,
+        &d,
+        &[
+            "bdev_enable_histogram",
+            "--histogram",
+            "-o",
+            "read",
+            "--granularity",
+            "5",
+            "M0",
+        ],
+    );
+    let h = rpc_ok(&exe, &d, &["bdev_get_histogram", "M0"]);
+    assert_eq!(h["granularity"], 5);
+    assert!(h["histogram"].is_string() && h["tsc_rate"].is_u64(), "{h}");
+    assert!(h["min_range"].as_u64() < h["max_range"].as_u64(), "{h}");
+    let b = rpc_ok(
+        &exe,
+        &d,
+        &["bdev_get_histogram_borders", "M0", "--borders", "10,100"],
+    );
+    assert_eq!(b, json!({"borders_count": [0, 0, 0]}));
+    let e = rpc_err(
+        &exe,
+        &d,
+        &["bdev_enable_histogram", "--histogram", "-o", "fly", "M0"],
+    );
+    assert!(e.contains("Invalid Io type"), "{e}");
+    let e = rpc_err(&exe, &d, &["bdev_enable_histogram", "--histogram", "Nope"]);
+    assert!(e.contains("-19"), "{e}");
+    let e = rpc_err(
+        &exe,
+        &d,
+        &[
+            "bdev_enable_histogram",
+            "--histogram",
+            "--min-nsec",
+            "5",
+            "--max-nsec",
+            "5",
+            "M0",
+        ],
+    );
+    assert!(e.contains("-22"), "{e}");
+    rpc_ok(&exe, &d, &["bdev_enable_histogram", "--no-histogram", "M0"]);
+    let e = rpc_err(
+        &exe,
+        &d,
+        &["bdev_get_histogram_borders", "M0", "--borders", "1"],
+    );
+    assert!(e.contains("Bad address"), "{e}");
+}
+
+#[test]
 fn rpc_get_methods_and_current() {
     let Some(exe) = spdk_rpc() else { return };
     let d = Daemon::start(&[]);

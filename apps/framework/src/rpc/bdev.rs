@@ -1,12 +1,14 @@
 //! Generic bdev-layer methods: `bdev_get_bdevs`, `bdev_get_iostat`,
 //! `bdev_reset_iostat`, `bdev_set_qos_limit`, `bdev_wait_for_examine`,
-//! `bdev_examine`, `bdev_set_options`.
+//! `bdev_examine`, `bdev_set_options`, `bdev_enable_histogram`,
+//! `bdev_get_histogram`, `bdev_get_histogram_borders`.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bdevkit::bdev::{Bdev, BdevManager, IoStat, ResetMode};
+use bdevkit::bdev::histogram::{HistogramOptions, DEFAULT_GRANULARITY};
+use bdevkit::bdev::{Bdev, BdevManager, Histogram, IoStat, IoType, ResetMode};
 use bdevkit::clock;
 use bdevkit::thread::{PollerStatus, Thread};
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, Responder, RpcError, RUNTIME, STARTUP};
@@ -22,6 +24,37 @@ use crate::app::AppShared;
 const GET_BDEVS_POLL_US: u64 = 100_000;
 /// Most names `bdev_get_iostat` takes (SPDK's `SPDK_BDEV_MAX_GET_IOSTAT_BDEV_NAMES`).
 const MAX_IOSTAT_NAMES: usize = 1024;
+/// Most borders `bdev_get_histogram_borders` takes (SPDK's limit).
+const MAX_HISTOGRAM_BORDERS: usize = 256;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnableHistogramParams {
+    name: String,
+    enable: bool,
+    #[serde(default)]
+    opc: Option<String>,
+    #[serde(default)]
+    granularity: Option<u8>,
+    #[serde(default)]
+    min_nsec: Option<u64>,
+    #[serde(default)]
+    max_nsec: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetHistogramParams {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistogramBordersParams {
+    name: String,
+    /// Microseconds, ascending.
+    borders: Vec<u64>,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,6 +167,19 @@ struct SetOptionsParams {
 }
 
 /// A live bdev by name, alias or UUID (any case), as SPDK's open finds it.
+/// `bdev_get_histogram`'s result: the counters base64-encoded, with their
+/// layout and the tick rate.
+fn histogram_json(h: &Histogram) -> Value {
+    use base64::Engine as _;
+    json!({
+        "histogram": base64::engine::general_purpose::STANDARD.encode(h.to_le_bytes()),
+        "granularity": h.granularity(),
+        "min_range": h.min_range(),
+        "max_range": h.max_range(),
+        "tsc_rate": clock::tick_rate(),
+    })
+}
+
 fn find_bdev(mgr: &BdevManager, name: &str) -> Option<Bdev> {
     mgr.get(name)
         .or_else(|| {
@@ -268,6 +314,83 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
             ))),
         });
     })?;
+
+    let w = Arc::downgrade(shared);
+    reg.register("bdev_enable_histogram", RUNTIME, move |params, resp| {
+        let Some((sh, resp)) = upgrade(&w, resp) else {
+            return;
+        };
+        let Ok(p) = decode_params::<EnableHistogramParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        let Some(b) = find_bdev(&sh.mgr, &p.name) else {
+            return resp.err(errno(libc::ENODEV));
+        };
+        let io_type = match p.opc.as_deref() {
+            None => None,
+            Some(name) => match IoType::ALL.into_iter().find(|t| t.name() == name) {
+                Some(t) => Some(t),
+                None => return resp.err(RpcError::internal_error("Invalid Io type")),
+            },
+        };
+        let defaults = HistogramOptions::default();
+        let opts = p.enable.then(|| HistogramOptions {
+            granularity: p.granularity.unwrap_or(DEFAULT_GRANULARITY),
+            min_nsec: p.min_nsec.unwrap_or(defaults.min_nsec),
+            max_nsec: p.max_nsec.unwrap_or(defaults.max_nsec),
+            io_type,
+        });
+        b.enable_histogram(opts, move |r| match r {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(errno(e.errno())),
+        });
+    })?;
+
+    let w = Arc::downgrade(shared);
+    reg.register("bdev_get_histogram", RUNTIME, move |params, resp| {
+        let Some((sh, resp)) = upgrade(&w, resp) else {
+            return;
+        };
+        let Ok(p) = decode_params::<GetHistogramParams>(params) else {
+            return resp.err(RpcError::decode_failed());
+        };
+        let Some(b) = find_bdev(&sh.mgr, &p.name) else {
+            return resp.err(errno(libc::ENODEV));
+        };
+        b.get_histogram(move |r| match r {
+            Ok(h) => resp.ok(histogram_json(&h)),
+            Err(e) => resp.err(RpcError::internal_error(errno(e.errno()).message)),
+        });
+    })?;
+
+    let w = Arc::downgrade(shared);
+    reg.register(
+        "bdev_get_histogram_borders",
+        RUNTIME,
+        move |params, resp| {
+            let Some((sh, resp)) = upgrade(&w, resp) else {
+                return;
+            };
+            let p = match decode_params::<HistogramBordersParams>(params) {
+                Ok(p) if p.borders.len() <= MAX_HISTOGRAM_BORDERS => p,
+                _ => return resp.err(RpcError::decode_failed()),
+            };
+            let Some(b) = find_bdev(&sh.mgr, &p.name) else {
+                return resp.err(errno(libc::ENODEV));
+            };
+            // µs to ticks, as SPDK converts them (whole ticks per µs).
+            let per_us = clock::tick_rate() / 1_000_000;
+            let borders: Vec<u64> = p
+                .borders
+                .iter()
+                .map(|us| us.saturating_mul(per_us))
+                .collect();
+            b.get_histogram(move |r| match r {
+                Ok(h) => resp.ok(json!({"borders_count": h.borders_count(&borders)})),
+                Err(e) => resp.err(RpcError::internal_error(errno(e.errno()).message)),
+            });
+        },
+    )?;
 
     let w = Arc::downgrade(shared);
     reg.register("bdev_wait_for_examine", RUNTIME, move |params, resp| {
