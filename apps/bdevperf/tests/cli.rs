@@ -512,13 +512,23 @@ mod rpc_driven {
             Some(json!({"name": "Null0", "enable": true})),
         )
         .unwrap();
+        c.call(
+            "bdev_set_qd_sampling_period",
+            Some(json!({"name": "Null0", "period": 1000})),
+        )
+        .unwrap();
         c.call("perform_tests", None).unwrap();
-        let reads = c
+        let st = c
             .call("bdev_get_iostat", Some(json!({"names": ["Null0"]})))
-            .unwrap()["bdevs"][0]["num_read_ops"]
-            .as_u64()
             .unwrap();
+        let st = &st["bdevs"][0];
+        let reads = st["num_read_ops"].as_u64().unwrap();
         assert!(reads > 0);
+        // Sampled every ms during a 1 s run at QD 8: busy, 8 deep.
+        assert_eq!(st["queue_depth_polling_period"], 1000, "{st}");
+        let io_time = st["io_time"].as_u64().unwrap();
+        assert!(io_time > 0, "{st}");
+        assert!(st["weighted_io_time"].as_u64().unwrap() >= io_time, "{st}");
         let h = c
             .call("bdev_get_histogram", Some(json!({"name": "Null0"})))
             .unwrap();

@@ -20,7 +20,7 @@ use super::stats::IoStat;
 use super::types::{BdevEvent, BdevProps, ClaimType, IoType};
 use crate::dma::DmaBuf;
 use crate::error::Error as BdevError;
-use crate::thread::{IoDevice, Thread, ThreadHandle};
+use crate::thread::{IoDevice, PollerStatus, Thread, ThreadHandle};
 
 /// Size of the shared zero buffer used to emulate write zeroes.
 pub(crate) const ZERO_BUF_LEN: usize = 1 << 20;
@@ -95,6 +95,7 @@ pub(crate) struct BdevInner {
     state: Mutex<BdevState>,
     pub(crate) folded_stat: Mutex<IoStat>,
     pub(crate) hist: Mutex<HistState>,
+    qd: Mutex<QdSampling>,
     pub(crate) qos: QosState,
     pub(crate) reset_in_progress: AtomicBool,
     pub(crate) mgr: Weak<MgrShared>,
@@ -111,6 +112,35 @@ impl BdevInner {
     pub(crate) fn num_blocks(&self) -> u64 {
         self.num_blocks.load(Ordering::Acquire)
     }
+}
+
+/// Queue-depth sampling (`bdev_set_qd_sampling_period`): what the last
+/// sample saw and the time the bdev was busy.
+#[derive(Debug, Default)]
+struct QdSampling {
+    /// µs between samples; 0 = off.
+    period_us: u64,
+    /// Bumped on every change: a sampling poller of an older generation
+    /// stops itself.
+    generation: u64,
+    /// A channel walk is counting.
+    in_progress: bool,
+    queue_depth: u64,
+    io_time: u64,
+    weighted_io_time: u64,
+}
+
+/// Queue-depth figures of `bdev_get_iostat`, while sampling is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepthStats {
+    /// µs between samples.
+    pub period_us: u64,
+    /// I/Os outstanding at the last sample (summed over the channels).
+    pub queue_depth: u64,
+    /// µs during which a sample saw I/O outstanding.
+    pub io_time: u64,
+    /// Sum of queue depth × sampling period (µs).
+    pub weighted_io_time: u64,
 }
 
 /// A registered bdev (cheap to clone, `Send + Sync`).
@@ -463,6 +493,82 @@ impl Bdev {
                 done(Ok(h));
             },
         );
+    }
+
+    /// Samples the queue depth (I/Os outstanding over all channels) every
+    /// `period_us` µs from the calling thread, for `bdev_get_iostat`; 0
+    /// stops sampling. Setting a period starts the figures from zero.
+    /// Call on a bdevkit thread (`NotOnThread` otherwise).
+    pub fn set_qd_sampling_period(&self, period_us: u64) -> Result<(), BdevError> {
+        let thread = Thread::current().ok_or(BdevError::NotOnThread)?;
+        let generation = {
+            let mut qd = self.0.qd.lock();
+            qd.generation += 1;
+            *qd = QdSampling {
+                period_us,
+                generation: qd.generation,
+                ..QdSampling::default()
+            };
+            qd.generation
+        };
+        if period_us == 0 {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(&self.0);
+        thread.register_poller("bdev_qd_sampling", period_us, move |p| {
+            let Some(b) = weak.upgrade() else {
+                p.unregister();
+                return PollerStatus::Idle;
+            };
+            {
+                let mut qd = b.qd.lock();
+                if qd.generation != generation {
+                    drop(qd);
+                    p.unregister();
+                    return PollerStatus::Idle;
+                }
+                if qd.in_progress {
+                    return PollerStatus::Busy;
+                }
+                qd.in_progress = true;
+            }
+            let sum = Arc::new(AtomicU64::new(0));
+            let sum2 = Arc::clone(&sum);
+            let b2 = Arc::clone(&b);
+            b.device.for_each_channel(
+                move |ch| {
+                    sum2.fetch_add(ch.outstanding.get(), Ordering::Relaxed);
+                },
+                move || {
+                    let mut qd = b2.qd.lock();
+                    qd.in_progress = false;
+                    if qd.generation != generation {
+                        return;
+                    }
+                    let depth = sum.load(Ordering::Relaxed);
+                    qd.queue_depth = depth;
+                    if depth > 0 {
+                        qd.io_time += qd.period_us;
+                        qd.weighted_io_time += qd.period_us.saturating_mul(depth);
+                    }
+                },
+            );
+            PollerStatus::Busy
+        });
+        tracing::info!(bdev = %self.0.name, period_us, "queue depth sampling");
+        Ok(())
+    }
+
+    /// The queue-depth figures, while sampling is on.
+    #[must_use]
+    pub fn qd_stats(&self) -> Option<QueueDepthStats> {
+        let qd = self.0.qd.lock();
+        (qd.period_us != 0).then_some(QueueDepthStats {
+            period_us: qd.period_us,
+            queue_depth: qd.queue_depth,
+            io_time: qd.io_time,
+            weighted_io_time: qd.weighted_io_time,
+        })
     }
 
     /// Current QoS limits: `[rw_ios_per_sec, rw_mbytes_per_sec,
@@ -882,6 +988,7 @@ impl BdevManager {
                     }),
                     folded_stat: Mutex::new(IoStat::default()),
                     hist: Mutex::new(HistState::default()),
+                    qd: Mutex::new(QdSampling::default()),
                     qos: QosState::default(),
                     reset_in_progress: AtomicBool::new(false),
                     mgr,

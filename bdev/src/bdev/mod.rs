@@ -32,7 +32,7 @@ pub use channel::{BdevChannel, SubmitError};
 pub use completion_queue::CompletionQueue;
 pub use histogram::Histogram;
 pub use io::{BdevIo, Completion, IoCompletion, IoVec};
-pub use manager::{Bdev, BdevDesc, BdevManager, BdevOptions};
+pub use manager::{Bdev, BdevDesc, BdevManager, BdevOptions, QueueDepthStats};
 pub use module::{BdevModule, BdevOps, Done};
 pub use stats::{IoStat, ResetMode};
 pub use types::{BdevEvent, BdevProps, ClaimType, IoStatus, IoType, NvmeCmd};

@@ -785,6 +785,49 @@ fn histograms_count_completions_per_type_and_survive_channels() {
     });
 }
 
+#[test]
+fn queue_depth_sampling_sees_outstanding_io() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (b, knobs) = disk(&mgr, BdevProps::new("q0", "Test", 512, 64), RW);
+        assert_eq!(b.qd_stats(), None);
+        b.set_qd_sampling_period(1_000).unwrap();
+        let desc = mgr.open("q0", false, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        knobs.hold.store(true, Ordering::SeqCst);
+        let done = Rc::new(Cell::new(0));
+        for i in 0..4 {
+            let mut io = ch.alloc_io().unwrap();
+            let d = Rc::clone(&done);
+            io.read(i, 1, DmaBuf::new(512).unwrap())
+                .on_done_closure(move |_| d.set(d.get() + 1));
+            ch.submit(io).unwrap();
+        }
+        let mut waited = 0;
+        while b.qd_stats().unwrap().queue_depth != 4 {
+            sleep_ms(1).await;
+            waited += 1;
+            assert!(waited < 5_000, "{:?}", b.qd_stats());
+        }
+        let s = b.qd_stats().unwrap();
+        assert_eq!(s.period_us, 1_000);
+        assert!(s.io_time >= 1_000 && s.weighted_io_time >= 4_000, "{s:?}");
+        knobs.hold.store(false, Ordering::SeqCst);
+        while done.get() < 4 || b.qd_stats().unwrap().queue_depth != 0 {
+            sleep_ms(1).await;
+        }
+        let busy = b.qd_stats().unwrap().io_time;
+        sleep_ms(20).await;
+        assert_eq!(
+            b.qd_stats().unwrap().io_time,
+            busy,
+            "idle time is not busy time"
+        );
+        b.set_qd_sampling_period(0).unwrap();
+        assert_eq!(b.qd_stats(), None);
+    });
+}
+
 async fn wait_res<T>(rx: std::sync::mpsc::Receiver<T>) -> T {
     loop {
         if let Ok(r) = rx.try_recv() {

@@ -208,7 +208,7 @@ fn create_get_resize_delete_and_field_types() {
 }
 
 #[test]
-fn histograms() {
+fn histograms_and_queue_depth_sampling() {
     let Some(exe) = spdk_rpc() else { return };
     let d = Daemon::start(&[]);
     rpc_ok(&exe, &d, &["bdev_malloc_create", "-b", "M0", "8", "512"]);
@@ -260,6 +260,18 @@ fn histograms() {
     );
     assert!(e.contains("-22"), "{e}");
     rpc_ok(&exe, &d, &["bdev_enable_histogram", "--no-histogram", "M0"]);
+    // Queue-depth sampling adds four fields to bdev_get_iostat.
+    rpc_ok(&exe, &d, &["bdev_set_qd_sampling_period", "M0", "1000"]);
+    let st = rpc_ok(&exe, &d, &["bdev_get_iostat", "--names", "M0"]);
+    let m0 = &st["bdevs"][0];
+    assert_eq!(m0["queue_depth_polling_period"], 1000, "{st}");
+    assert!(m0["queue_depth"].is_u64() && m0["io_time"].is_u64(), "{st}");
+    assert!(m0["weighted_io_time"].is_u64(), "{st}");
+    rpc_ok(&exe, &d, &["bdev_set_qd_sampling_period", "M0", "0"]);
+    let st = rpc_ok(&exe, &d, &["bdev_get_iostat", "--names", "M0"]);
+    assert!(st["bdevs"][0].get("queue_depth").is_none(), "{st}");
+    let e = rpc_err(&exe, &d, &["bdev_set_qd_sampling_period", "Nope", "10"]);
+    assert!(e.contains("-19"), "{e}");
     let e = rpc_err(
         &exe,
         &d,

@@ -1,14 +1,15 @@
 //! Generic bdev-layer methods: `bdev_get_bdevs`, `bdev_get_iostat`,
 //! `bdev_reset_iostat`, `bdev_set_qos_limit`, `bdev_wait_for_examine`,
 //! `bdev_examine`, `bdev_set_options`, `bdev_enable_histogram`,
-//! `bdev_get_histogram`, `bdev_get_histogram_borders`.
+//! `bdev_get_histogram`, `bdev_get_histogram_borders`,
+//! `bdev_set_qd_sampling_period`.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bdevkit::bdev::histogram::{HistogramOptions, DEFAULT_GRANULARITY};
-use bdevkit::bdev::{Bdev, BdevManager, Histogram, IoStat, IoType, ResetMode};
+use bdevkit::bdev::{Bdev, BdevManager, Histogram, IoStat, IoType, QueueDepthStats, ResetMode};
 use bdevkit::clock;
 use bdevkit::thread::{PollerStatus, Thread};
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, Responder, RpcError, RUNTIME, STARTUP};
@@ -40,6 +41,14 @@ struct EnableHistogramParams {
     min_nsec: Option<u64>,
     #[serde(default)]
     max_nsec: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QdSamplingParams {
+    name: String,
+    /// µs; 0 stops sampling.
+    period: u64,
 }
 
 #[derive(Deserialize)]
@@ -316,6 +325,27 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
     })?;
 
     let w = Arc::downgrade(shared);
+    reg.register(
+        "bdev_set_qd_sampling_period",
+        RUNTIME,
+        move |params, resp| {
+            let Some((sh, resp)) = upgrade(&w, resp) else {
+                return;
+            };
+            let Ok(p) = decode_params::<QdSamplingParams>(params) else {
+                return resp.err(RpcError::decode_failed());
+            };
+            let Some(b) = find_bdev(&sh.mgr, &p.name) else {
+                return resp.err(errno(libc::ENODEV));
+            };
+            match b.set_qd_sampling_period(p.period) {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => resp.err(errno(e.errno())),
+            }
+        },
+    )?;
+
+    let w = Arc::downgrade(shared);
     reg.register("bdev_enable_histogram", RUNTIME, move |params, resp| {
         let Some((sh, resp)) = upgrade(&w, resp) else {
             return;
@@ -551,7 +581,7 @@ fn get_iostat(mgr: &BdevManager, p: GetIostatParams, resp: Responder) {
     }
 
     struct Acc {
-        stats: Vec<Option<IoStat>>,
+        stats: Vec<Option<(IoStat, Option<QueueDepthStats>)>>,
         left: usize,
         resp: Option<Responder>,
     }
@@ -574,10 +604,16 @@ fn get_iostat(mgr: &BdevManager, p: GetIostatParams, resp: Responder) {
             .iter()
             .zip(names.iter())
             .filter_map(|(s, name)| {
-                let s = s.as_ref()?;
+                let (s, qd) = s.as_ref()?;
                 let mut o = Map::new();
                 o.insert("name".into(), json!(name));
                 o.extend(s.to_json_members());
+                if let Some(q) = qd {
+                    o.insert("queue_depth_polling_period".into(), json!(q.period_us));
+                    o.insert("queue_depth".into(), json!(q.queue_depth));
+                    o.insert("io_time".into(), json!(q.io_time));
+                    o.insert("weighted_io_time".into(), json!(q.weighted_io_time));
+                }
                 Some(Value::Object(o))
             })
             .collect();
@@ -599,7 +635,7 @@ fn get_iostat(mgr: &BdevManager, p: GetIostatParams, resp: Responder) {
         let complete = Arc::clone(&complete);
         let b2 = b.clone();
         b.get_iostat(move |st| {
-            acc.lock().stats[i] = Some(st);
+            acc.lock().stats[i] = Some((st, b2.qd_stats()));
             if reset == ResetMode::None {
                 complete(&acc);
             } else {
