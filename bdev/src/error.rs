@@ -115,6 +115,9 @@ pub enum Error {
     /// A previous change is still in progress.
     #[error("operation in progress, try again")]
     Again,
+    /// The object is busy with a long operation.
+    #[error("{0}")]
+    Busy(String),
     /// An I/O completed with an error status.
     #[error("I/O failed: {0:?}")]
     Io(IoStatus),
@@ -152,6 +155,7 @@ impl Error {
             Error::Claimed(..) => libc::EPERM,
             Error::ModuleInit { .. } => libc::EIO,
             Error::Again => libc::EAGAIN,
+            Error::Busy(_) => libc::EBUSY,
             Error::HistogramDisabled(_) => libc::EFAULT,
             Error::Io(s) => s.errno(),
         }

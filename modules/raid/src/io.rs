@@ -17,8 +17,9 @@
 //! and never leaves a half-submitted request.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::vbdev;
@@ -27,6 +28,7 @@ use bdevkit::bdev::{
 };
 use bdevkit::error::BoxError;
 use bdevkit::thread::{IoChannel, IoDevice};
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::map::{ConcatMap, Raid0Map};
@@ -80,6 +82,9 @@ pub struct RaidBdev {
     /// The raid's own per-thread state, to release a removed member on
     /// every thread.
     device: IoDevice<RaidChannel>,
+    /// Blocks `[start, end)` a rebuild is copying: raid1 writes there wait
+    /// (channels created meanwhile start with it).
+    window: Mutex<Option<(u64, u64)>>,
 }
 
 impl std::fmt::Debug for RaidBdev {
@@ -101,6 +106,7 @@ impl RaidBdev {
                 mgr,
                 geometry,
                 offline: AtomicBool::new(false),
+                window: Mutex::new(None),
                 device: IoDevice::register(name, move || {
                     let b = w.upgrade().ok_or("raid bdev is gone")?;
                     Ok(RaidChannel::new(b))
@@ -149,6 +155,40 @@ impl RaidBdev {
     pub(crate) fn go_offline(&self) {
         self.offline.store(true, Ordering::Release);
         self.unregister_self();
+    }
+
+    /// Every channel takes a channel to member `i` (just added); then
+    /// `done`.
+    pub(crate) fn attach_member(&self, i: usize, done: impl FnOnce() + Send + 'static) {
+        self.device
+            .for_each_channel(move |c| c.inner.attach(i), done);
+    }
+
+    /// Holds raid1 writes to blocks `[start, end)` on every channel and
+    /// marks those already in flight; then `done`.
+    pub(crate) fn quiesce(&self, start: u64, end: u64, done: impl FnOnce() + Send + 'static) {
+        *self.window.lock() = Some((start, end));
+        self.device
+            .for_each_channel(move |c| c.inner.quiesce(start, end), done);
+    }
+
+    /// Writes still in flight in the quiesced window, over all channels.
+    pub(crate) fn in_window(&self, done: impl FnOnce(u64) + Send + 'static) {
+        let sum = Arc::new(AtomicU64::new(0));
+        let s2 = Arc::clone(&sum);
+        self.device.for_each_channel(
+            move |c| {
+                s2.fetch_add(u64::from(c.inner.draining.get()), Ordering::Relaxed);
+            },
+            move || done(sum.load(Ordering::Relaxed)),
+        );
+    }
+
+    /// Lifts the window: held writes go out; then `done`.
+    pub(crate) fn unquiesce(&self, done: impl FnOnce() + Send + 'static) {
+        *self.window.lock() = None;
+        self.device
+            .for_each_channel(move |c| c.inner.unquiesce(), done);
     }
 
     /// Every thread drops its channel to member `i`; then `done`.
@@ -209,6 +249,8 @@ struct Slot {
     ok: [u64; 4],
     /// raid1 write: success if any still-operational member succeeded.
     mirror: bool,
+    /// Counted in the channel's `draining`.
+    in_window: bool,
 }
 
 /// A raid's per-thread channel (also its `IoDevice` channel).
@@ -221,8 +263,12 @@ impl RaidChannel {
     fn new(bdev: Arc<RaidBdev>) -> RaidChannel {
         let members = bdev.raid.member_channels();
         let n = members.len();
+        let window = *bdev.window.lock();
         RaidChannel {
             inner: Rc::new(ChanInner {
+                window: Cell::new(window),
+                held: RefCell::new(VecDeque::new()),
+                draining: Cell::new(0),
                 bdev,
                 members: RefCell::new(members),
                 read_blocks: (0..n).map(|_| Cell::new(0)).collect(),
@@ -247,6 +293,12 @@ struct ChanInner {
     free: RefCell<Vec<usize>>,
     /// Children of a fan-out being prepared (reused).
     scratch: RefCell<Vec<(usize, BdevChannel, BdevIo)>>,
+    /// A rebuild's quiesced window: raid1 writes overlapping it wait in
+    /// `held`.
+    window: Cell<Option<(u64, u64)>>,
+    held: RefCell<VecDeque<BdevIo>>,
+    /// Writes in flight in the window when it was set, not yet done.
+    draining: Cell<u32>,
 }
 
 impl std::fmt::Debug for ChanInner {
@@ -294,6 +346,40 @@ impl ChanInner {
         slot.clone()
     }
 
+    fn attach(&self, i: usize) {
+        let ch = self.raid().member_channel(i);
+        if let Some(slot) = self.members.borrow_mut().get_mut(i) {
+            *slot = ch;
+        }
+    }
+
+    /// Sets the window and counts the raid1 writes in flight in it.
+    fn quiesce(&self, start: u64, end: u64) {
+        self.window.set(Some((start, end)));
+        let mut n = 0;
+        for s in self.slots.borrow_mut().iter_mut() {
+            let Some(p) = s.parent.as_ref() else { continue };
+            if s.mirror
+                && !s.in_window
+                && p.offset_blocks() < end
+                && p.offset_blocks() + p.num_blocks() > start
+            {
+                s.in_window = true;
+                n += 1;
+            }
+        }
+        self.draining.set(self.draining.get() + n);
+    }
+
+    /// Clears the window and sends the writes it held.
+    fn unquiesce(self: &Rc<Self>) {
+        self.window.set(None);
+        let held: Vec<BdevIo> = self.held.borrow_mut().drain(..).collect();
+        for io in held {
+            self.submit(io);
+        }
+    }
+
     fn release(&self, i: usize) {
         if let Some(slot) = self.members.borrow_mut().get_mut(i) {
             *slot = None;
@@ -316,8 +402,16 @@ impl ChanInner {
                 self.raid1_read(io, IoStatus::Failed, true);
             }
             (IoType::Write, Geometry::Raid1 { .. }) => {
+                if let Some((start, end)) = self.window.get() {
+                    if io.offset_blocks() < end && io.offset_blocks() + io.num_blocks() > start {
+                        self.held.borrow_mut().push_back(io);
+                        return;
+                    }
+                }
                 let raid = &self.bdev.raid;
-                self.fan_out(io, true, |_, m| raid.member_ok(m).then_some(ChildReq::Copy));
+                self.fan_out(io, true, |_, m| {
+                    raid.member_writable(m).then_some(ChildReq::Copy)
+                });
             }
             (IoType::Read | IoType::Write, Geometry::Raid0(map)) => {
                 let (off, n) = (io.offset_blocks(), io.num_blocks());
@@ -339,7 +433,7 @@ impl ChanInner {
                 let raid1 = matches!(geometry, Geometry::Raid1 { .. });
                 let raid = &self.bdev.raid;
                 self.fan_out(io, false, |_, m| {
-                    (!raid1 || raid.member_ok(m)).then_some(ChildReq::Reset)
+                    (!raid1 || raid.member_writable(m)).then_some(ChildReq::Reset)
                 });
             }
             (IoType::Flush | IoType::Unmap, Geometry::Raid0(map)) => {
@@ -499,6 +593,7 @@ impl ChanInner {
             status: IoStatus::Pending,
             ok: [0; 4],
             mirror,
+            in_window: false,
         };
         let mut slots = self.slots.borrow_mut();
         match self.free.borrow_mut().pop() {
@@ -551,6 +646,10 @@ impl ChanInner {
             } else {
                 s.status
             };
+            if s.in_window {
+                s.in_window = false;
+                self.draining.set(self.draining.get() - 1);
+            }
             (s.parent.take(), status)
         };
         self.free.borrow_mut().push(i);

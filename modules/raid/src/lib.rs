@@ -24,6 +24,12 @@
 //! Fan-outs keep their parent in a per-channel slot table: no allocation
 //! per I/O in steady state, no lock.
 //!
+//! `bdev_raid_remove_base_bdev` takes a member out as a hot removal would;
+//! `bdev_raid_add_base_bdev` puts a bdev into the empty slot of a degraded
+//! raid1 and rebuilds it in the background (see the notes in
+//! `rebuild.rs`: window by window, writes to the window being copied wait),
+//! or gives a configuring raid a member it waits for.
+//!
 //! When every working member of a raid0 or raid1 has grown, the raid
 //! grows (raid0 by whole strips) and its openers get a resize event; the
 //! mapping stays as it was. The new blocks of a raid1 are not resynced:
@@ -45,6 +51,7 @@
 mod io;
 pub mod map;
 mod raid;
+mod rebuild;
 pub mod rpc;
 
 use std::sync::Arc;
@@ -54,10 +61,10 @@ use bdevkit::{Error, Result};
 use serde_json::Value;
 
 pub use io::{RaidBdev, RaidChannel};
-pub use raid::{Raid, RaidModule, MAX_MEMBERS, MAX_NAME_LEN};
+pub use raid::{Raid, RaidModule, RebuildProgress, MAX_MEMBERS, MAX_NAME_LEN};
 pub use rpc::{
-    RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams, RaidRemoveBaseBdevParams,
-    RaidSetOptionsParams,
+    RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams,
+    RaidRemoveBaseBdevParams, RaidSetOptionsParams,
 };
 
 /// Module name (also the RPC infix).
@@ -210,6 +217,22 @@ pub fn remove_base_bdev(
         }
         None => raid.member_gone(i, move || done(Ok(()))),
     }
+}
+
+/// `bdev_raid_add_base_bdev`: adds bdev `base` to raid `raid_name`. A
+/// configuring raid takes it if it is a member it waits for; a degraded
+/// raid1 takes it into a slot whose member was removed, attaches it for
+/// writes and rebuilds it from the working members in the background on
+/// the calling thread (`bdev_raid_get_bdevs` shows the `process`); it
+/// serves reads once the rebuild is done. Call on a bdevkit thread.
+/// Errors: `NotFound` no such raid or bdev; `InvalidArg` no slot for it,
+/// a raid0/concat, another block size, too small; `Busy` a rebuild runs;
+/// `Claimed` the bdev is claimed.
+pub fn add_base_bdev(mgr: &BdevManager, raid_name: &str, base: &str) -> Result<()> {
+    let raid = module(mgr)?
+        .find(raid_name)
+        .ok_or_else(|| Error::NotFound(format!("raid bdev {raid_name}")))?;
+    raid.add_base_bdev(mgr, base)
 }
 
 /// The raid called `name`.

@@ -32,6 +32,19 @@ pub(crate) const MEMBER_OK: u8 = 0;
 pub(crate) const MEMBER_FAILED: u8 = 1;
 /// Hot-removed: channels drop their channel to it.
 pub(crate) const MEMBER_REMOVED: u8 = 2;
+/// Being rebuilt (raid1): written, not read.
+pub(crate) const MEMBER_REBUILDING: u8 = 3;
+
+/// A rebuild's progress (`bdev_raid_get_bdevs`' `process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebuildProgress {
+    /// The slot being rebuilt.
+    pub target: usize,
+    /// Blocks copied (the window being copied starts here).
+    pub done: u64,
+    /// Blocks to copy.
+    pub total: u64,
+}
 
 /// The raid module: every raid (configuring, online, degraded, offline)
 /// and the module options.
@@ -124,13 +137,15 @@ impl RaidModule {
                 strip_size_kb: p.strip_size_kb.unwrap_or(0),
                 uuid: p.uuid.unwrap_or_else(Uuid::new_v4),
                 module: Arc::downgrade(self),
-                member_names: p.base_bdevs.clone(),
+                num_members: p.base_bdevs.len(),
                 member_state: p
                     .base_bdevs
                     .iter()
                     .map(|_| AtomicU8::new(MEMBER_OK))
                     .collect(),
                 ctl: Mutex::new(Control {
+                    names: p.base_bdevs.clone(),
+                    rebuild: None,
                     state: RaidState::Configuring,
                     members: p.base_bdevs.iter().map(|_| None).collect(),
                     bdev: None,
@@ -223,6 +238,11 @@ impl MemberDesc {
 }
 
 struct Control {
+    /// Member bdev names by slot (a replaced member changes its slot's
+    /// name).
+    names: Vec<String>,
+    /// The rebuild running, if any.
+    rebuild: Option<RebuildProgress>,
     state: RaidState,
     members: Vec<Option<MemberDesc>>,
     /// The registered bdev while online/degraded (and until destructed).
@@ -241,7 +261,7 @@ pub struct Raid {
     pub(crate) strip_size_kb: u32,
     pub(crate) uuid: Uuid,
     module: Weak<RaidModule>,
-    member_names: Vec<String>,
+    num_members: usize,
     /// `MEMBER_*`, read lock-free by the I/O path.
     pub(crate) member_state: Vec<AtomicU8>,
     ctl: Mutex<Control>,
@@ -264,6 +284,12 @@ impl Raid {
         self.ctl.lock().state
     }
 
+    /// Whether a rebuild runs.
+    #[must_use]
+    pub fn is_rebuilding(&self) -> bool {
+        self.ctl.lock().rebuild.is_some()
+    }
+
     /// The raid's name.
     #[must_use]
     pub fn name(&self) -> &str {
@@ -282,6 +308,20 @@ impl Raid {
             .is_some_and(|s| s.load(Ordering::Acquire) == MEMBER_OK)
     }
 
+    /// Whether member `i` is being rebuilt.
+    pub(crate) fn member_rebuilding(&self, i: usize) -> bool {
+        self.member_state
+            .get(i)
+            .is_some_and(|s| s.load(Ordering::Acquire) == MEMBER_REBUILDING)
+    }
+
+    /// Whether writes go to member `i`: working, or being rebuilt.
+    pub(crate) fn member_writable(&self, i: usize) -> bool {
+        self.member_state
+            .get(i)
+            .is_some_and(|s| matches!(s.load(Ordering::Acquire), MEMBER_OK | MEMBER_REBUILDING))
+    }
+
     pub(crate) fn member_removed(&self, i: usize) -> bool {
         self.member_state
             .get(i)
@@ -289,7 +329,7 @@ impl Raid {
     }
 
     pub(crate) fn num_members(&self) -> usize {
-        self.member_names.len()
+        self.num_members
     }
 
     fn all_discovered(&self) -> bool {
@@ -350,7 +390,7 @@ impl Raid {
             if ctl.state != RaidState::Configuring {
                 return Ok(());
             }
-            self.member_names
+            ctl.names
                 .iter()
                 .enumerate()
                 .position(|(i, n)| ctl.members[i].is_none() && b.has_name(n))
@@ -498,7 +538,7 @@ impl Raid {
             };
             if ctl.data_size >= data_size {
                 if ctl.data_size > data_size {
-                    tracing::warn!(raid = %self.name, slot = i, member = %self.member_names[i],
+                    tracing::warn!(raid = %self.name, slot = i, member = %ctl.names[i],
                         "raid member shrank below the raid's data size; I/O beyond its end fails");
                 }
                 return;
@@ -589,6 +629,13 @@ impl Raid {
     /// Marks member `i` failed after an I/O error (raid1), unless it is
     /// the last operational member. Returns whether the member is out.
     pub(crate) fn member_failed(&self, i: usize) -> bool {
+        if self.member_rebuilding(i) {
+            // A rebuild target that fails a write is out; the rebuild
+            // stops at its next step.
+            self.member_state[i].store(MEMBER_FAILED, Ordering::Release);
+            tracing::warn!(raid = %self.name, slot = i, "rebuild target failed an I/O");
+            return true;
+        }
         if !self.member_ok(i) {
             return true;
         }
@@ -604,7 +651,7 @@ impl Raid {
         }
         self.member_state[i].store(MEMBER_FAILED, Ordering::Release);
         ctl.state = RaidState::Degraded;
-        tracing::warn!(raid = %self.name, slot = i, member = %self.member_names[i],
+        tracing::warn!(raid = %self.name, slot = i, member = %ctl.names[i],
             operational = self.operational(), "raid member failed an I/O; raid degraded");
         true
     }
@@ -692,8 +739,8 @@ impl Raid {
                 .filter(|i| self.member_ok(*i) && ctl.members[*i].is_some())
                 .count(),
         };
-        let list: Vec<Value> = self
-            .member_names
+        let list: Vec<Value> = ctl
+            .names
             .iter()
             .enumerate()
             .map(|(i, name)| {
@@ -717,6 +764,22 @@ impl Raid {
         m.insert("num_base_bdevs".into(), json!(self.num_members()));
         m.insert("num_base_bdevs_discovered".into(), json!(discovered));
         m.insert("num_base_bdevs_operational".into(), json!(operational));
+        if let Some(r) = ctl.rebuild {
+            #[expect(clippy::cast_precision_loss, reason = "a percentage for display")]
+            let percent = if r.total == 0 {
+                100.0
+            } else {
+                r.done as f64 * 100.0 / r.total as f64
+            };
+            m.insert(
+                "process".into(),
+                json!({
+                    "type": "rebuild",
+                    "target": ctl.names[r.target],
+                    "progress": {"blocks": r.done, "percent": percent},
+                }),
+            );
+        }
         m.insert("base_bdevs_list".into(), Value::Array(list));
         m
     }
@@ -730,7 +793,7 @@ impl Raid {
             p.insert("strip_size_kb".into(), json!(self.strip_size_kb));
         }
         p.insert("raid_level".into(), json!(self.level.name()));
-        p.insert("base_bdevs".into(), json!(self.member_names));
+        p.insert("base_bdevs".into(), json!(self.ctl.lock().names));
         json!({"method": "bdev_raid_create", "params": p})
     }
 
@@ -747,6 +810,173 @@ impl Raid {
                     .and_then(|m| m.desc.get_io_channel().ok())
             })
             .collect()
+    }
+
+    /// This thread's channel to member `i` (`None`: not attached).
+    pub(crate) fn member_channel(&self, i: usize) -> Option<bdevkit::bdev::BdevChannel> {
+        let ctl = self.ctl.lock();
+        ctl.members
+            .get(i)?
+            .as_ref()
+            .filter(|_| !self.member_removed(i))
+            .and_then(|m| m.desc.get_io_channel().ok())
+    }
+
+    /// The slots a rebuild may read from: working members.
+    pub(crate) fn rebuild_sources(&self) -> Vec<usize> {
+        (0..self.num_members())
+            .filter(|i| self.member_ok(*i))
+            .collect()
+    }
+
+    /// The rebuild's progress, while one runs.
+    #[must_use]
+    pub fn rebuild_progress(&self) -> Option<RebuildProgress> {
+        self.ctl.lock().rebuild
+    }
+
+    /// `bdev_raid_set_options`' process window (KiB) and bandwidth cap
+    /// (MiB/s, 0 = none).
+    pub(crate) fn process_options(&self) -> (u32, u32) {
+        let o = self
+            .module
+            .upgrade()
+            .map(|m| *m.options.lock())
+            .unwrap_or_default();
+        (
+            o.process_window_size_kb.unwrap_or(1024).max(1),
+            o.process_max_bandwidth_mb_sec.unwrap_or(0),
+        )
+    }
+
+    /// Records rebuild progress; `None` ends it.
+    pub(crate) fn set_rebuild(&self, p: Option<RebuildProgress>) {
+        self.ctl.lock().rebuild = p;
+    }
+
+    /// The rebuild of slot `i` finished: the member serves reads too.
+    pub(crate) fn rebuild_done(&self, i: usize) {
+        let mut ctl = self.ctl.lock();
+        ctl.rebuild = None;
+        if self.member_rebuilding(i) {
+            self.member_state[i].store(MEMBER_OK, Ordering::Release);
+            if ctl.state == RaidState::Degraded && self.operational() == self.num_members() {
+                ctl.state = RaidState::Online;
+            }
+            tracing::info!(raid = %self.name, slot = i, member = %ctl.names[i],
+                state = ?ctl.state, "raid rebuild finished");
+        }
+    }
+
+    /// `bdev_raid_add_base_bdev`: a configuring raid takes `name` if it is
+    /// a member it waits for; a degraded raid1 takes it into a slot whose
+    /// member was removed and rebuilds it from the working members (reads
+    /// keep going to those until the rebuild is done). Errors: `EINVAL` no
+    /// such slot, a raid0/concat, a block size other than the members' or
+    /// a bdev smaller than the raid's data; `ENODEV` no such bdev; `EBUSY`
+    /// a rebuild runs; `EPERM` the bdev is claimed.
+    pub(crate) fn add_base_bdev(self: &Arc<Self>, mgr: &BdevManager, name: &str) -> Result<()> {
+        let b = mgr
+            .get(name)
+            .filter(|b| !b.is_removing())
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        let (slot, bdev, data_size) = {
+            let ctl = self.ctl.lock();
+            match ctl.state {
+                RaidState::Configuring => {
+                    let slot = (0..self.num_members())
+                        .find(|i| ctl.members[*i].is_none() && b.has_name(&ctl.names[*i]));
+                    drop(ctl);
+                    let Some(i) = slot else {
+                        return Err(Error::InvalidArg(format!(
+                            "configuring raid {} does not wait for {name}",
+                            self.name
+                        )));
+                    };
+                    self.add_member(mgr, i, &b)?;
+                    if self.all_discovered() {
+                        self.start(mgr)?;
+                    }
+                    return Ok(());
+                }
+                RaidState::Online | RaidState::Degraded if self.level == RaidLevel::Raid1 => {}
+                _ => {
+                    return Err(Error::InvalidArg(format!(
+                        "raid {} ({}, {}) takes no new member",
+                        self.name,
+                        self.level.name(),
+                        ctl.state.spdk_name()
+                    )))
+                }
+            }
+            if ctl.rebuild.is_some() {
+                return Err(Error::Busy(format!("raid {} is rebuilding", self.name)));
+            }
+            let Some(slot) = (0..self.num_members()).find(|i| ctl.members[*i].is_none()) else {
+                return Err(Error::InvalidArg(format!(
+                    "raid {} has no empty slot",
+                    self.name
+                )));
+            };
+            if let Some(first) = ctl.members.iter().flatten().next() {
+                if first.bdev.block_size() != b.block_size()
+                    || first.bdev.props().md_size != b.props().md_size
+                {
+                    return Err(Error::InvalidArg(format!(
+                        "{name} has a block size other than the raid's members"
+                    )));
+                }
+            }
+            if b.num_blocks() < ctl.data_size {
+                return Err(Error::InvalidArg(format!(
+                    "{name} has {} blocks, the raid needs {}",
+                    b.num_blocks(),
+                    ctl.data_size
+                )));
+            }
+            let Some(bdev) = ctl.bdev.as_ref().and_then(Weak::upgrade) else {
+                return Err(Error::InvalidArg(format!(
+                    "raid {} is going away",
+                    self.name
+                )));
+            };
+            (slot, bdev, ctl.data_size)
+        };
+        let weak = Arc::downgrade(self);
+        let desc = mgr.open(b.name(), false, move |event| {
+            if let Some(raid) = weak.upgrade() {
+                raid.member_event(slot, event);
+            }
+        })?;
+        desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
+        let md = MemberDesc {
+            desc,
+            opener: Thread::current().map(|t| t.handle()),
+            bdev: b.clone(),
+        };
+        {
+            let mut ctl = self.ctl.lock();
+            let still = matches!(ctl.state, RaidState::Online | RaidState::Degraded)
+                && ctl.members[slot].is_none()
+                && ctl.rebuild.is_none();
+            if !still {
+                drop(ctl);
+                md.close();
+                return Err(Error::Again);
+            }
+            ctl.names[slot] = b.name().to_string();
+            ctl.members[slot] = Some(md);
+            ctl.rebuild = Some(RebuildProgress {
+                target: slot,
+                done: 0,
+                total: data_size,
+            });
+            self.member_state[slot].store(MEMBER_REBUILDING, Ordering::Release);
+        }
+        tracing::info!(raid = %self.name, slot, member = name, blocks = data_size,
+            "raid member added; rebuilding");
+        crate::rebuild::start(Arc::clone(self), bdev, slot);
+        Ok(())
     }
 
     /// Whether every member serves `t`.

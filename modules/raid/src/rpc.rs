@@ -8,6 +8,7 @@
 //! | `bdev_raid_create` | `true` | -32700; -22 "The base bdev name cannot be empty: Invalid argument"; `-errno` "Failed to create RAID bdev N: ..." |
 //! | `bdev_raid_delete` | `true` | -32700; -19 "raid bdev N not found" |
 //! | `bdev_raid_get_bdevs` | array of raid objects | -32700; -22 "Invalid argument" for an unknown category |
+//! | `bdev_raid_add_base_bdev` | `true` once the member is in (a raid1 rebuild goes on in the background) | -32700; -19 "raid bdev R is not found in config"; `-errno` "Failed to add base bdev B to RAID bdev R: strerror" |
 //! | `bdev_raid_remove_base_bdev` | `true` | -32700; -19 "Failed to remove base bdev from raid bdev" (no raid holds it) |
 //! | `bdev_raid_set_options` | `true` | -32700; -22 for a zero window |
 
@@ -85,6 +86,16 @@ pub struct RaidDeleteParams {
     /// Wipe the superblock (no superblocks here: ignored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clear_sb: Option<bool>,
+}
+
+/// `bdev_raid_add_base_bdev` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RaidAddBaseBdevParams {
+    /// The raid.
+    pub raid_bdev: String,
+    /// The bdev to add.
+    pub base_bdev: String,
 }
 
 /// `bdev_raid_remove_base_bdev` params.
@@ -170,6 +181,31 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 RpcError::from_errno(e.errno()).message,
             )),
         });
+    })?;
+    let m = mgr.clone();
+    reg.register("bdev_raid_add_base_bdev", RUNTIME, move |params, resp| {
+        let Ok(p) = decode_params::<RaidAddBaseBdevParams>(params) else {
+            return resp.err(decode_failed());
+        };
+        if crate::raid(&m, &p.raid_bdev).is_none() {
+            return resp.err(RpcError::new(
+                -libc::ENODEV,
+                format!("raid bdev {} is not found in config", p.raid_bdev),
+            ));
+        }
+        match crate::add_base_bdev(&m, &p.raid_bdev, &p.base_bdev) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => {
+                let e = RpcError::from_errno(e.errno());
+                resp.err(RpcError::new(
+                    e.code,
+                    format!(
+                        "Failed to add base bdev {} to RAID bdev {}: {}",
+                        p.base_bdev, p.raid_bdev, e.message
+                    ),
+                ));
+            }
+        }
     })?;
     let m = mgr.clone();
     reg.register(

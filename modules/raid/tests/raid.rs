@@ -274,6 +274,377 @@ mod tests {
         });
     }
 
+    /// Reads `blocks` blocks of `name` (opened read-only) in chunks.
+    async fn contents(mgr: &BdevManager, name: &str, blocks: u64) -> Vec<u8> {
+        let d = mgr.open(name, false, |_| {}).unwrap();
+        let ch = d.get_io_channel().unwrap();
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < blocks {
+            let n = 64.min(blocks - off);
+            let b = ch
+                .read(
+                    off,
+                    n,
+                    DmaBuf::new(usize::try_from(n * 512).unwrap()).unwrap(),
+                )
+                .await
+                .unwrap();
+            out.extend_from_slice(&b);
+            off += n;
+        }
+        out
+    }
+
+    async fn fill(mgr: &BdevManager, name: &str, from: u64, blocks: u64, seed: u64) {
+        let d = mgr.open(name, true, |_| {}).unwrap();
+        let ch = d.get_io_channel().unwrap();
+        let mut off = from;
+        while off < from + blocks {
+            let n = 64.min(from + blocks - off);
+            let data = conformance::pattern(usize::try_from(n * 512).unwrap(), off ^ seed);
+            ch.write(off, n, data).await.unwrap();
+            off += n;
+        }
+    }
+
+    #[test]
+    fn add_base_bdev_rebuilds_a_degraded_raid1() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            malloc(&mgr, "A0", 2048);
+            malloc(&mgr, "A1", 2048);
+            malloc(&mgr, "A2", 4096);
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A0", "A1"]),
+            )
+            .unwrap();
+            // Many small windows.
+            let r = call(
+                &reg,
+                "bdev_raid_set_options",
+                json!({"process_window_size_kb": 4}),
+            )
+            .await;
+            assert_eq!(r, Ok(json!(true)));
+            fill(&mgr, "r1", 0, 2048, 1).await;
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A1"})).await,
+                Ok(json!(true))
+            );
+            // Only A0 gets these.
+            fill(&mgr, "r1", 100, 300, 2).await;
+            let expect = contents(&mgr, "r1", 2048).await;
+            let r = call(
+                &reg,
+                "bdev_raid_add_base_bdev",
+                json!({"raid_bdev": "r1", "base_bdev": "A2"}),
+            )
+            .await;
+            assert_eq!(r, Ok(json!(true)));
+            let info = &bdevkit_raid::get_bdevs(&mgr, "all").unwrap()[0];
+            assert_eq!(info["process"]["type"], "rebuild", "{info}");
+            assert_eq!(info["process"]["target"], "A2");
+            assert_eq!(info["base_bdevs_list"][1]["name"], "A2");
+            assert_eq!(info["num_base_bdevs_operational"], 1);
+            assert!(wait_for(10, || state(&mgr, "r1") == RaidState::Online).await);
+            let info = &bdevkit_raid::get_bdevs(&mgr, "all").unwrap()[0];
+            assert!(info.get("process").is_none(), "{info}");
+            assert_eq!(info["num_base_bdevs_operational"], 2);
+            // The new member holds what the old one does.
+            assert!(
+                contents(&mgr, "A2", 2048).await == expect,
+                "A2 differs from the raid"
+            );
+            // And serves reads alone once A0 is gone.
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A0"})).await,
+                Ok(json!(true))
+            );
+            assert!(contents(&mgr, "r1", 2048).await == expect);
+            // save_config names the new member.
+            let b = mgr.get("r1").unwrap();
+            let cfg = b.write_config_json().unwrap();
+            assert_eq!(cfg["params"]["base_bdevs"], json!(["A0", "A2"]));
+        });
+    }
+
+    /// Writes running during the rebuild end up on the new member too: a
+    /// writer on the other core keeps writing until the raid is whole
+    /// again; afterwards both members hold exactly what it wrote last. The
+    /// source member reads slowly (a delay bdev), so writes land while a
+    /// window's copy is under way: without the window's quiesce, the copy
+    /// would put old data over them.
+    #[test]
+    fn rebuild_under_concurrent_writes() {
+        use bdevkit::thread::CpuSet;
+        use bdevkit_delay::DelayCreateParams;
+
+        const CHUNKS: u64 = 256; // of 8 blocks: 1 MiB
+        let env = TestEnv::with_modules(
+            "0x3",
+            &[
+                bdevkit_malloc::register,
+                bdevkit_delay::register,
+                bdevkit_raid::register,
+            ],
+        );
+        env.run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["B0", "B1", "B2"] {
+                malloc(&mgr, n, CHUNKS * 8);
+            }
+            let mut slow = DelayCreateParams::new("DB0", "B0", 0);
+            slow.avg_read_latency = 2_000;
+            slow.p99_read_latency = 2_000;
+            bdevkit_delay::create(&mgr, slow).unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["DB0", "B1"]),
+            )
+            .unwrap();
+            // 256 windows of 4 KiB, each read in 2 ms: about half a second.
+            let opts = json!({"process_window_size_kb": 4});
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", opts).await,
+                Ok(json!(true))
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "B1"})).await,
+                Ok(json!(true))
+            );
+        });
+        let writer_thread = env
+            .runtime()
+            .handle()
+            .spawn_thread("writer", Some(&CpuSet::single(1)))
+            .unwrap();
+        let mgr = env.mgr().clone();
+        let (during, last) = std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                writer_thread
+                    .block_on(move || async move {
+                        let d = mgr.open("r1", true, |_| {}).unwrap();
+                        let ch = d.get_io_channel().unwrap();
+                        let mut last = vec![0u64; usize::try_from(CHUNKS).unwrap()];
+                        let (mut during, mut seq, mut x) = (0u64, 0u64, 12345u64);
+                        loop {
+                            let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
+                            let progress = raid.rebuild_progress();
+                            if raid.state() == RaidState::Online && progress.is_none() {
+                                break;
+                            }
+                            // Mostly the window being copied right now,
+                            // sometimes anywhere.
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let chunk = match progress {
+                                Some(p) if x % 4 != 0 => (p.done / 8).min(CHUNKS - 1),
+                                _ => x % CHUNKS,
+                            };
+                            seq += 1;
+                            let data = conformance::pattern(8 * 512, seq);
+                            ch.write(chunk * 8, 8, data).await.unwrap();
+                            last[usize::try_from(chunk).unwrap()] = seq;
+                            during += u64::from(progress.is_some());
+                        }
+                        (during, last)
+                    })
+                    .unwrap()
+            });
+            env.run(|mgr| async move {
+                bdevkit_raid::add_base_bdev(&mgr, "r1", "B2").unwrap();
+            });
+            writer.join().unwrap()
+        });
+        assert!(during > 100, "only {during} writes ran during the rebuild");
+        env.run(move |mgr| async move {
+            let a = contents(&mgr, "DB0", CHUNKS * 8).await;
+            let b = contents(&mgr, "B2", CHUNKS * 8).await;
+            let first_diff = a.iter().zip(&b).position(|(x, y)| x != y);
+            assert_eq!(first_diff, None, "members differ after the rebuild");
+            for (chunk, seq) in last.iter().enumerate() {
+                if *seq != 0 {
+                    let at = chunk * 8 * 512;
+                    assert!(
+                        b[at..at + 8 * 512] == conformance::pattern(8 * 512, *seq)[..],
+                        "chunk {chunk} lost write {seq}"
+                    );
+                }
+            }
+        });
+    }
+
+    /// A write in flight in a window when the rebuild reaches it is waited
+    /// for before the window is copied: here it is held by an error bdev,
+    /// and the rebuild does not move until it lands.
+    #[test]
+    fn rebuild_waits_for_writes_in_flight_in_its_window() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["S", "T0", "T1"] {
+                malloc(&mgr, n, 64);
+            }
+            bdevkit_error::create(&mgr, ErrorCreateParams::new("S")).unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["EE_S", "T0"]),
+            )
+            .unwrap();
+            let opts = json!({"process_window_size_kb": 4});
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", opts).await,
+                Ok(json!(true))
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "T0"})).await,
+                Ok(json!(true))
+            );
+            // A write to blocks 0..8, held on its way to the only member.
+            let mut p =
+                ErrorInjectParams::new("EE_S", InjectIoType::Write, InjectErrorType::Pending);
+            p.num = Some(1);
+            bdevkit_error::inject_error(&mgr, &p).unwrap();
+            let d = mgr.open("r1", true, |_| {}).unwrap();
+            let ch = d.get_io_channel().unwrap();
+            let data = conformance::pattern(8 * 512, 77);
+            let expect = data.to_vec();
+            let done = std::rc::Rc::new(std::cell::Cell::new(false));
+            let d2 = std::rc::Rc::clone(&done);
+            bdevkit::thread::Thread::current()
+                .unwrap()
+                .spawn_local(async move {
+                    ch.write(0, 8, data).await.unwrap();
+                    d2.set(true);
+                    drop(d);
+                });
+            bdevkit_test::env::sleep_ms(5).await;
+            bdevkit_raid::add_base_bdev(&mgr, "r1", "T1").unwrap();
+            bdevkit_test::env::sleep_ms(50).await;
+            let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
+            assert_eq!(
+                raid.rebuild_progress().map(|p| p.done),
+                Some(0),
+                "waits for the write"
+            );
+            assert!(!done.get());
+            bdevkit_error::resume_pending(&mgr, "EE_S").unwrap();
+            assert!(wait_for(10, || state(&mgr, "r1") == RaidState::Online).await);
+            assert!(done.get());
+            assert!(
+                contents(&mgr, "T1", 8).await == expect,
+                "the copy carries the write"
+            );
+        });
+    }
+
+    #[test]
+    fn add_base_bdev_errors() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["C0", "C1", "C2", "C3", "D0", "D1", "E0", "E1", "E2", "F0"] {
+                malloc(&mgr, n, 256);
+            }
+            malloc(&mgr, "Tiny", 16);
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["C0", "C1"]),
+            )
+            .unwrap();
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["D0", "D1"]),
+            )
+            .unwrap();
+            let add = |raid: &str, base: &str| {
+                call(
+                    &reg,
+                    "bdev_raid_add_base_bdev",
+                    json!({"raid_bdev": raid, "base_bdev": base}),
+                )
+            };
+            let fail = |raid: &str, base: &str, code: i32, text: &str| {
+                Err(RpcError::new(
+                    code,
+                    format!("Failed to add base bdev {base} to RAID bdev {raid}: {text}"),
+                ))
+            };
+            assert_eq!(
+                add("nope", "C2").await,
+                Err(RpcError::new(-19, "raid bdev nope is not found in config"))
+            );
+            assert_eq!(
+                add("r0", "C2").await,
+                fail("r0", "C2", -22, "Invalid argument")
+            );
+            assert_eq!(
+                add("r1", "C2").await,
+                fail("r1", "C2", -22, "Invalid argument"),
+                "no empty slot"
+            );
+            assert_eq!(
+                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "D1"})).await,
+                Ok(json!(true))
+            );
+            assert_eq!(
+                add("r1", "Tiny").await,
+                fail("r1", "Tiny", -22, "Invalid argument")
+            );
+            assert_eq!(add("r1", "Q").await, fail("r1", "Q", -19, "No such device"));
+            assert_eq!(
+                add("r1", "C0").await,
+                fail("r1", "C0", -1, "Operation not permitted")
+            );
+            assert!(mgr.get("Tiny").unwrap().claim().is_none());
+            assert_eq!(
+                call(&reg, "bdev_raid_add_base_bdev", json!({"raid_bdev": "r1"})).await,
+                Err(RpcError::new(-32700, "spdk_json_decode_object failed"))
+            );
+            // One rebuild at a time.
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("r3", RaidLevel::Raid1, 0, &["E0", "E1", "E2"]),
+            )
+            .unwrap();
+            for m in ["E1", "E2"] {
+                assert_eq!(
+                    call(&reg, "bdev_raid_remove_base_bdev", json!({"name": m})).await,
+                    Ok(json!(true))
+                );
+            }
+            let slow = json!({"process_window_size_kb": 4, "process_max_bandwidth_mb_sec": 1});
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", slow).await,
+                Ok(json!(true))
+            );
+            assert_eq!(add("r3", "C2").await, Ok(json!(true)));
+            assert_eq!(
+                add("r3", "C3").await,
+                fail("r3", "C3", -16, "Device or resource busy")
+            );
+            // Deleting the raid stops the rebuild and frees every member.
+            assert_eq!(
+                call(&reg, "bdev_raid_delete", json!({"name": "r3"})).await,
+                Ok(json!(true))
+            );
+            assert!(wait_for(5, || mgr.get("C2").unwrap().claim().is_none()).await);
+            // A configuring raid takes the member it waits for, and only that.
+            bdevkit_raid::create(
+                &mgr,
+                RaidCreateParams::new("rc", RaidLevel::Raid1, 0, &["F0", "F1"]),
+            )
+            .unwrap();
+            assert_eq!(
+                add("rc", "C3").await,
+                fail("rc", "C3", -22, "Invalid argument")
+            );
+            malloc(&mgr, "F1", 256);
+            assert_eq!(state(&mgr, "rc"), RaidState::Online, "examine took F1");
+        });
+    }
+
     #[test]
     fn configuring_until_the_last_member_appears() {
         env("0x1").run(|mgr| async move {

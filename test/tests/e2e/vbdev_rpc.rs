@@ -229,6 +229,28 @@ fn every_vbdev_method() {
         &["bdev_raid_remove_base_bdev", "M3"],
         "Failed to remove base bdev from raid bdev",
     );
+    // ... and put back: rebuilt from M2, online again.
+    ok(&exe, &d, &["bdev_raid_add_base_bdev", "R1", "M3"]);
+    let start = std::time::Instant::now();
+    loop {
+        let raids: Value =
+            serde_json::from_str(&ok(&exe, &d, &["bdev_raid_get_bdevs", "all"])).expect("json");
+        if raids[0]["num_base_bdevs_operational"] == 2 {
+            assert!(raids[0].get("process").is_none(), "{raids}");
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "rebuild did not finish: {raids}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    fails(
+        &exe,
+        &d,
+        &["bdev_raid_add_base_bdev", "R1", "M0"],
+        "Failed to add base bdev M0 to RAID bdev R1",
+    );
     ok(&exe, &d, &["bdev_raid_delete", "R1"]);
     ok(&exe, &d, &["bdev_malloc_delete", "M2"]);
     // d2: delete the base of the passthru and of the raid; stacks go away.
