@@ -105,8 +105,13 @@ async fn copy_all(raid: &Raid, bdev: &RaidBdev, target: usize) -> Result<u64, St
             let due = Duration::from_secs_f64(
                 (off * bs) as f64 / (f64::from(max_mib_s) * 1024.0 * 1024.0),
             );
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                sleep_us(u64::try_from(wait.as_micros()).unwrap_or(u64::MAX)).await;
+            // In short naps, so that a raid going away is noticed soon.
+            while let Some(wait) = due.checked_sub(started.elapsed()) {
+                if !matches!(raid.state(), RaidState::Online | RaidState::Degraded) {
+                    break;
+                }
+                let nap = wait.min(Duration::from_millis(20));
+                sleep_us(u64::try_from(nap.as_micros()).unwrap_or(u64::MAX)).await;
             }
         }
     }
