@@ -217,6 +217,22 @@ fn validate(p: &RaidCreateParams) -> Result<()> {
     Ok(())
 }
 
+/// `b` has the block size and metadata size of the members there are.
+fn same_block_size(ctl: &Control, b: &Bdev) -> Result<()> {
+    match ctl.members.iter().flatten().next() {
+        Some(first)
+            if first.bdev.block_size() != b.block_size()
+                || first.bdev.props().md_size != b.props().md_size =>
+        {
+            Err(Error::InvalidArg(format!(
+                "{} has a block size other than the raid's members",
+                b.name()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// An open, claimed member.
 struct MemberDesc {
     desc: BdevDesc,
@@ -342,24 +358,9 @@ impl Raid {
             .count()
     }
 
-    /// Opens and claims member slot `i` (bdev `b`), checking it fits.
-    fn add_member(self: &Arc<Self>, mgr: &BdevManager, i: usize, b: &Bdev) -> Result<()> {
-        {
-            let ctl = self.ctl.lock();
-            if ctl.state != RaidState::Configuring || ctl.members[i].is_some() {
-                return Ok(());
-            }
-            if let Some(first) = ctl.members.iter().flatten().next() {
-                if first.bdev.block_size() != b.block_size()
-                    || first.bdev.props().md_size != b.props().md_size
-                {
-                    return Err(Error::InvalidArg(format!(
-                        "{} has a block size other than the raid's members",
-                        b.name()
-                    )));
-                }
-            }
-        }
+    /// Opens bdev `b` as the member of slot `i` (its events come to the
+    /// raid) and claims it.
+    fn open_member(self: &Arc<Self>, mgr: &BdevManager, i: usize, b: &Bdev) -> Result<MemberDesc> {
         let weak = Arc::downgrade(self);
         let desc = mgr.open(b.name(), false, move |event| {
             if let Some(raid) = weak.upgrade() {
@@ -367,11 +368,23 @@ impl Raid {
             }
         })?;
         desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
-        let md = MemberDesc {
+        Ok(MemberDesc {
             desc,
             opener: Thread::current().map(|t| t.handle()),
             bdev: b.clone(),
-        };
+        })
+    }
+
+    /// Opens and claims member slot `i` (bdev `b`), checking it fits.
+    fn add_member(self: &Arc<Self>, mgr: &BdevManager, i: usize, b: &Bdev) -> Result<()> {
+        {
+            let ctl = self.ctl.lock();
+            if ctl.state != RaidState::Configuring || ctl.members[i].is_some() {
+                return Ok(());
+            }
+            same_block_size(&ctl, b)?;
+        }
+        let md = self.open_member(mgr, i, b)?;
         let mut ctl = self.ctl.lock();
         if ctl.state != RaidState::Configuring || ctl.members[i].is_some() {
             drop(ctl);
@@ -918,15 +931,7 @@ impl Raid {
                     self.name
                 )));
             };
-            if let Some(first) = ctl.members.iter().flatten().next() {
-                if first.bdev.block_size() != b.block_size()
-                    || first.bdev.props().md_size != b.props().md_size
-                {
-                    return Err(Error::InvalidArg(format!(
-                        "{name} has a block size other than the raid's members"
-                    )));
-                }
-            }
+            same_block_size(&ctl, &b)?;
             if b.num_blocks() < ctl.data_size {
                 return Err(Error::InvalidArg(format!(
                     "{name} has {} blocks, the raid needs {}",
@@ -942,18 +947,7 @@ impl Raid {
             };
             (slot, bdev, ctl.data_size)
         };
-        let weak = Arc::downgrade(self);
-        let desc = mgr.open(b.name(), false, move |event| {
-            if let Some(raid) = weak.upgrade() {
-                raid.member_event(slot, event);
-            }
-        })?;
-        desc.claim(ClaimType::ExclusiveWrite, MODULE)?;
-        let md = MemberDesc {
-            desc,
-            opener: Thread::current().map(|t| t.handle()),
-            bdev: b.clone(),
-        };
+        let md = self.open_member(mgr, slot, &b)?;
         {
             let mut ctl = self.ctl.lock();
             let still = matches!(ctl.state, RaidState::Online | RaidState::Degraded)

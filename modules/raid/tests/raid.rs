@@ -7,7 +7,7 @@ mod tests {
     use bdevkit::bdev::{BdevManager, ClaimType};
     use bdevkit::dma::DmaBuf;
     use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
-    use bdevkit_jsonrpc::RpcError;
+    use bdevkit_jsonrpc::{MethodRegistry, RpcError};
     use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
@@ -308,6 +308,31 @@ mod tests {
         }
     }
 
+    /// Raid1 `r1` of `members` with 4 KiB rebuild windows, its second
+    /// member taken out.
+    async fn degraded_raid1(mgr: &BdevManager, reg: &MethodRegistry, members: [&str; 2]) {
+        bdevkit_raid::create(
+            mgr,
+            RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &members),
+        )
+        .unwrap();
+        let opts = json!({"process_window_size_kb": 4});
+        assert_eq!(
+            call(reg, "bdev_raid_set_options", opts).await,
+            Ok(json!(true))
+        );
+        assert_eq!(
+            call(
+                reg,
+                "bdev_raid_remove_base_bdev",
+                json!({"name": members[1]})
+            )
+            .await,
+            Ok(json!(true))
+        );
+        assert_eq!(state(mgr, "r1"), RaidState::Degraded);
+    }
+
     #[test]
     fn add_base_bdev_rebuilds_a_degraded_raid1() {
         env("0x1").run(|mgr| async move {
@@ -315,25 +340,9 @@ mod tests {
             malloc(&mgr, "A0", 2048);
             malloc(&mgr, "A1", 2048);
             malloc(&mgr, "A2", 4096);
-            bdevkit_raid::create(
-                &mgr,
-                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A0", "A1"]),
-            )
-            .unwrap();
-            // Many small windows.
-            let r = call(
-                &reg,
-                "bdev_raid_set_options",
-                json!({"process_window_size_kb": 4}),
-            )
-            .await;
-            assert_eq!(r, Ok(json!(true)));
+            degraded_raid1(&mgr, &reg, ["A0", "A1"]).await;
+            // Only A0 holds the data.
             fill(&mgr, "r1", 0, 2048, 1).await;
-            assert_eq!(
-                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A1"})).await,
-                Ok(json!(true))
-            );
-            // Only A0 gets these.
             fill(&mgr, "r1", 100, 300, 2).await;
             let expect = contents(&mgr, "r1", 2048).await;
             let r = call(
@@ -399,21 +408,8 @@ mod tests {
             slow.avg_read_latency = 2_000;
             slow.p99_read_latency = 2_000;
             bdevkit_delay::create(&mgr, slow).unwrap();
-            bdevkit_raid::create(
-                &mgr,
-                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["DB0", "B1"]),
-            )
-            .unwrap();
             // 256 windows of 4 KiB, each read in 2 ms: about half a second.
-            let opts = json!({"process_window_size_kb": 4});
-            assert_eq!(
-                call(&reg, "bdev_raid_set_options", opts).await,
-                Ok(json!(true))
-            );
-            assert_eq!(
-                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "B1"})).await,
-                Ok(json!(true))
-            );
+            degraded_raid1(&mgr, &reg, ["DB0", "B1"]).await;
         });
         let writer_thread = env
             .runtime()
@@ -488,20 +484,7 @@ mod tests {
                 malloc(&mgr, n, 64);
             }
             bdevkit_error::create(&mgr, ErrorCreateParams::new("S")).unwrap();
-            bdevkit_raid::create(
-                &mgr,
-                RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["EE_S", "T0"]),
-            )
-            .unwrap();
-            let opts = json!({"process_window_size_kb": 4});
-            assert_eq!(
-                call(&reg, "bdev_raid_set_options", opts).await,
-                Ok(json!(true))
-            );
-            assert_eq!(
-                call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "T0"})).await,
-                Ok(json!(true))
-            );
+            degraded_raid1(&mgr, &reg, ["EE_S", "T0"]).await;
             // A write to blocks 0..8, held on its way to the only member.
             let mut p =
                 ErrorInjectParams::new("EE_S", InjectIoType::Write, InjectErrorType::Pending);
