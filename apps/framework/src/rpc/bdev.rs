@@ -176,6 +176,65 @@ struct SetOptionsParams {
 }
 
 /// A live bdev by name, alias or UUID (any case), as SPDK's open finds it.
+/// Params that name a bdev.
+trait BdevParams: serde::de::DeserializeOwned {
+    fn bdev_name(&self) -> &str;
+    /// Checks the decode cannot express (a failure answers like one).
+    fn valid(&self) -> bool {
+        true
+    }
+}
+
+macro_rules! bdev_params {
+    ($($t:ty),*) => {$(
+        impl BdevParams for $t {
+            fn bdev_name(&self) -> &str {
+                &self.name
+            }
+        }
+    )*};
+}
+bdev_params!(
+    QosParams,
+    QdSamplingParams,
+    EnableHistogramParams,
+    GetHistogramParams
+);
+
+impl BdevParams for HistogramBordersParams {
+    fn bdev_name(&self) -> &str {
+        &self.name
+    }
+    fn valid(&self) -> bool {
+        self.borders.len() <= MAX_HISTOGRAM_BORDERS
+    }
+}
+
+/// Registers RUNTIME method `method` on the bdev its params name: a decode
+/// failure answers -32603 "spdk_json_decode_object failed", an unknown
+/// bdev -19; then `f` answers.
+fn register_bdev_method<P: BdevParams>(
+    reg: &jsonrpc::MethodRegistry,
+    shared: &Arc<AppShared>,
+    method: &str,
+    f: impl Fn(Bdev, P, Responder) + Send + Sync + 'static,
+) -> Result<(), jsonrpc::Error> {
+    let w = Arc::downgrade(shared);
+    reg.register(method, RUNTIME, move |params, resp| {
+        let Some((sh, resp)) = upgrade(&w, resp) else {
+            return;
+        };
+        let p = match decode_params::<P>(params) {
+            Ok(p) if p.valid() => p,
+            _ => return resp.err(RpcError::decode_failed()),
+        };
+        let Some(b) = find_bdev(&sh.mgr, p.bdev_name()) else {
+            return resp.err(errno(libc::ENODEV));
+        };
+        f(b, p, resp);
+    })
+}
+
 /// `bdev_get_histogram`'s result: the counters base64-encoded, with their
 /// layout and the tick rate.
 fn histogram_json(h: &Histogram) -> Value {
@@ -295,17 +354,7 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
         }
     })?;
 
-    let w = Arc::downgrade(shared);
-    reg.register("bdev_set_qos_limit", RUNTIME, move |params, resp| {
-        let Some((sh, resp)) = upgrade(&w, resp) else {
-            return;
-        };
-        let Ok(p) = decode_params::<QosParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        let Some(b) = find_bdev(&sh.mgr, &p.name) else {
-            return resp.err(errno(libc::ENODEV));
-        };
+    register_bdev_method::<QosParams>(&reg, shared, "bdev_set_qos_limit", |b, p, resp| {
         let limits = [
             p.rw_ios_per_sec,
             p.rw_mbytes_per_sec,
@@ -324,90 +373,59 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
         });
     })?;
 
-    let w = Arc::downgrade(shared);
-    reg.register(
+    register_bdev_method::<QdSamplingParams>(
+        &reg,
+        shared,
         "bdev_set_qd_sampling_period",
-        RUNTIME,
-        move |params, resp| {
-            let Some((sh, resp)) = upgrade(&w, resp) else {
-                return;
-            };
-            let Ok(p) = decode_params::<QdSamplingParams>(params) else {
-                return resp.err(RpcError::decode_failed());
-            };
-            let Some(b) = find_bdev(&sh.mgr, &p.name) else {
-                return resp.err(errno(libc::ENODEV));
-            };
-            match b.set_qd_sampling_period(p.period) {
-                Ok(()) => resp.ok(json!(true)),
-                Err(e) => resp.err(errno(e.errno())),
-            }
+        |b, p, resp| match b.set_qd_sampling_period(p.period) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(e) => resp.err(errno(e.errno())),
         },
     )?;
 
-    let w = Arc::downgrade(shared);
-    reg.register("bdev_enable_histogram", RUNTIME, move |params, resp| {
-        let Some((sh, resp)) = upgrade(&w, resp) else {
-            return;
-        };
-        let Ok(p) = decode_params::<EnableHistogramParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        let Some(b) = find_bdev(&sh.mgr, &p.name) else {
-            return resp.err(errno(libc::ENODEV));
-        };
-        let io_type = match p.opc.as_deref() {
-            None => None,
-            Some(name) => match IoType::ALL.into_iter().find(|t| t.name() == name) {
-                Some(t) => Some(t),
-                None => return resp.err(RpcError::internal_error("Invalid Io type")),
-            },
-        };
-        let defaults = HistogramOptions::default();
-        let opts = p.enable.then(|| HistogramOptions {
-            granularity: p.granularity.unwrap_or(DEFAULT_GRANULARITY),
-            min_nsec: p.min_nsec.unwrap_or(defaults.min_nsec),
-            max_nsec: p.max_nsec.unwrap_or(defaults.max_nsec),
-            io_type,
-        });
-        b.enable_histogram(opts, move |r| match r {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => resp.err(errno(e.errno())),
-        });
-    })?;
+    register_bdev_method::<EnableHistogramParams>(
+        &reg,
+        shared,
+        "bdev_enable_histogram",
+        |b, p, resp| {
+            let io_type = match p.opc.as_deref() {
+                None => None,
+                Some(name) => match IoType::ALL.into_iter().find(|t| t.name() == name) {
+                    Some(t) => Some(t),
+                    None => return resp.err(RpcError::internal_error("Invalid Io type")),
+                },
+            };
+            let defaults = HistogramOptions::default();
+            let opts = p.enable.then(|| HistogramOptions {
+                granularity: p.granularity.unwrap_or(DEFAULT_GRANULARITY),
+                min_nsec: p.min_nsec.unwrap_or(defaults.min_nsec),
+                max_nsec: p.max_nsec.unwrap_or(defaults.max_nsec),
+                io_type,
+            });
+            b.enable_histogram(opts, move |r| match r {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => resp.err(errno(e.errno())),
+            });
+        },
+    )?;
 
-    let w = Arc::downgrade(shared);
-    reg.register("bdev_get_histogram", RUNTIME, move |params, resp| {
-        let Some((sh, resp)) = upgrade(&w, resp) else {
-            return;
-        };
-        let Ok(p) = decode_params::<GetHistogramParams>(params) else {
-            return resp.err(RpcError::decode_failed());
-        };
-        let Some(b) = find_bdev(&sh.mgr, &p.name) else {
-            return resp.err(errno(libc::ENODEV));
-        };
-        b.get_histogram(move |r| match r {
-            Ok(h) => resp.ok(histogram_json(&h)),
-            Err(e) => resp.err(RpcError::internal_error(errno(e.errno()).message)),
-        });
-    })?;
+    register_bdev_method::<GetHistogramParams>(
+        &reg,
+        shared,
+        "bdev_get_histogram",
+        |b, _p, resp| {
+            b.get_histogram(move |r| match r {
+                Ok(h) => resp.ok(histogram_json(&h)),
+                Err(e) => resp.err(RpcError::internal_error(errno(e.errno()).message)),
+            });
+        },
+    )?;
 
-    let w = Arc::downgrade(shared);
-    reg.register(
+    register_bdev_method::<HistogramBordersParams>(
+        &reg,
+        shared,
         "bdev_get_histogram_borders",
-        RUNTIME,
-        move |params, resp| {
-            let Some((sh, resp)) = upgrade(&w, resp) else {
-                return;
-            };
-            let p = match decode_params::<HistogramBordersParams>(params) {
-                Ok(p) if p.borders.len() <= MAX_HISTOGRAM_BORDERS => p,
-                _ => return resp.err(RpcError::decode_failed()),
-            };
-            let Some(b) = find_bdev(&sh.mgr, &p.name) else {
-                return resp.err(errno(libc::ENODEV));
-            };
+        |b, p, resp| {
             // µs to ticks, as SPDK converts them (whole ticks per µs).
             let per_us = clock::tick_rate() / 1_000_000;
             let borders: Vec<u64> = p
