@@ -113,38 +113,45 @@ impl CommonArgs {
     /// Installs a `tracing` subscriber writing to stderr with
     /// [`CommonArgs::env_filter`]. Apps call this once, first thing;
     /// libraries never do.
+    /// The filter can be changed later over RPC (`log_set_print_level`,
+    /// `log_set_flag`, ...).
     pub fn init_logging(&self) -> Result<()> {
         use std::io::IsTerminal;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
         let filter = self.env_filter()?;
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
+        let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
-            .map_err(|e| Error::Logging(e.to_string()))
+            .map_err(|e| Error::Logging(e.to_string()))?;
+        let level = self.log_level.as_deref().unwrap_or("info");
+        crate::logging::install(handle, crate::logging::LogState::new(level, &self.logflag));
+        Ok(())
     }
 }
 
-/// Maps an SPDK-style `-L` log flag to tracing targets.
+/// Maps an SPDK-style `-L` log flag to tracing targets: SPDK's flag names
+/// (`crate::logging`), `all`, or else taken as a crate-style target.
 fn logflag_targets(flag: &str) -> Vec<String> {
-    match flag {
-        "all" => vec![
+    if flag == "all" {
+        return vec![
             "bdevkit".into(),
             "bdevkit_jsonrpc".into(),
             "bdevkit_app".into(),
-        ]
-        .into_iter()
-        .chain(["bdevkit_null", "bdevkit_malloc"].map(String::from))
-        .collect(),
-        "rpc" | "jsonrpc" => vec!["bdevkit_jsonrpc".into(), "bdevkit_app::rpc".into()],
-        "app" | "app_config" => vec!["bdevkit_app".into()],
-        "bdev" => vec!["bdevkit::bdev".into()],
-        "thread" | "reactor" => vec!["bdevkit::thread".into()],
-        other => match other.strip_prefix("bdev_") {
-            Some(module) if !module.is_empty() => vec![format!("bdevkit_{module}")],
-            _ => vec![other.replace('-', "_")],
-        },
+            "bdevkit_null".into(),
+            "bdevkit_malloc".into(),
+        ];
     }
+    crate::logging::flag_targets(flag).unwrap_or_else(|| match flag.strip_prefix("bdev_") {
+        Some(module) if !module.is_empty() => vec![format!("bdevkit_{module}")],
+        _ => vec![flag.replace('-', "_")],
+    })
 }
 
 #[cfg(test)]

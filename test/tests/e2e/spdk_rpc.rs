@@ -281,6 +281,42 @@ fn histograms_and_queue_depth_sampling() {
 }
 
 #[test]
+fn log_levels_and_flags_at_run_time() {
+    let Some(exe) = spdk_rpc() else { return };
+    let d = Daemon::start(&[]);
+    assert_eq!(rpc_ok(&exe, &d, &["log_get_print_level"]), json!("NOTICE"));
+    let flags = rpc_ok(&exe, &d, &["log_get_flags"]);
+    assert_eq!(flags["bdev"], false, "{flags}");
+    assert_eq!(flags["bdev_raid"], false, "{flags}");
+    // "bdev claimed" is a debug message of the bdev layer.
+    rpc_ok(&exe, &d, &["bdev_malloc_create", "-b", "M0", "8", "512"]);
+    rpc_ok(&exe, &d, &["bdev_passthru_create", "-b", "M0", "-p", "P0"]);
+    assert!(!d.log().contains("bdev claimed"), "{}", d.log());
+    rpc_ok(&exe, &d, &["log_set_flag", "bdev"]);
+    rpc_ok(&exe, &d, &["log_set_print_level", "DEBUG"]);
+    assert_eq!(rpc_ok(&exe, &d, &["log_get_print_level"]), json!("DEBUG"));
+    assert_eq!(rpc_ok(&exe, &d, &["log_get_flags"])["bdev"], true);
+    rpc_ok(&exe, &d, &["bdev_malloc_create", "-b", "M1", "8", "512"]);
+    rpc_ok(&exe, &d, &["bdev_passthru_create", "-b", "M1", "-p", "P1"]);
+    let start = std::time::Instant::now();
+    while !d.log().contains("bdev claimed") {
+        assert!(start.elapsed().as_secs() < 10, "{}", d.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Back to quiet.
+    rpc_ok(&exe, &d, &["log_clear_flag", "all"]);
+    assert_eq!(rpc_ok(&exe, &d, &["log_get_flags"])["bdev"], false);
+    let e = rpc_err(&exe, &d, &["log_set_flag", "warp_drive"]);
+    assert!(e.contains("tried to set invalid log flag"), "{e}");
+    let e = d
+        .call("log_set_print_level", Some(json!({"level": "LOUD"})))
+        .unwrap_err();
+    assert_eq!((e.code, e.message.as_str()), (-32602, "invalid log level"));
+    let e = d.call("log_get_flags", Some(json!({"x": 1}))).unwrap_err();
+    assert_eq!(e.code, -32602);
+}
+
+#[test]
 fn rpc_get_methods_and_current() {
     let Some(exe) = spdk_rpc() else { return };
     let d = Daemon::start(&[]);

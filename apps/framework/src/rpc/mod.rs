@@ -1,6 +1,7 @@
 //! The framework's own RPC methods (`spdk_get_version`, `framework_*`,
 //! `thread_*`, `spdk_kill_instance`) and the generic bdev-layer methods
-//! (`bdev_get_bdevs`, `bdev_get_iostat`, ...). Module methods
+//! (`bdev_get_bdevs`, `bdev_get_iostat`, ...) and SPDK's `log_*` methods.
+//! Module methods
 //! (`bdev_null_create`, ...) live in the module crates.
 //!
 //! Handlers run on the app thread (where the server is polled), hold only a
@@ -11,6 +12,7 @@
 
 mod bdev;
 mod framework;
+mod log;
 
 use std::sync::{Arc, Weak};
 
@@ -30,6 +32,10 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<()> {
     })?;
     bdev::register(shared).map_err(|source| Error::RegisterRpc {
         what: "bdev".into(),
+        source,
+    })?;
+    log::register(&shared.registry).map_err(|source| Error::RegisterRpc {
+        what: "log".into(),
         source,
     })
 }

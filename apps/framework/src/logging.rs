@@ -1,0 +1,257 @@
+//! Logging: the `tracing` subscriber an app installs
+//! ([`crate::CommonArgs::init_logging`]) and its run-time control through
+//! SPDK's `log_set_print_level` / `log_get_print_level` / `log_set_flag` /
+//! `log_clear_flag` / `log_get_flags`.
+//!
+//! SPDK's model maps onto `tracing` filters: the *print level* (`ERROR`,
+//! `WARNING`, `NOTICE`, `INFO`, `DEBUG`) bounds what every component
+//! prints, and *flags* name components whose debug messages are wanted
+//! (shown at print level `DEBUG`, as SPDK's `SPDK_DEBUGLOG`). `NOTICE` and
+//! `INFO` both show `tracing`'s info messages: `tracing` has no level
+//! between info and warn.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+use tracing_subscriber::reload;
+use tracing_subscriber::{EnvFilter, Registry};
+
+/// SPDK's print levels, lowest first.
+pub(crate) const PRINT_LEVELS: [&str; 5] = ["ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"];
+
+/// Log flags `log_set_flag` knows, with the `tracing` targets each turns
+/// on. SPDK's names where SPDK has the component.
+const FLAGS: &[(&str, &[&str])] = &[
+    ("aio", &["bdevkit_aio", "bdevkit_kfile"]),
+    ("app_config", &["bdevkit_app::config"]),
+    ("app_rpc", &["bdevkit_app::rpc"]),
+    ("bdev", &["bdevkit::bdev"]),
+    ("bdev_malloc", &["bdevkit_malloc"]),
+    ("bdev_null", &["bdevkit_null"]),
+    ("bdev_raid", &["bdevkit_raid"]),
+    ("reactor", &["bdevkit::thread"]),
+    ("rpc", &["bdevkit_jsonrpc"]),
+    ("thread", &["bdevkit::thread"]),
+    ("uring", &["bdevkit_uring", "bdevkit_kfile"]),
+    ("vbdev_delay", &["bdevkit_delay"]),
+    ("vbdev_error", &["bdevkit_error"]),
+    ("vbdev_passthru", &["bdevkit_passthru"]),
+    ("vbdev_split", &["bdevkit_split"]),
+];
+
+/// The `tracing` targets of log flag `flag` (also accepted: `bdev_<module>`
+/// for any module and the crate-style names `-L` took before); `None` for
+/// an unknown flag.
+pub(crate) fn flag_targets(flag: &str) -> Option<Vec<String>> {
+    if let Some((_, targets)) = FLAGS.iter().find(|(f, _)| *f == flag) {
+        return Some(targets.iter().map(|t| (*t).to_string()).collect());
+    }
+    let alias = match flag {
+        "jsonrpc" => "rpc",
+        "app" => "app_config",
+        "bdev_aio" => "aio",
+        "bdev_uring" => "uring",
+        "bdev_passthru" => "vbdev_passthru",
+        "bdev_split" => "vbdev_split",
+        "bdev_delay" => "vbdev_delay",
+        "bdev_error" => "vbdev_error",
+        _ => return None,
+    };
+    flag_targets(alias).map(|mut t| {
+        if flag == "app" {
+            t = vec!["bdevkit_app".into()];
+        }
+        t
+    })
+}
+
+/// Print level and flags, and the filter they make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LogState {
+    /// Index into [`PRINT_LEVELS`].
+    level: usize,
+    flags: BTreeSet<&'static str>,
+}
+
+impl LogState {
+    /// From `--log-level` and the `-L` flags.
+    pub(crate) fn new(log_level: &str, flags: &[String]) -> LogState {
+        let level = match log_level {
+            "error" | "off" => 0,
+            "warn" => 1,
+            "debug" | "trace" => 4,
+            _ => 2,
+        };
+        let mut st = LogState {
+            level,
+            flags: BTreeSet::new(),
+        };
+        for f in flags {
+            st.set_flag(f, true);
+        }
+        st
+    }
+
+    /// The `EnvFilter` directives.
+    pub(crate) fn directives(&self) -> String {
+        let base = match self.level {
+            0 => "error",
+            1 => "warn",
+            _ => "info",
+        };
+        let mut spec = base.to_string();
+        if self.level == 4 {
+            for f in &self.flags {
+                for t in flag_targets(f).unwrap_or_default() {
+                    spec.push(',');
+                    spec.push_str(&t);
+                    spec.push_str("=debug");
+                }
+            }
+        }
+        spec
+    }
+
+    /// Sets or clears flag `flag` (`all`: every flag); `false` for an
+    /// unknown flag.
+    pub(crate) fn set_flag(&mut self, flag: &str, on: bool) -> bool {
+        let names: Vec<&'static str> = if flag == "all" {
+            FLAGS.iter().map(|(f, _)| *f).collect()
+        } else {
+            let canonical = FLAGS
+                .iter()
+                .map(|(f, _)| *f)
+                .find(|f| *f == flag)
+                .or_else(|| {
+                    let targets = flag_targets(flag)?;
+                    FLAGS
+                        .iter()
+                        .find(|(_, t)| {
+                            t.iter().map(|s| (*s).to_string()).collect::<Vec<_>>() == targets
+                        })
+                        .map(|(f, _)| *f)
+                });
+            match canonical {
+                Some(f) => vec![f],
+                None => return false,
+            }
+        };
+        for n in names {
+            if on {
+                self.flags.insert(n);
+            } else {
+                self.flags.remove(n);
+            }
+        }
+        true
+    }
+
+    /// `log_get_flags`' result: every flag and whether it is set.
+    pub(crate) fn flags_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (f, _) in FLAGS {
+            m.insert((*f).to_string(), self.flags.contains(f).into());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    pub(crate) fn print_level(&self) -> &'static str {
+        PRINT_LEVELS[self.level]
+    }
+
+    /// Sets the print level by SPDK name (any case); `false` if unknown.
+    pub(crate) fn set_print_level(&mut self, name: &str) -> bool {
+        match PRINT_LEVELS
+            .iter()
+            .position(|l| l.eq_ignore_ascii_case(name))
+        {
+            Some(i) => {
+                self.level = i;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The installed subscriber's filter and the state it came from.
+pub(crate) struct LogControl {
+    handle: reload::Handle<EnvFilter, Registry>,
+    state: Mutex<LogState>,
+}
+
+static CONTROL: OnceLock<LogControl> = OnceLock::new();
+
+/// Records the subscriber's reload handle (once per process).
+pub(crate) fn install(handle: reload::Handle<EnvFilter, Registry>, state: LogState) {
+    let _ = CONTROL.set(LogControl {
+        handle,
+        state: Mutex::new(state),
+    });
+}
+
+/// The log control, when this process's subscriber came from
+/// `init_logging`.
+pub(crate) fn control() -> Option<&'static LogControl> {
+    CONTROL.get()
+}
+
+impl LogControl {
+    /// Runs `f` on the state, then applies the resulting filter.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut LogState) -> R) -> R {
+        let mut st = self.state.lock();
+        let r = f(&mut st);
+        let spec = st.directives();
+        match EnvFilter::try_new(&spec) {
+            Ok(filter) => {
+                if let Err(e) = self.handle.reload(filter) {
+                    tracing::warn!(error = %e, "log filter reload failed");
+                }
+            }
+            Err(e) => tracing::warn!(spec, error = %e, "bad log filter"),
+        }
+        r
+    }
+
+    /// A copy of the state.
+    pub(crate) fn state(&self) -> LogState {
+        self.state.lock().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_flags_make_filters() {
+        let mut st = LogState::new("info", &[]);
+        assert_eq!(st.print_level(), "NOTICE");
+        assert_eq!(st.directives(), "info");
+        assert!(st.set_flag("bdev_raid", true));
+        assert_eq!(st.directives(), "info", "flags show debug at DEBUG only");
+        assert!(st.set_print_level("debug"));
+        assert_eq!(st.print_level(), "DEBUG");
+        assert_eq!(st.directives(), "info,bdevkit_raid=debug");
+        assert!(st.set_flag("vbdev_passthru", true));
+        assert!(
+            st.set_flag("bdev_passthru", false),
+            "our alias of the same flag"
+        );
+        assert_eq!(st.directives(), "info,bdevkit_raid=debug");
+        assert!(!st.set_flag("nvme_tcp", true));
+        assert!(!st.set_print_level("LOUD"));
+        assert!(st.set_print_level("WARNING"));
+        assert_eq!(st.directives(), "warn");
+        assert!(st.set_flag("all", true));
+        assert_eq!(st.flags_json()["rpc"], true);
+        assert!(st.set_flag("all", false));
+        assert_eq!(st.flags_json()["rpc"], false);
+        let st = LogState::new("debug", &["bdev".into()]);
+        assert_eq!(st.directives(), "info,bdevkit::bdev=debug");
+        for f in FLAGS {
+            EnvFilter::try_new(LogState::new("debug", &[f.0.to_string()]).directives()).unwrap();
+        }
+    }
+}
