@@ -6,6 +6,8 @@ use anyhow::{bail, Context, Result};
 use bdevkit::thread::CpuSet;
 use clap::Parser;
 
+use crate::jobfile::{self, FileJob};
+
 /// Workloads, as SPDK names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -88,6 +90,19 @@ impl Workload {
     pub fn verifies(self) -> bool {
         matches!(self, Workload::Verify | Workload::Reset)
     }
+
+    /// Whether it writes data from its buffers (what `-U` stamps).
+    pub fn writes_data(self) -> bool {
+        matches!(
+            self,
+            Workload::Write
+                | Workload::RandWrite
+                | Workload::Rw
+                | Workload::RandRw
+                | Workload::Verify
+                | Workload::Reset
+        )
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -95,6 +110,7 @@ impl Workload {
     name = "bdevperf",
     about = "Block device benchmark and verifier (SPDK bdevperf compatible)",
     after_help = "With no -c/--json config, a built-in 256 MiB malloc bdev (Malloc0, 4096-byte blocks) is used.\n\
+                  SPDK's -Z, -X, -J, -N and -H are not supported (see doc/bdevperf.md).\n\
                   Example: bdevperf -q 128 -o 4096 -w randread -t 5"
 )]
 struct Cli {
@@ -113,6 +129,15 @@ struct Cli {
     /// Read percentage for rw/randrw (0-100)
     #[arg(short = 'M', value_name = "PERCENT")]
     rw_percentage: Option<u8>,
+    /// Zipf-distributed random offsets with exponent THETA > 0 (randread, randwrite, randrw); slot 0 of a job is the most frequent
+    #[arg(short = 'F', value_name = "THETA", allow_hyphen_values = true)]
+    zipf_theta: Option<String>,
+    /// Random map: random offsets do not repeat until every slot of the job was used (randread, randwrite, randrw)
+    #[arg(short = 'D')]
+    random_map: bool,
+    /// Unique data in every write: each block is stamped with its address, the job's write count and the job id (verify: a fresh pattern per write)
+    #[arg(short = 'U')]
+    unique_writes: bool,
     #[arg(
         short = 'm',
         long = "cpumask",
@@ -129,15 +154,24 @@ struct Cli {
         value_name = "FILE"
     )]
     config: Option<PathBuf>,
+    /// FIO-like job file: [global] and job sections with filename, cpumask, bs, iodepth, rwmixread, offset, length, rw (-q/-o/-w then optional)
+    #[arg(short = 'j', value_name = "FILE")]
+    job_file: Option<PathBuf>,
     /// Run only on this bdev (default: every bdev nobody claimed)
     #[arg(short = 'T', value_name = "BDEV")]
     target: Option<String>,
     /// Every core runs a job on every bdev, each on its own slice of the bdev
     #[arg(short = 'C')]
     multithread: bool,
+    /// Jobs on the same core share one lightweight thread (not with -j)
+    #[arg(short = 'E')]
+    thread_per_core: bool,
     /// Print the full table every N seconds
     #[arg(short = 'S', value_name = "SEC")]
     stats_interval: Option<u64>,
+    /// With -S: show IOPS as an exponential moving average over N periods (EMA += (IOPS - EMA) * 2/(N+1))
+    #[arg(short = 'P', value_name = "N")]
+    ema_period: Option<u32>,
     /// Start, then wait for the perform_tests RPC
     #[arg(short = 'z')]
     wait_for_tests: bool,
@@ -198,6 +232,26 @@ pub struct Opts {
     pub output_json: Option<PathBuf>,
     /// `--interrupt-mode`.
     pub interrupt_mode: bool,
+    /// `-F`: zipf exponent of random offsets.
+    pub zipf_theta: Option<f64>,
+    /// `-D` (off when `-F` is on, as in SPDK).
+    pub random_map: bool,
+    /// `-U`.
+    pub unique_writes: bool,
+    /// `-P`, only when `-S` is given.
+    pub ema_period: Option<u32>,
+    /// `-E`.
+    pub thread_per_core: bool,
+    /// `-j`: the job file's job sections.
+    pub job_file: Option<Vec<FileJob>>,
+}
+
+/// Parses `-F`: a finite number above 0.
+fn parse_theta(s: &str) -> Result<f64> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
+        _ => bail!("zipf theta (-F) must be a number greater than 0, got '{s}'"),
+    }
 }
 
 /// Parses `4096`, `4k`, `1M`, `2g` (binary multiples).
@@ -222,7 +276,34 @@ pub fn parse() -> Result<Opts> {
     let cli = Cli::parse();
     let cpumask: CpuSet = cli.cpumask.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let need = |what: &str, flag: &str| anyhow::anyhow!("missing {what} ({flag}); see --help");
-    let (queue_depth, io_size, workload) = if cli.wait_for_tests {
+    let zipf_theta = cli.zipf_theta.as_deref().map(parse_theta).transpose()?;
+    let job_file = match &cli.job_file {
+        None => None,
+        Some(path) => {
+            if cli.thread_per_core {
+                bail!("-E cannot be used with -j: a job file gives each section its own thread");
+            }
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read job file {}", path.display()))?;
+            let overrides = jobfile::Overrides {
+                bdev: cli.target.clone(),
+                io_size: cli.io_size.as_deref().map(parse_size).transpose()?,
+                queue_depth: cli.queue_depth,
+                workload: cli.workload.as_deref().map(Workload::parse).transpose()?,
+                rw_percentage: cli.rw_percentage,
+            };
+            if overrides.rw_percentage.is_some_and(|p| p > 100) {
+                bail!("read percentage (-M) is above 100");
+            }
+            let jobs = jobfile::parse(&text, &overrides)
+                .with_context(|| format!("job file {}", path.display()))?;
+            if cli.multithread {
+                eprintln!("warning: -C is ignored with -j (the job file places the jobs)");
+            }
+            Some(jobs)
+        }
+    };
+    let (queue_depth, io_size, workload) = if cli.wait_for_tests || job_file.is_some() {
         (
             cli.queue_depth.unwrap_or(1),
             cli.io_size
@@ -248,7 +329,9 @@ pub fn parse() -> Result<Opts> {
         None if cli.wait_for_tests => 1,
         None => return Err(need("run time", "-t")),
     };
-    if workload.is_mixed() {
+    if job_file.is_some() {
+        // Each section has its own workload and rwmixread.
+    } else if workload.is_mixed() {
         match cli.rw_percentage {
             Some(p) if p <= 100 => {}
             Some(p) => bail!("read percentage (-M) {p} is above 100"),
@@ -267,6 +350,43 @@ pub fn parse() -> Result<Opts> {
     }
     if cli.stats_interval == Some(0) {
         bail!("stats interval (-S) must be at least 1 second");
+    }
+    // -F and -D shape random offsets only: with -j they apply to the
+    // random jobs, and at least one job must be random.
+    let any_random = match &job_file {
+        Some(jobs) => jobs.iter().any(|j| j.workload.is_random()),
+        None => workload.is_random(),
+    };
+    let sequential_why = || match &job_file {
+        Some(_) => "no job in the job file is randread, randwrite or randrw".to_string(),
+        None => format!("workload {} is not random", workload.name()),
+    };
+    if zipf_theta.is_some() && !any_random {
+        bail!(
+            "-F needs a random workload (randread, randwrite or randrw): zipf only shapes random offsets, and {}",
+            sequential_why()
+        );
+    }
+    if cli.random_map && !any_random {
+        bail!(
+            "-D needs a random workload (randread, randwrite or randrw): the random map only tracks random offsets, and {}",
+            sequential_why()
+        );
+    }
+    if cli.random_map && zipf_theta.is_some() {
+        eprintln!("warning: -D has no effect with -F: zipf offsets repeat by design (as in SPDK)");
+    }
+    if cli.unique_writes && job_file.is_none() && !workload.writes_data() {
+        eprintln!(
+            "warning: -U has no effect: workload {} writes no data",
+            workload.name()
+        );
+    }
+    if cli.ema_period == Some(0) {
+        bail!("moving average period (-P) must be at least 1");
+    }
+    if cli.ema_period.is_some() && cli.stats_interval.is_none() {
+        eprintln!("warning: -P is ignored without -S (it averages the periodic tables)");
     }
     Ok(Opts {
         queue_depth,
@@ -288,6 +408,12 @@ pub fn parse() -> Result<Opts> {
         latency: cli.latency,
         output_json: cli.output_json,
         interrupt_mode: cli.interrupt_mode,
+        random_map: cli.random_map && zipf_theta.is_none(),
+        zipf_theta,
+        unique_writes: cli.unique_writes,
+        ema_period: cli.ema_period.filter(|_| cli.stats_interval.is_some()),
+        thread_per_core: cli.thread_per_core,
+        job_file,
     })
 }
 
@@ -304,6 +430,16 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("x").is_err());
         assert!(parse_size("4kb").is_err());
+    }
+
+    #[test]
+    fn zipf_theta() {
+        assert_eq!(parse_theta("1.2").unwrap(), 1.2);
+        assert_eq!(parse_theta("1").unwrap(), 1.0);
+        for bad in ["0", "-1", "0.0", "abc", "", "nan", "inf", "1e999"] {
+            let e = parse_theta(bad).unwrap_err().to_string();
+            assert!(e.contains("must be a number greater than 0"), "{bad}: {e}");
+        }
     }
 
     #[test]

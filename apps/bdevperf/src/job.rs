@@ -14,6 +14,7 @@ use bdevkit::dma::DmaBuf;
 
 use crate::args::Workload;
 use crate::hist::Histogram;
+use crate::offsets::{SlotMap, Zipf};
 
 /// What one job does.
 #[derive(Debug, Clone)]
@@ -34,6 +35,15 @@ pub struct JobConfig {
     pub io_size: u64,
     /// This job's slice of the bdev: `(index, count)` (`-C`).
     pub slice: (u64, u64),
+    /// A job file's `(offset, length)` in blocks; length 0 = to the end.
+    /// Replaces `slice` when set.
+    pub range_blocks: Option<(u64, u64)>,
+    /// Zipf exponent of random offsets (`-F`); `None` = uniform.
+    pub zipf_theta: Option<f64>,
+    /// Random offsets do not repeat until every slot was used (`-D`).
+    pub random_map: bool,
+    /// Every write carries data no other write carries (`-U`).
+    pub unique_writes: bool,
     /// Seed of offsets and patterns.
     pub seed: u64,
     /// I/Os slower than this count as timed out (`u64::MAX` = off).
@@ -108,6 +118,16 @@ pub struct Job {
     /// Hot-path copies of `cfg` facts.
     random: bool,
     verify: bool,
+    /// No verify and no feature below: completions take the fast path.
+    plain: bool,
+    /// `-F`: offsets from this sampler instead of uniform.
+    zipf: Option<Zipf>,
+    /// `-D`: used slots.
+    map: Option<RefCell<SlotMap>>,
+    /// `-U`: stamp each write.
+    unique: bool,
+    /// Writes issued (`-U` stamps and verify generations).
+    writes: Cell<u64>,
     rng: Cell<u64>,
     seq: Cell<u64>,
     running: Cell<bool>,
@@ -154,7 +174,7 @@ impl std::fmt::Debug for Job {
 
 /// xorshift64*.
 #[inline]
-fn next_rand(state: &Cell<u64>) -> u64 {
+pub(crate) fn next_rand(state: &Cell<u64>) -> u64 {
     let mut x = state.get();
     x ^= x >> 12;
     x ^= x << 25;
@@ -183,6 +203,19 @@ fn pattern_word(key: u64, i: usize) -> u64 {
     key ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
+/// `-U`: stamps each block of a write with its block address, the job's
+/// write count and the job id, so no two writes of the run carry the same
+/// data. 24 bytes per block; the rest keeps whatever the buffer held.
+fn stamp_unique(buf: &mut [u8], block_size: usize, offset_blocks: u64, write: u64, job: u64) {
+    for (i, block) in buf.chunks_exact_mut(block_size).enumerate() {
+        if let Some(head) = block.get_mut(..24) {
+            head[..8].copy_from_slice(&(offset_blocks + i as u64).to_le_bytes());
+            head[8..16].copy_from_slice(&write.to_le_bytes());
+            head[16..].copy_from_slice(&job.to_le_bytes());
+        }
+    }
+}
+
 fn fill_pattern(buf: &mut [u8], key: u64) {
     for (i, chunk) in buf.chunks_exact_mut(8).enumerate() {
         chunk.copy_from_slice(&pattern_word(key, i).to_le_bytes());
@@ -203,6 +236,41 @@ fn check_pattern(buf: &[u8], key: u64) -> Option<(usize, u8, u8)> {
         }
     }
     None
+}
+
+/// The job's slots `(first, count)` in I/O-size units: a job file's block
+/// range (whole I/Os inside it, the first one holding `offset`, as SPDK
+/// rounds), or the job's `-C` slice of the bdev.
+fn slots_of(cfg: &JobConfig, num_blocks: u64, io_blocks: u64) -> anyhow::Result<(u64, u64)> {
+    let (first, count) = if let Some((offset, length)) = cfg.range_blocks {
+        let length = if length == 0 {
+            num_blocks.saturating_sub(offset)
+        } else {
+            length
+        };
+        if offset
+            .checked_add(length)
+            .is_none_or(|end| end > num_blocks)
+        {
+            anyhow::bail!(
+                "offset {offset} + length {length} blocks is past the end of bdev {} ({num_blocks} blocks)",
+                cfg.bdev
+            );
+        }
+        (offset / io_blocks, length / io_blocks)
+    } else {
+        let (index, count) = cfg.slice;
+        let per = num_blocks / io_blocks / count.max(1);
+        (index * per, per)
+    };
+    if count == 0 {
+        anyhow::bail!(
+            "bdev {} is smaller than one I/O of {} bytes per job",
+            cfg.bdev,
+            cfg.io_size
+        );
+    }
+    Ok((first, count))
 }
 
 impl Job {
@@ -229,16 +297,7 @@ impl Job {
             );
         }
         let io_blocks = cfg.io_size / block_size;
-        let total_slots = bdev.num_blocks() / io_blocks;
-        let (index, count) = cfg.slice;
-        let per = total_slots / count.max(1);
-        if per == 0 {
-            anyhow::bail!(
-                "bdev {} is smaller than one I/O of {} bytes per job",
-                cfg.bdev,
-                cfg.io_size
-            );
-        }
+        let (first_slot, per) = slots_of(&cfg, bdev.num_blocks(), io_blocks)?;
         let ch = desc
             .get_io_channel()
             .map_err(|e| anyhow::anyhow!("I/O channel for {}: {e}", cfg.bdev))?;
@@ -278,15 +337,35 @@ impl Job {
         // A bdev that stores nothing cannot give data back: verify checks
         // completions only there.
         let check_data = cfg.workload.verifies() && bdev.product_name() != "Null disk";
+        let random = cfg.workload.is_random();
+        let zipf = cfg
+            .zipf_theta
+            .filter(|_| random)
+            .map(|theta| Zipf::new(per, theta));
+        // SPDK ignores the random map when offsets follow a zipf law.
+        let map = if cfg.random_map && random && zipf.is_none() {
+            let slots = usize::try_from(per)
+                .map_err(|_| anyhow::anyhow!("bdev {} has too many slots for -D", cfg.bdev))?;
+            Some(RefCell::new(SlotMap::new(slots)))
+        } else {
+            None
+        };
+        let unique = cfg.unique_writes && cfg.workload.writes_data();
+        let verify = cfg.workload.verifies();
         let job = Rc::new(Job {
             rng: Cell::new(cfg.seed | 1),
-            first_slot: index * per,
+            first_slot,
             num_slots: per,
             io_blocks,
             block_size,
             check_data,
-            random: cfg.workload.is_random(),
-            verify: cfg.workload.verifies(),
+            random,
+            verify,
+            plain: !verify && zipf.is_none() && map.is_none() && !unique,
+            zipf,
+            map,
+            unique,
+            writes: Cell::new(0),
             ch,
             desc: RefCell::new(Some(desc)),
             me: RefCell::new(None),
@@ -449,6 +528,22 @@ impl Job {
         self.first_slot + rel
     }
 
+    /// The next slot when `-F` or `-D` is on (never on the default path).
+    fn next_slot_featured(&self) -> u64 {
+        if let Some(z) = &self.zipf {
+            // Rank 1, the most frequent, is the job's first slot.
+            return self.first_slot + z.sample(&self.rng) - 1;
+        }
+        let Some(map) = &self.map else {
+            return self.next_slot();
+        };
+        let want = below(next_rand(&self.rng), self.num_slots);
+        let slot = map
+            .borrow_mut()
+            .take(usize::try_from(want).unwrap_or(usize::MAX));
+        self.first_slot + slot as u64
+    }
+
     /// Submits the next I/O of task `tag` (its buffer in hand), reusing
     /// the task's just-completed I/O when there is one.
     #[inline]
@@ -462,10 +557,10 @@ impl Job {
             self.wait_for_io(tag, buf);
             return;
         };
-        if self.verify {
-            self.fill_verify(&mut io, tag, buf);
-        } else {
+        if self.plain {
             self.fill(&mut io, buf);
+        } else {
+            self.fill_featured(&mut io, tag, buf);
         }
         self.send(io, tag);
     }
@@ -473,19 +568,56 @@ impl Job {
     /// Sets the next request of a plain workload on `io`.
     #[inline]
     fn fill(&self, io: &mut BdevIo, buf: Option<DmaBuf>) {
+        let off = self.next_slot() * self.io_blocks;
+        self.fill_at::<false>(io, off, buf);
+    }
+
+    /// Sets the next request of a job that verifies or uses `-F`, `-D` or
+    /// `-U`: everything the fast path leaves out.
+    #[inline(never)]
+    fn fill_featured(&self, io: &mut BdevIo, tag: usize, buf: Option<DmaBuf>) {
+        if self.verify {
+            self.fill_verify(io, tag, buf);
+            return;
+        }
+        let off = self.next_slot_featured() * self.io_blocks;
+        if self.unique {
+            self.fill_at::<true>(io, off, buf);
+        } else {
+            self.fill_at::<false>(io, off, buf);
+        }
+    }
+
+    /// Stamps a `-U` write.
+    #[inline(never)]
+    fn stamp(&self, buf: &mut DmaBuf, off: u64) {
+        let write = self.writes.get() + 1;
+        self.writes.set(write);
+        let bs = usize::try_from(self.block_size).unwrap_or(usize::MAX);
+        stamp_unique(buf, bs, off, write, self.cfg.id);
+    }
+
+    /// Sets a plain request at `off` on `io`; `UNIQUE` stamps writes.
+    #[inline(always)]
+    fn fill_at<const UNIQUE: bool>(&self, io: &mut BdevIo, off: u64, buf: Option<DmaBuf>) {
         let n = self.io_blocks;
-        let off = self.next_slot() * n;
         match (self.cfg.workload, buf) {
             (Workload::Read | Workload::RandRead, Some(buf)) => {
                 io.read(off, n, buf);
             }
-            (Workload::Write | Workload::RandWrite, Some(buf)) => {
+            (Workload::Write | Workload::RandWrite, Some(mut buf)) => {
+                if UNIQUE {
+                    self.stamp(&mut buf, off);
+                }
                 io.write(off, n, buf);
             }
-            (Workload::Rw | Workload::RandRw, Some(buf)) => {
+            (Workload::Rw | Workload::RandRw, Some(mut buf)) => {
                 if below(next_rand(&self.rng), 100) < u64::from(self.cfg.rw_percentage) {
                     io.read(off, n, buf);
                 } else {
+                    if UNIQUE {
+                        self.stamp(&mut buf, off);
+                    }
                     io.write(off, n, buf);
                 }
             }
@@ -513,7 +645,14 @@ impl Job {
         match t.phase {
             Phase::Write => {
                 t.slot = self.next_slot();
-                t.gen += 1;
+                t.gen = if self.unique {
+                    // -U: a generation no other write of the job has.
+                    let w = self.writes.get() + 1;
+                    self.writes.set(w);
+                    w
+                } else {
+                    t.gen + 1
+                };
                 if self.check_data {
                     fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
                 }
@@ -690,7 +829,7 @@ impl IoCompletion for Job {
         let buf = io.take_buf();
         let ok = status == IoStatus::Success;
         self.record(ok, latency);
-        if ok && !self.verify && self.running.get() {
+        if ok && self.plain && self.running.get() {
             // The fast path: reuse the completed I/O for the next request.
             self.fill(&mut io, buf);
             self.send(io, tag);
@@ -720,6 +859,163 @@ mod tests {
         );
         b[1000] ^= 1;
         assert_eq!(check_pattern(&b, k).map(|x| x.0), Some(1000));
+    }
+
+    /// Runs `f` on a job created on a malloc bdev of `blocks` 4 KiB
+    /// blocks, on a one-reactor runtime in interrupt mode.
+    fn on_job<R: Send + 'static>(
+        blocks: u64,
+        cfg: JobConfig,
+        f: impl FnOnce(&Rc<Job>) -> R + Send + 'static,
+    ) -> R {
+        use bdevkit::bdev::{BdevManager, BdevOptions};
+        use bdevkit::thread::{Runtime, RuntimeOptions};
+        let rt = Runtime::start(RuntimeOptions::interrupt("0x1".parse().unwrap())).unwrap();
+        let mgr = BdevManager::new(BdevOptions::default());
+        bdevkit_malloc::register(&mgr);
+        let out = rt
+            .app_thread()
+            .run_sync(move || {
+                bdevkit_malloc::create(
+                    &mgr,
+                    bdevkit_malloc::MallocCreateParams::new("M0", 4096, blocks),
+                )
+                .unwrap();
+                let job = Job::new(cfg, &mgr).unwrap();
+                let out = f(&job);
+                job.close();
+                drop(job);
+                mgr.unregister_all(|| {});
+                out
+            })
+            .unwrap();
+        rt.shutdown();
+        out
+    }
+
+    fn cfg(workload: Workload) -> JobConfig {
+        JobConfig {
+            id: 7,
+            bdev: "M0".into(),
+            core: 0,
+            workload,
+            rw_percentage: 0,
+            queue_depth: 1,
+            io_size: 4096,
+            slice: (0, 1),
+            range_blocks: None,
+            seed: 42,
+            timeout_ticks: u64::MAX,
+            continue_on_failure: false,
+            zipf_theta: None,
+            random_map: false,
+            unique_writes: false,
+        }
+    }
+
+    /// The next request the job would submit: offset and data.
+    fn next_request(job: &Job) -> (u64, Vec<u8>) {
+        let mut io = job.ch.alloc_io().unwrap();
+        let buf = DmaBuf::new(4096).unwrap();
+        if job.plain {
+            job.fill(&mut io, Some(buf));
+        } else {
+            job.fill_featured(&mut io, 0, Some(buf));
+        }
+        let off = io.offset_blocks();
+        (off, io.take_buf().unwrap().as_slice().to_vec())
+    }
+
+    /// -U: two consecutive writes to the same (only) slot carry different
+    /// data; without -U the job takes the plain path and writes the same.
+    #[test]
+    fn unique_writes_differ_on_the_same_slot() {
+        let unique = JobConfig {
+            unique_writes: true,
+            ..cfg(Workload::RandWrite)
+        };
+        let (a, b, plain) = on_job(1, unique, |job| {
+            assert!(!job.plain);
+            (next_request(job), next_request(job), job.plain)
+        });
+        assert!(!plain);
+        assert_eq!((a.0, b.0), (0, 0), "one slot");
+        assert_ne!(a.1, b.1);
+        // Block address, write count, job id.
+        assert_eq!(a.1[..8], 0u64.to_le_bytes());
+        assert_eq!(a.1[8..16], 1u64.to_le_bytes());
+        assert_eq!(b.1[8..16], 2u64.to_le_bytes());
+        assert_eq!(a.1[16..24], 7u64.to_le_bytes());
+        let (a, b) = on_job(1, cfg(Workload::RandWrite), |job| {
+            assert!(job.plain, "no feature: the fast path");
+            (next_request(job), next_request(job))
+        });
+        assert_eq!(a.1, b.1);
+    }
+
+    #[test]
+    fn stamp_marks_every_block() {
+        let mut b = vec![0u8; 4 * 512];
+        stamp_unique(&mut b, 512, 100, 9, 3);
+        for i in 0..4 {
+            let blk = &b[i * 512..];
+            assert_eq!(blk[..8], (100 + i as u64).to_le_bytes());
+            assert_eq!(blk[8..16], 9u64.to_le_bytes());
+            assert_eq!(blk[16..24], 3u64.to_le_bytes());
+        }
+    }
+
+    /// -D through the job: over exactly num_slots I/Os of a job-file range
+    /// every slot of the range is hit once.
+    #[test]
+    fn random_map_covers_the_range_once() {
+        let c = JobConfig {
+            random_map: true,
+            range_blocks: Some((10, 300)),
+            ..cfg(Workload::RandRead)
+        };
+        let offs = on_job(1024, c, |job| {
+            assert_eq!((job.first_slot, job.num_slots), (10, 300));
+            (0..300).map(|_| next_request(job).0).collect::<Vec<_>>()
+        });
+        let mut sorted = offs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (10..310).collect::<Vec<_>>());
+        assert_ne!(offs, sorted, "random order");
+    }
+
+    /// -F through the job: offsets stay in the job's slots and the first
+    /// slot is the most frequent.
+    #[test]
+    fn zipf_offsets_favour_the_first_slot() {
+        let c = JobConfig {
+            zipf_theta: Some(1.2),
+            slice: (1, 2),
+            ..cfg(Workload::RandRead)
+        };
+        let offs = on_job(1000, c, |job| {
+            (0..5000).map(|_| next_request(job).0).collect::<Vec<_>>()
+        });
+        assert!(offs.iter().all(|o| (500..1000).contains(o)), "in the slice");
+        let first = offs.iter().filter(|o| **o == 500).count();
+        let second = offs.iter().filter(|o| **o == 501).count();
+        assert!(first > second && first > 1000, "{first} {second}");
+    }
+
+    #[test]
+    fn job_file_ranges_in_blocks() {
+        let mut c = cfg(Workload::Read);
+        c.io_size = 8192;
+        c.range_blocks = Some((3, 10));
+        // Whole I/Os of 2 blocks; the first holds block 3.
+        assert_eq!(slots_of(&c, 100, 2).unwrap(), (1, 5));
+        c.range_blocks = Some((20, 0));
+        assert_eq!(slots_of(&c, 100, 2).unwrap(), (10, 40));
+        c.range_blocks = Some((90, 20));
+        let e = slots_of(&c, 100, 2).unwrap_err().to_string();
+        assert!(e.contains("past the end of bdev M0 (100 blocks)"), "{e}");
+        c.range_blocks = Some((0, 1));
+        assert!(slots_of(&c, 100, 2).is_err(), "less than one I/O");
     }
 
     #[test]

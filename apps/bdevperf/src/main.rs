@@ -7,9 +7,12 @@
 mod args;
 mod hist;
 mod job;
+mod jobfile;
+mod offsets;
 mod report;
 mod setup;
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +63,27 @@ fn main() -> ExitCode {
 struct Placed {
     cfg: JobConfig,
     thread: ThreadHandle,
+    /// This entry created `thread` and makes it exit when the jobs close
+    /// (several jobs share a thread with `-E` and job files).
+    exit_thread: bool,
+}
+
+/// Which lightweight thread a job runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ThreadKey {
+    /// Its own (by job id): the default.
+    Own(u64),
+    /// The one thread of its core (`-E`).
+    Core(u32),
+    /// The thread of its job file section (by index), as SPDK does.
+    Section(usize),
+}
+
+/// A job to create, and where.
+struct Plan {
+    cfg: JobConfig,
+    thread: ThreadKey,
+    thread_name: String,
 }
 
 fn run(opts: &Opts) -> Result<bool> {
@@ -79,6 +103,9 @@ fn run(opts: &Opts) -> Result<bool> {
         interrupt_mode: opts.interrupt_mode,
         ..CommonArgs::default()
     };
+    if let Some(jobs) = &opts.job_file {
+        println!("Using job config with {} jobs", jobs.len());
+    }
     let app_opts = AppOptions {
         handle_signals: false,
         ..AppOptions::default()
@@ -226,8 +253,6 @@ fn place_jobs(
     mgr: &BdevManager,
     placed: &mut Vec<Placed>,
 ) -> Result<()> {
-    let m = mgr.clone();
-    let target = opts.target.clone();
     let (tx, rx) = mpsc::channel();
     let m2 = mgr.clone();
     app.run_sync(move || {
@@ -237,6 +262,66 @@ fn place_jobs(
     })?;
     rx.recv_timeout(Duration::from_secs(60))
         .context("bdev examine did not finish")?;
+    let plans = match &opts.job_file {
+        Some(file_jobs) => plan_file_jobs(opts, file_jobs, app, mgr)?,
+        None => plan_cli_jobs(opts, app, mgr)?,
+    };
+    let mut threads: HashMap<ThreadKey, ThreadHandle> = HashMap::new();
+    for plan in plans {
+        let (thread, exit_thread) = match threads.get(&plan.thread) {
+            Some(t) => (t.clone(), false),
+            None => {
+                let t = rt
+                    .spawn_thread(plan.thread_name, Some(&CpuSet::single(plan.cfg.core)))
+                    .context("create job thread")?;
+                threads.insert(plan.thread, t.clone());
+                (t, true)
+            }
+        };
+        let (c2, m2) = (plan.cfg.clone(), mgr.clone());
+        // Listed before the job exists so that a failure still closes
+        // the thread.
+        placed.push(Placed {
+            cfg: plan.cfg,
+            thread: thread.clone(),
+            exit_thread,
+        });
+        thread.run_sync(move || -> Result<()> {
+            job::register(Job::new(c2, &m2)?);
+            Ok(())
+        })??;
+    }
+    Ok(())
+}
+
+/// What every job shares: the command line's options.
+fn job_config(opts: &Opts, id: u64, bdev: &str, core: u32) -> JobConfig {
+    JobConfig {
+        id,
+        bdev: bdev.to_string(),
+        core,
+        workload: opts.workload,
+        rw_percentage: opts.rw_percentage.unwrap_or(0),
+        queue_depth: opts.queue_depth,
+        io_size: opts.io_size,
+        slice: (0, 1),
+        range_blocks: None,
+        seed: 0x5eed_0000 + id,
+        timeout_ticks: opts
+            .timeout_sec
+            .map_or(u64::MAX, |s| clock::us_to_ticks(s * 1_000_000)),
+        continue_on_failure: opts.continue_on_failure,
+        zipf_theta: opts.zipf_theta,
+        random_map: opts.random_map,
+        unique_writes: opts.unique_writes,
+    }
+}
+
+/// Jobs from the command line: one per bdev round robin over the cores,
+/// or with `-C` one per core per bdev.
+fn plan_cli_jobs(opts: &Opts, app: &ThreadHandle, mgr: &BdevManager) -> Result<Vec<Plan>> {
+    let m = mgr.clone();
+    let target = opts.target.clone();
     let targets: Vec<String> = app.run_sync(move || match target {
         Some(t) => match m.get(&t) {
             Some(b) => Ok(vec![b.name().to_string()]),
@@ -253,12 +338,9 @@ fn place_jobs(
         bail!("no bdevs to run on (every bdev is claimed or none was created)");
     }
     let cores: Vec<u32> = opts.cpumask.iter().collect();
-    let handle = rt.clone();
-    let tick_timeout = opts
-        .timeout_sec
-        .map_or(u64::MAX, |s| clock::us_to_ticks(s * 1_000_000));
     let mut next_core = 0usize;
     let mut id = 0u64;
+    let mut plans = Vec::new();
     for bdev in &targets {
         let jobs_for_bdev: Vec<(u32, (u64, u64))> = if opts.multithread {
             let n = cores.len() as u64;
@@ -274,34 +356,87 @@ fn place_jobs(
         };
         for (core, slice) in jobs_for_bdev {
             id += 1;
-            let cfg = JobConfig {
-                id,
-                bdev: bdev.clone(),
-                core,
-                workload: opts.workload,
-                rw_percentage: opts.rw_percentage.unwrap_or(0),
-                queue_depth: opts.queue_depth,
-                io_size: opts.io_size,
-                slice,
-                seed: 0x5eed_0000 + id,
-                timeout_ticks: tick_timeout,
-                continue_on_failure: opts.continue_on_failure,
+            let (thread, thread_name) = if opts.thread_per_core {
+                (ThreadKey::Core(core), format!("bdevperf_lcore_{core}"))
+            } else {
+                (ThreadKey::Own(id), format!("bdevperf_{bdev}_{core}"))
             };
-            let thread = handle
-                .spawn_thread(
-                    format!("bdevperf_{bdev}_{core}"),
-                    Some(&CpuSet::single(core)),
-                )
-                .context("create job thread")?;
-            let (c2, m2) = (cfg.clone(), mgr.clone());
-            thread.run_sync(move || -> Result<()> {
-                job::register(Job::new(c2.clone(), &m2)?);
-                Ok(())
-            })??;
-            placed.push(Placed { cfg, thread });
+            plans.push(Plan {
+                cfg: JobConfig {
+                    slice,
+                    ..job_config(opts, id, bdev, core)
+                },
+                thread,
+                thread_name,
+            });
         }
     }
-    Ok(())
+    Ok(plans)
+}
+
+/// Jobs from a job file: one per bdev of each section; a section's jobs
+/// share one thread, placed on the next core of its cpumask in turn (as
+/// SPDK's reactors place a thread with a multi-core mask).
+fn plan_file_jobs(
+    opts: &Opts,
+    file_jobs: &[jobfile::FileJob],
+    app: &ThreadHandle,
+    mgr: &BdevManager,
+) -> Result<Vec<Plan>> {
+    let names: Vec<String> = file_jobs.iter().flat_map(|j| j.bdevs.clone()).collect();
+    let m = mgr.clone();
+    let missing: Option<String> =
+        app.run_sync(move || names.into_iter().find(|n| m.get(n).is_none()))?;
+    if let Some(name) = missing {
+        let section = file_jobs
+            .iter()
+            .find(|j| j.bdevs.contains(&name))
+            .map_or("?", |j| j.section.as_str());
+        bail!("job file section [{section}]: bdev {name} not found");
+    }
+    let cores: Vec<u32> = opts.cpumask.iter().collect();
+    let mut cursor = 0usize;
+    let mut id = 0u64;
+    let mut plans = Vec::new();
+    for (index, fj) in file_jobs.iter().enumerate() {
+        let mask = fj.cpumask.as_ref().unwrap_or(&opts.cpumask);
+        if mask.iter().any(|c| !opts.cpumask.contains(c))
+            && mask.iter().any(|c| opts.cpumask.contains(c))
+        {
+            eprintln!(
+                "warning: job file section [{}]: cpumask {mask} has cores outside the core mask {} (-m); they are not used",
+                fj.section, opts.cpumask
+            );
+        }
+        let Some(step) =
+            (0..cores.len()).find(|s| mask.contains(cores[(cursor + s) % cores.len()]))
+        else {
+            bail!(
+                "job file section [{}]: cpumask {mask} has no core in the core mask {} (-m)",
+                fj.section,
+                opts.cpumask
+            );
+        };
+        let core = cores[(cursor + step) % cores.len()];
+        cursor = (cursor + step + 1) % cores.len();
+        for bdev in &fj.bdevs {
+            id += 1;
+            let base = job_config(opts, id, bdev, core);
+            plans.push(Plan {
+                cfg: JobConfig {
+                    workload: fj.workload,
+                    rw_percentage: fj.rw_percentage,
+                    queue_depth: fj.queue_depth,
+                    io_size: fj.io_size,
+                    range_blocks: Some((fj.offset_blocks, fj.length_blocks)),
+                    ..base
+                },
+                thread: ThreadKey::Section(index),
+                thread_name: format!("bdevperf_{}", fj.section),
+            });
+        }
+    }
+    Ok(plans)
 }
 
 fn snapshot(placed: &[Placed]) -> Vec<JobSummary> {
@@ -341,6 +476,9 @@ fn run_jobs(opts: &Opts, placed: &[Placed], stop: &AtomicBool) -> Result<(Vec<Jo
     let mut last_ios = 0u64;
     let mut last_t = start;
     let mut next_stats = opts.stats_interval.map(|s| start + Duration::from_secs(s));
+    // -P: per job, completions at the last table and the moving average.
+    let mut ema: HashMap<u64, (u64, Option<f64>)> = HashMap::new();
+    let mut last_table = start;
     let mut interrupted = false;
     let mut finished = Vec::new();
     loop {
@@ -364,7 +502,30 @@ fn run_jobs(opts: &Opts, placed: &[Placed], stop: &AtomicBool) -> Result<(Vec<Jo
         if let Some(at) = next_stats {
             if now >= at {
                 let snaps = snapshot(placed);
-                println!("{}", report::body(&snaps));
+                let table = match opts.ema_period {
+                    None => report::body(&snaps),
+                    Some(n) => {
+                        let dt = now.duration_since(last_table).as_secs_f64().max(1e-9);
+                        let iops: Vec<f64> = snaps
+                            .iter()
+                            .map(|s| {
+                                let (last_ios, avg) = ema.entry(s.cfg.id).or_insert((0, None));
+                                #[expect(
+                                    clippy::cast_precision_loss,
+                                    reason = "display arithmetic"
+                                )]
+                                let period = s.stats.ios.saturating_sub(*last_ios) as f64 / dt;
+                                *last_ios = s.stats.ios;
+                                let v = report::ema_next(*avg, period, n);
+                                *avg = Some(v);
+                                v
+                            })
+                            .collect();
+                        report::body_with_iops(&snaps, &iops)
+                    }
+                };
+                last_table = now;
+                println!("{table}");
                 let _ = std::io::stdout().flush();
                 next_stats = Some(at + Duration::from_secs(opts.stats_interval.unwrap_or(1)));
             }
@@ -436,8 +597,8 @@ fn next_stats_is_none(opts: &Opts) -> bool {
     opts.stats_interval.is_none()
 }
 
-/// Each job closes its channel and descriptor on its own thread, which
-/// then exits.
+/// Each job closes its channel and descriptor on its own thread; then
+/// each thread exits once all its jobs are closed.
 fn close_jobs(placed: &[Placed]) {
     for p in placed {
         let id = p.cfg.id;
@@ -445,6 +606,10 @@ fn close_jobs(placed: &[Placed]) {
             if let Some(job) = job::unregister(id) {
                 job.close();
             }
+        });
+    }
+    for p in placed.iter().filter(|p| p.exit_thread) {
+        let _ = p.thread.run_sync(|| {
             if let Some(t) = Thread::current() {
                 t.exit();
             }

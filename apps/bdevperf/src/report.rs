@@ -83,12 +83,32 @@ pub fn header(leading_blank: bool) -> String {
     out
 }
 
+/// `-P`: the next exponential moving average of IOPS over `n` periods,
+/// `ema + (iops - ema) * 2 / (n + 1)`; the first period seeds it (SPDK
+/// starts from 0, which reads low for the first periods).
+pub fn ema_next(ema: Option<f64>, iops: f64, n: u32) -> f64 {
+    match ema {
+        None => iops,
+        Some(e) => e + (iops - e) * 2.0 / (f64::from(n) + 1.0),
+    }
+}
+
 /// Per-job blocks, the separator and the Total line.
 pub fn body(jobs: &[JobSummary]) -> String {
+    body_impl(jobs, None)
+}
+
+/// [`body`] with these IOPS per job (`-P`'s moving averages) instead of
+/// the cumulative ones; MiB/s follows them.
+pub fn body_with_iops(jobs: &[JobSummary], iops: &[f64]) -> String {
+    body_impl(jobs, Some(iops))
+}
+
+fn body_impl(jobs: &[JobSummary], iops: Option<&[f64]>) -> String {
     let mut out = String::new();
     let mut total = Row::default();
     let (mut ticks, mut n, mut min, mut max) = (0u64, 0u64, u64::MAX, 0u64);
-    for s in jobs {
+    for (i, s) in jobs.iter().enumerate() {
         let c = &s.cfg;
         let mix = if c.workload.is_mixed() {
             format!(", percentage: {}", c.rw_percentage)
@@ -117,7 +137,13 @@ pub fn body(jobs: &[JobSummary]) -> String {
                 "\t Verification LBA range: start 0x{start:x} length 0x{len:x}"
             );
         }
-        let r = row(s);
+        let mut r = row(s);
+        if let Some(v) = iops.and_then(|v| v.get(i)) {
+            r.iops = *v;
+            #[expect(clippy::cast_precision_loss, reason = "display arithmetic")]
+            let size = c.io_size as f64;
+            r.mibps = v * size / (1024.0 * 1024.0);
+        }
         let _ = writeln!(
             out,
             "\t {:<20}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>8.2} {:>10.2} {:>10.2} {:>10.2}",
@@ -275,4 +301,22 @@ pub fn to_json(jobs: &[JobSummary], core_count: usize) -> Value {
         })
         .collect();
     json!({"results": results, "core_count": core_count})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ema_seeds_then_moves_by_two_over_n_plus_one() {
+        let e = ema_next(None, 1000.0, 2);
+        assert_eq!(e, 1000.0);
+        // n = 2: weight 2/3 on the new period.
+        let e = ema_next(Some(e), 4000.0, 2);
+        assert!((e - 3000.0).abs() < 1e-9, "{e}");
+        // n = 1: just the last period.
+        assert_eq!(ema_next(Some(123.0), 7.0, 1), 7.0);
+        // A steady rate stays put.
+        assert_eq!(ema_next(Some(500.0), 500.0, 9), 500.0);
+    }
 }

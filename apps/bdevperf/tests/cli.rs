@@ -370,6 +370,345 @@ mod tests {
     }
 }
 
+/// The SPDK options added on top of the basic ones: -F, -D, -U, -P, -E, -j.
+#[cfg(test)]
+mod spdk_options {
+    use std::path::PathBuf;
+    use std::process::{Command, Output};
+
+    const NULL0: &str = r#"{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":65536,"block_size":4096}}"#;
+    const MALLOC0: &str = r#"{"method":"bdev_malloc_create","params":{"name":"Malloc0","num_blocks":16384,"block_size":4096}}"#;
+
+    fn tmp(name: &str, content: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("bdevperf-opts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// A config with these bdev entries, as a path string.
+    fn conf(name: &str, entries: &[&str]) -> String {
+        let body = format!(
+            r#"{{"subsystems":[{{"subsystem":"bdev","config":[{}]}}]}}"#,
+            entries.join(",")
+        );
+        tmp(name, &body).to_str().unwrap().to_string()
+    }
+
+    fn run(args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args(args)
+            .arg("--interrupt-mode")
+            .output()
+            .unwrap()
+    }
+
+    fn stdout(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn stderr(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    /// Runs and expects success; returns stdout.
+    fn ok(args: &[&str]) -> (String, String) {
+        let o = run(args);
+        assert!(
+            o.status.success(),
+            "bdevperf {args:?} failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+            o.status,
+            stdout(&o),
+            stderr(&o)
+        );
+        (stdout(&o), stderr(&o))
+    }
+
+    fn fails_with(args: &[&str], msg: &str) {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(1), "exit 1 expected for {args:?}");
+        let err = stderr(&o);
+        assert!(err.contains(msg), "expected {msg:?} in stderr:\n{err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "one line expected:\n{err}"
+        );
+        assert!(!stdout(&o).contains("Running I/O"), "ran I/O for {args:?}");
+    }
+
+    fn totals(out: &str) -> Vec<f64> {
+        out.lines()
+            .filter(|l| l.trim_start_matches('\r').trim_start().starts_with("Total"))
+            .map(|l| {
+                l.split(':')
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// The table without its numbers: job lines whole, row names.
+    fn shape(out: &str) -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("Job:") || l.starts_with("\t ") || l.contains("Total"))
+            .map(|l| {
+                if l.starts_with("Job:") {
+                    l.to_string()
+                } else {
+                    l.split(':').next().unwrap_or_default().to_string()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn help_lists_the_options_and_unsupported_ones_fail() {
+        let o = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = stdout(&o);
+        for flag in ["-F <THETA>", "-D ", "-U ", "-P <N>", "-E ", "-j <FILE>"] {
+            assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+        }
+        assert!(
+            help.contains("-Z, -X, -J, -N and -H are not supported"),
+            "{help}"
+        );
+        for flag in ["-Z", "-X", "-N", "-H"] {
+            let o = run(&["-q", "1", "-o", "4096", "-w", "read", "-t", "1", flag]);
+            assert!(!o.status.success(), "{flag} accepted");
+            assert!(
+                stderr(&o).contains(&format!("unexpected argument '{flag}'")),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+
+    #[test]
+    fn zipf_offsets() {
+        let c = conf("zipf.json", &[NULL0]);
+        let base = ["-c", &c, "-q", "8", "-o", "4096", "-t", "1"];
+        let (out, _) = ok(&[&base[..], &["-w", "randread", "-F", "1.2"]].concat());
+        assert!(totals(&out)[0] > 0.0, "{out}");
+        let (out, _) = ok(&[&base[..], &["-w", "randrw", "-M", "30", "-F", "0.8"]].concat());
+        assert!(totals(&out)[0] > 0.0, "{out}");
+        for bad in ["0", "-1", "abc", "nan"] {
+            fails_with(
+                &[&base[..], &["-w", "randread", "-F", bad]].concat(),
+                &format!("zipf theta (-F) must be a number greater than 0, got '{bad}'"),
+            );
+        }
+        fails_with(
+            &[&base[..], &["-w", "read", "-F", "1.2"]].concat(),
+            "-F needs a random workload (randread, randwrite or randrw): zipf only shapes random offsets, and workload read is not random",
+        );
+    }
+
+    #[test]
+    fn random_map() {
+        let c = conf("map.json", &[MALLOC0]);
+        let base = ["-c", &c, "-q", "16", "-o", "4096", "-t", "1"];
+        let (out, _) = ok(&[&base[..], &["-w", "randwrite", "-D"]].concat());
+        assert!(totals(&out)[0] > 0.0, "{out}");
+        let (_, err) = ok(&[&base[..], &["-w", "randread", "-D", "-F", "1"]].concat());
+        assert!(err.contains("-D has no effect with -F"), "{err}");
+        fails_with(
+            &[&base[..], &["-w", "write", "-D"]].concat(),
+            "-D needs a random workload (randread, randwrite or randrw)",
+        );
+    }
+
+    #[test]
+    fn unique_writes() {
+        let c = conf("unique.json", &[MALLOC0]);
+        let base = ["-c", &c, "-q", "16", "-o", "8k", "-t", "1"];
+        let (out, _) = ok(&[&base[..], &["-w", "randrw", "-M", "50", "-U"]].concat());
+        assert!(totals(&out)[0] > 0.0, "{out}");
+        // Verify still reads back what it wrote with per-write data.
+        let (out, _) = ok(&[&base[..], &["-w", "verify", "-U"]].concat());
+        assert!(out.contains("Fail/s"), "{out}");
+        assert!(out.contains("workload: verify"), "{out}");
+        let (_, err) = ok(&[&base[..], &["-w", "randread", "-U"]].concat());
+        assert!(
+            err.contains("-U has no effect: workload randread writes no data"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ema_periodic_tables() {
+        let c = conf("ema.json", &[NULL0]);
+        let base = [
+            "-c", &c, "-q", "4", "-o", "4096", "-w", "randread", "-t", "3",
+        ];
+        let (out, _) = ok(&[&base[..], &["-S", "1", "-P", "2"]].concat());
+        let t = totals(&out);
+        // At least two periodic tables plus the final one.
+        assert!(t.len() >= 3, "{t:?}\n{out}");
+        assert!(t.iter().all(|v| *v > 0.0), "{t:?}");
+        let (_, err) = ok(&[
+            "-c", &c, "-q", "4", "-o", "4096", "-w", "randread", "-t", "1", "-P", "2",
+        ]);
+        assert!(err.contains("warning: -P is ignored without -S"), "{err}");
+        fails_with(
+            &[&base[..], &["-S", "1", "-P", "0"]].concat(),
+            "(-P) must be at least 1",
+        );
+    }
+
+    #[test]
+    fn one_thread_per_core() {
+        let c = conf("e.json", &[NULL0, MALLOC0]);
+        let args = [
+            "-c", &c, "-m", "0x1", "-q", "8", "-o", "4096", "-w", "randread", "-t", "1",
+        ];
+        let (plain, _) = ok(&args);
+        let (shared, _) = ok(&[&args[..], &["-E"]].concat());
+        assert!(
+            shared.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8"),
+            "{shared}"
+        );
+        assert!(
+            shared.contains("Job: Malloc0 (Core Mask 0x1, workload: randread, depth: 8"),
+            "{shared}"
+        );
+        assert_eq!(shape(&plain), shape(&shared));
+        assert!(totals(&shared)[0] > 0.0);
+        // With -C each core's thread runs a slice of both bdevs.
+        let (out, _) = ok(&[
+            "-c", &c, "-m", "0x3", "-C", "-E", "-q", "4", "-o", "4096", "-w", "verify", "-t", "1",
+        ]);
+        assert_eq!(out.matches("Verification LBA range").count(), 4, "{out}");
+    }
+
+    const JOBS: &str = "# two sections sharing the [global] defaults\n\
+        [global]\n\
+        bs=4096\n\
+        iodepth=8\n\
+        rw=randread\n\
+        \n\
+        [first]\n\
+        filename=Null0\n\
+        \n\
+        [second]\n\
+        filename=Malloc0\n\
+        iodepth=4\n\
+        bs=8k\n\
+        rw=randwrite\n";
+
+    #[test]
+    fn job_file_sections() {
+        let c = conf("jobs.json", &[NULL0, MALLOC0]);
+        let j = tmp("two.job", JOBS);
+        let j = j.to_str().unwrap();
+        let (out, _) = ok(&["-c", &c, "-j", j, "-t", "1"]);
+        assert!(out.starts_with("Using job config with 2 jobs\n"), "{out}");
+        assert!(
+            out.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8, IO size: 4096)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "Job: Malloc0 (Core Mask 0x1, workload: randwrite, depth: 4, IO size: 8192)"
+            ),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("\t Null0 ").count() + out.matches("\t Malloc0 ").count(),
+            4
+        );
+        assert!(totals(&out)[0] > 0.0);
+        // -q overrides [global], not what a section sets.
+        let (out, _) = ok(&["-c", &c, "-j", j, "-t", "1", "-q", "2"]);
+        assert!(
+            out.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 2,"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Job: Malloc0 (Core Mask 0x1, workload: randwrite, depth: 4,"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn job_file_ranges_masks_and_mixes() {
+        let c = conf("jobs2.json", &[NULL0, MALLOC0]);
+        let j = tmp(
+            "ranges.job",
+            "[v]\nfilename=Malloc0\nrw=verify\nbs=4096\niodepth=4\noffset=1024\nlength=2048\n\
+             [m]\nfilename=Null0\nrw=randrw\nbs=4096\niodepth=2\ncpumask=0x2\n",
+        );
+        let (out, _) = ok(&["-c", &c, "-m", "0x3", "-j", j.to_str().unwrap(), "-t", "1"]);
+        // offset/length are blocks: 4 KiB I/Os on 4 KiB blocks.
+        assert!(
+            out.contains("\t Verification LBA range: start 0x400 length 0x800"),
+            "{out}"
+        );
+        // rwmixread defaults to 50; the section runs on its mask's core.
+        assert!(
+            out.contains("Job: Null0 (Core Mask 0x2, workload: randrw, percentage: 50, depth: 2, IO size: 4096)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn bad_job_files_are_one_clear_error() {
+        let c = conf("bad-jobs.json", &[NULL0]);
+        let job = |name: &str, text: &str| tmp(name, text).to_str().unwrap().to_string();
+        let good = "[a]\nfilename=Null0\nbs=4096\niodepth=1\nrw=read\n";
+        let unknown = job("unknown.job", &format!("{good}numjobs=2\n"));
+        fails_with(
+            &["-c", &c, "-j", &unknown, "-t", "1"],
+            "line 6: unknown key 'numjobs'",
+        );
+        let number = job("number.job", &good.replace("iodepth=1", "iodepth=deep"));
+        fails_with(
+            &["-c", &c, "-j", &number, "-t", "1"],
+            "line 4: iodepth must be a whole number, got 'deep'",
+        );
+        let empty = job("empty.job", "[global]\nbs=4096\n");
+        fails_with(&["-c", &c, "-j", &empty, "-t", "1"], "no job sections");
+        let missing = job("missing.job", &good.replace("Null0", "Null9"));
+        fails_with(
+            &["-c", &c, "-j", &missing, "-t", "1"],
+            "job file section [a]: bdev Null9 not found",
+        );
+        let no_bs = job("nobs.job", &good.replace("bs=4096\n", ""));
+        fails_with(
+            &["-c", &c, "-j", &no_bs, "-t", "1"],
+            "section [a] has no 'bs'",
+        );
+        let mask = job("mask.job", &format!("{good}cpumask=0x4\n"));
+        fails_with(
+            &["-c", &c, "-j", &mask, "-t", "1"],
+            "job file section [a]: cpumask 0x4 has no core in the core mask 0x1 (-m)",
+        );
+        let past = job("past.job", &format!("{good}offset=65000\nlength=1000\n"));
+        fails_with(
+            &["-c", &c, "-j", &past, "-t", "1"],
+            "past the end of bdev Null0",
+        );
+        let ok_file = job("ok.job", good);
+        fails_with(
+            &["-c", &c, "-j", &ok_file, "-E", "-t", "1"],
+            "-E cannot be used with -j",
+        );
+        fails_with(
+            &["-c", &c, "-j", "/nonexistent/x.job", "-t", "1"],
+            "read job file /nonexistent/x.job",
+        );
+    }
+}
+
 /// bdevperf started with `-z` on a private socket, driven over RPC.
 #[cfg(test)]
 mod rpc_driven {
