@@ -154,8 +154,11 @@ struct Cli {
         value_name = "FILE"
     )]
     config: Option<PathBuf>,
-    /// FIO-like job file: [global] and job sections with filename, cpumask, bs, iodepth, rwmixread, offset, length, rw (-q/-o/-w then optional)
-    #[arg(short = 'j', value_name = "FILE")]
+    #[arg(
+        short = 'j',
+        value_name = "FILE",
+        help = "FIO-like job file: [global] and job sections with filename, cpumask, bs, iodepth, rwmixread, offset, length, rw (-q/-o/-w then optional)"
+    )]
     job_file: Option<PathBuf>,
     /// Run only on this bdev (default: every bdev nobody claimed)
     #[arg(short = 'T', value_name = "BDEV")]
