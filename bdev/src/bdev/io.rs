@@ -348,7 +348,11 @@ impl IoCache {
                     }
                     let avail =
                         me.free.borrow().len() + me.shared.available.load(Ordering::Acquire);
-                    for _ in 0..avail.min(me.waiters.borrow().len()) {
+                    // Counted first: a temporary in the `for` head would
+                    // keep `waiters` borrowed through the loop, and waking
+                    // borrows it mutably.
+                    let n = avail.min(me.waiters.borrow().len());
+                    for _ in 0..n {
                         me.wake_waiter();
                     }
                     crate::thread::PollerStatus::Busy
