@@ -511,6 +511,66 @@ fn io_wait_pool_of_8_with_64_submitters() {
     assert_eq!(done, 640);
 }
 
+/// Every `BdevIo` is held by another thread, whose frees go back to the
+/// shared pool, not to this thread: only the retry poller can wake this
+/// thread's waiter.
+#[test]
+fn io_waiter_is_woken_by_the_retry_poller() {
+    thread_local! {
+        static STASH: RefCell<Vec<Box<dyn std::any::Any>>> = RefCell::new(Vec::new());
+    }
+    let opts = BdevOptions {
+        bdev_io_pool_size: 4,
+        bdev_io_cache_size: 1,
+        ..BdevOptions::default()
+    };
+    let env = Env::new("0x1", opts);
+    let other = env
+        .rt
+        .as_ref()
+        .unwrap()
+        .handle()
+        .spawn_thread("holder", None)
+        .unwrap();
+    env.run(move |mgr| async move {
+        disk(&mgr, BdevProps::new("w0", "Test", 512, 64), RW);
+        let m2 = mgr.clone();
+        other
+            .send_msg(move || {
+                let desc = m2.open("w0", false, |_| {}).unwrap();
+                let ch = desc.get_io_channel().unwrap();
+                STASH.with(|s| {
+                    let mut s = s.borrow_mut();
+                    while let Some(io) = ch.alloc_io() {
+                        s.push(Box::new(io));
+                    }
+                    s.push(Box::new(ch));
+                    s.push(Box::new(desc));
+                });
+            })
+            .unwrap();
+        while mgr.io_pool_available() > 0 {
+            sleep_ms(1).await;
+        }
+        let desc = mgr.open("w0", false, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        assert!(ch.alloc_io().is_none(), "the other thread holds them all");
+        let woken = Rc::new(Cell::new(false));
+        let w2 = Rc::clone(&woken);
+        ch.queue_io_wait(move || w2.set(true));
+        other
+            .send_msg(|| STASH.with(|s| s.borrow_mut().clear()))
+            .unwrap();
+        let mut waited = 0;
+        while !woken.get() {
+            sleep_ms(1).await;
+            waited += 1;
+            assert!(waited < 5_000, "waiter stranded");
+        }
+        assert!(ch.alloc_io().is_some());
+    });
+}
+
 #[test]
 fn reset_waits_for_in_flight_io_and_aborts_new_io() {
     let env = Env::new("0x3", BdevOptions::default());
