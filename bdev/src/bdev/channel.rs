@@ -140,11 +140,19 @@ impl ChannelCore {
     pub(crate) fn set_histogram(&self, cfg: Option<&HistConfig>) {
         *self.hist.borrow_mut() = cfg.map(ChannelHist::new);
         self.hist_on.set(cfg.is_some());
+        self.update_fast();
     }
 
-    /// Counts a completion in the histogram; inline and without a panic
-    /// path, so that `finish` pays one flag test when histograms are off.
-    #[inline(always)]
+    /// The role of a consumer I/O submitted now.
+    pub(crate) fn user_role(&self) -> Role {
+        if self.hist_on.get() {
+            Role::UserTimed
+        } else {
+            Role::User
+        }
+    }
+
+    /// Counts a completion in the histogram.
     fn tally_histogram(&self, io_type: IoType, ticks: u64) {
         if let Ok(mut h) = self.hist.try_borrow_mut() {
             if let Some(h) = h.as_mut() {
@@ -155,7 +163,7 @@ impl ChannelCore {
 
     fn update_fast(&self) {
         self.fast_rw
-            .set(self.direct_rw && !self.frozen.get() && !self.qos_on.get());
+            .set(self.direct_rw && !self.frozen.get() && !self.qos_on.get() && !self.hist_on.get());
     }
 
     pub(crate) fn cache(&self) -> &Rc<IoCache> {
@@ -411,6 +419,9 @@ impl BdevChannel {
         if core.fast_rw.get() && matches!(io_type, IoType::Read | IoType::Write) {
             core.module.submit(io);
             return Ok(());
+        }
+        if core.hist_on.get() {
+            io.inner_mut().role = Role::UserTimed;
         }
         if core.frozen.get() && io_type != IoType::Reset {
             io.inner_mut().status = IoStatus::Aborted;
@@ -694,6 +705,7 @@ pub(crate) fn complete(mut io: BdevIo) {
     }
     match role {
         Role::User => finish(core, io),
+        Role::UserTimed => finish_timed(core, io),
         Role::Child { parent_key } => child_done(core, parent_key, io),
         Role::ResetToModule => reset::module_done(core, io),
     }
@@ -703,6 +715,23 @@ pub(crate) fn complete(mut io: BdevIo) {
             to_module(core, next);
         }
     }
+}
+
+/// Completes a consumer I/O of either role.
+pub(crate) fn finish_user(core: &ChannelCore, io: BdevIo) {
+    if io.inner().role == Role::UserTimed {
+        finish_timed(core, io);
+    } else {
+        finish(core, io);
+    }
+}
+
+/// [`finish`], counting the latency in the channel's histogram first.
+#[cold]
+fn finish_timed(core: &ChannelCore, io: BdevIo) {
+    let i = io.inner();
+    core.tally_histogram(i.io_type, clock::poll_ticks().wrapping_sub(i.submit_tick));
+    finish(core, io);
 }
 
 /// Completes a consumer I/O: statistics, then the consumer's callback.
@@ -717,9 +746,6 @@ pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
     core.stat
         .borrow_mut()
         .record(i.io_type, bytes, i.status, ticks);
-    if core.hist_on.get() {
-        core.tally_histogram(i.io_type, ticks);
-    }
     core.outstanding.set(core.outstanding.get() - 1);
     i.state = IoState::Done;
     i.complete_tick = now;
@@ -767,6 +793,7 @@ pub(crate) fn abort_queued(core: &ChannelCore) {
         let role = io.inner().role;
         match role {
             Role::User => finish(core, io),
+            Role::UserTimed => finish_timed(core, io),
             Role::Child { parent_key } => child_done(core, parent_key, io),
             Role::ResetToModule => reset::module_done(core, io),
         }
@@ -917,11 +944,11 @@ fn continue_split(core: &ChannelCore, key: usize, from_submit: bool) {
         if from_submit {
             let ch = io.inner().ch.clone();
             match (Thread::current(), ch) {
-                (Some(t), Some(ch)) => t.defer(move || finish(&ch, io)),
-                _ => finish(core, io),
+                (Some(t), Some(ch)) => t.defer(move || finish_user(&ch, io)),
+                _ => finish_user(core, io),
             }
         } else {
-            finish(core, io);
+            finish_user(core, io);
         }
     }
 }

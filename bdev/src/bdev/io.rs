@@ -96,6 +96,10 @@ pub(crate) enum IoState {
 pub(crate) enum Role {
     /// Submitted by a consumer.
     User,
+    /// Submitted by a consumer while the channel keeps a latency
+    /// histogram: its completion is counted there (set off the fast path,
+    /// which a histogram turns off).
+    UserTimed,
     /// A child of a split (or emulated) parent held in the channel.
     Child { parent_key: usize },
     /// A consumer's reset, passed to the module by the reset sequence.

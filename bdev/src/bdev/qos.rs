@@ -230,7 +230,7 @@ pub(crate) fn abort_queued(core: &ChannelCore) {
             .and_then(|q| q.queue.pop_front());
         let Some(mut io) = next else { break };
         io.inner_mut().status = IoStatus::Aborted;
-        channel::finish(core, io);
+        channel::finish_user(core, io);
     }
 }
 

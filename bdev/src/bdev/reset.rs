@@ -58,7 +58,7 @@ fn to_module_or_drain(bdev: &Bdev) {
 
 /// The module completed its reset.
 pub(crate) fn module_done(core: &ChannelCore, mut io: BdevIo) {
-    io.inner_mut().role = Role::User;
+    io.inner_mut().role = core.user_role();
     *core.active_reset.borrow_mut() = Some(io);
     drain(core);
 }
@@ -108,7 +108,7 @@ fn unfreeze(bdev: &Bdev) {
                     if io.inner().status == IoStatus::Pending {
                         io.inner_mut().status = IoStatus::Success;
                     }
-                    channel::finish(core, io);
+                    channel::finish_user(core, io);
                 }
             });
             // Start a reset queued meanwhile on any channel.

@@ -888,6 +888,39 @@ fn queue_depth_sampling_sees_outstanding_io() {
     });
 }
 
+/// Split parents, resets and flushes are counted once each, as the
+/// consumer saw them; children are not.
+#[test]
+fn histograms_count_consumer_io_on_every_path() {
+    use crate::bdev::histogram::HistogramOptions;
+
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let mut p = BdevProps::new("h1", "Test", 512, 64);
+        p.optimal_io_boundary = 8;
+        p.split_on_optimal_io_boundary = true;
+        let (b, knobs) = disk(&mgr, p, RW);
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.enable_histogram(Some(HistogramOptions::default()), move |r| {
+            tx.send(r).unwrap();
+        });
+        wait_res(rx).await.unwrap();
+        let desc = mgr.open("h1", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let before = knobs.submitted.load(Ordering::SeqCst);
+        // Blocks 4..20 cross two boundaries: three children, one parent.
+        ch.read(4, 16, DmaBuf::new(16 * 512).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(knobs.submitted.load(Ordering::SeqCst) - before, 3);
+        ch.flush(0, 8).await.unwrap();
+        ch.reset().await.unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        b.get_histogram(move |r| tx.send(r).unwrap());
+        assert_eq!(wait_res(rx).await.unwrap().total(), 3);
+    });
+}
+
 async fn wait_res<T>(rx: std::sync::mpsc::Receiver<T>) -> T {
     loop {
         if let Ok(r) = rx.try_recv() {
