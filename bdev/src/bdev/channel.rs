@@ -443,11 +443,21 @@ impl BdevChannel {
             return Err(Error::WrongThread);
         }
         let i = io.inner_mut();
+        let bit = i.io_type.bit();
+        if self.allowed & bit == 0 || i.state != IoState::Building {
+            // Its own copy of the rest, so that the common case never
+            // comes back here from a call.
+            return self.check_slow(i);
+        }
+        self.check_rest(i)
+    }
+
+    /// Range and buffer checks.
+    #[inline(always)]
+    fn check_rest(&self, i: &mut super::io::IoInner) -> Result<()> {
+        let core: &ChannelCore = &self.core;
         let t = i.io_type;
         let bit = t.bit();
-        if self.allowed & bit == 0 || i.state != IoState::Building {
-            self.check_slow(i)?;
-        }
         if RANGE_TYPES & bit != 0 {
             let num_blocks = core.bdev.num_blocks();
             let in_range = |off: u64, n: u64| off.checked_add(n).is_some_and(|e| e <= num_blocks);
@@ -482,13 +492,13 @@ impl BdevChannel {
     /// on a bdev with a mandatory write unit (their bit stays clear in
     /// `allowed`, so that other I/O pays nothing for this check).
     #[cold]
-    fn check_slow(&self, i: &super::io::IoInner) -> Result<()> {
+    fn check_slow(&self, i: &mut super::io::IoInner) -> Result<()> {
         let (t, state) = (i.io_type, i.state);
         let unit = self.core.write_unit;
         if t == IoType::Write && unit != 0 && state == IoState::Building && self.writable {
             let (off, n) = (i.offset_blocks, i.num_blocks);
             if off.is_multiple_of(unit) && n.is_multiple_of(unit) {
-                return Ok(());
+                return self.check_rest(i);
             }
             return Err(partial_write_unit(unit, off, n));
         }
