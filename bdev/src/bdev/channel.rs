@@ -495,7 +495,12 @@ impl BdevChannel {
     fn check_slow(&self, i: &mut super::io::IoInner) -> Result<()> {
         let (t, state) = (i.io_type, i.state);
         let unit = self.core.write_unit;
-        if t == IoType::Write && unit != 0 && state == IoState::Building && self.writable {
+        if t == IoType::Write
+            && unit != 0
+            && state == IoState::Building
+            && self.writable
+            && self.core.bdev.supports(t)
+        {
             let (off, n) = (i.offset_blocks, i.num_blocks);
             if off.is_multiple_of(unit) && n.is_multiple_of(unit) {
                 return self.check_rest(i);
