@@ -46,10 +46,12 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new("warn,bdevkit_app::config=off,bdevkit_app::app=off")
         });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    // Through the framework, so that `-z` users can change it with the
+    // `log_*` RPCs.
+    if let Err(e) = bdevkit_app::logging::init_with(filter, "warn", &[]) {
+        eprintln!("bdevperf: error: {e}");
+        return ExitCode::from(1);
+    }
     match run(&opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -902,6 +902,17 @@ mod rpc_driven {
             }
             other => panic!("expected an error, got {other:?}"),
         }
+        // Its logging answers the log RPCs too.
+        assert_eq!(
+            c.call("log_get_print_level", None).unwrap(),
+            json!("WARNING")
+        );
+        c.call("log_set_print_level", Some(json!({"level": "NOTICE"})))
+            .unwrap();
+        assert_eq!(
+            c.call("log_get_print_level", None).unwrap(),
+            json!("NOTICE")
+        );
         let (status, _) = z.kill();
         assert!(status.success(), "{status:?}");
     }

@@ -116,23 +116,8 @@ impl CommonArgs {
     /// The filter can be changed later over RPC (`log_set_print_level`,
     /// `log_set_flag`, ...).
     pub fn init_logging(&self) -> Result<()> {
-        use std::io::IsTerminal;
-        use tracing_subscriber::layer::SubscriberExt as _;
-        use tracing_subscriber::util::SubscriberInitExt as _;
-        let filter = self.env_filter()?;
-        let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-        tracing_subscriber::registry()
-            .with(filter)
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(std::io::stderr),
-            )
-            .try_init()
-            .map_err(|e| Error::Logging(e.to_string()))?;
         let level = self.log_level.as_deref().unwrap_or("info");
-        crate::logging::install(handle, crate::logging::LogState::new(level, &self.logflag));
-        Ok(())
+        crate::logging::init_with(self.env_filter()?, level, &self.logflag)
     }
 }
 

@@ -55,7 +55,7 @@ mod app;
 mod args;
 pub mod config;
 mod error;
-mod logging;
+pub mod logging;
 pub mod rpc;
 
 pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};

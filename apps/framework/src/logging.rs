@@ -1,5 +1,5 @@
-//! Logging: the `tracing` subscriber an app installs
-//! ([`crate::CommonArgs::init_logging`]) and its run-time control through
+//! Logging: the `tracing` subscriber an app installs ([`init_with`],
+//! [`crate::CommonArgs::init_logging`]) and its run-time control through
 //! SPDK's `log_set_print_level` / `log_get_print_level` / `log_set_flag` /
 //! `log_clear_flag` / `log_get_flags`.
 //!
@@ -183,12 +183,34 @@ pub(crate) struct LogControl {
 
 static CONTROL: OnceLock<LogControl> = OnceLock::new();
 
-/// Records the subscriber's reload handle (once per process).
-pub(crate) fn install(handle: reload::Handle<EnvFilter, Registry>, state: LogState) {
+/// Installs a `tracing` subscriber writing to stderr through `filter`,
+/// which the `log_*` RPCs may then replace; `log_level` (`error`, `warn`,
+/// `info`, `debug`) and `flags` are what `log_get_print_level` and
+/// `log_get_flags` start from. Apps call this (or
+/// [`crate::CommonArgs::init_logging`]) once, first thing; libraries never
+/// do.
+///
+/// # Errors
+/// `Logging` when a subscriber is already installed.
+pub fn init_with(filter: EnvFilter, log_level: &str, flags: &[String]) -> crate::Result<()> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr),
+        )
+        .try_init()
+        .map_err(|e| crate::Error::Logging(e.to_string()))?;
     let _ = CONTROL.set(LogControl {
         handle,
-        state: Mutex::new(state),
+        state: Mutex::new(LogState::new(log_level, flags)),
     });
+    Ok(())
 }
 
 /// The log control, when this process's subscriber came from

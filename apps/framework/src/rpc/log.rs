@@ -2,7 +2,7 @@
 //! `crate::logging`): `log_set_print_level`, `log_get_print_level`,
 //! `log_set_flag`, `log_clear_flag`, `log_get_flags`. They answer -32603
 //! "logging is not managed by this application" when the process installed
-//! its own subscriber instead of `CommonArgs::init_logging`.
+//! its own subscriber instead of `crate::logging::init_with`.
 
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::Deserialize;
