@@ -675,7 +675,7 @@ impl Job {
             io.on_done(Rc::clone(h));
         }
         if let Err(e) = self.ch.submit(io) {
-            self.submit_failed(tag, e);
+            self.submit_failed(tag, *e);
         }
     }
 

@@ -97,7 +97,7 @@ pub struct IoFailure {
 impl BdevChannel {
     /// Submits `io` and returns a future for its completion (the I/O's
     /// completion callback is replaced).
-    pub fn submit_async(&self, mut io: BdevIo) -> Result<IoFuture, super::SubmitError> {
+    pub fn submit_async(&self, mut io: BdevIo) -> Result<IoFuture, Box<super::SubmitError>> {
         let slot = Rc::new(Slot::default());
         io.on_done(Rc::clone(&slot) as Rc<dyn IoCompletion>);
         self.submit(io)?;

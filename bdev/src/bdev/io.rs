@@ -1,43 +1,57 @@
-//! [`BdevIo`]: one block I/O request, from a bounded per-thread pool.
+//! The request and the channel it travels on.
 //!
-//! A consumer allocates one from its channel ([`super::BdevChannel::alloc_io`]),
-//! fills it with a request builder ([`BdevIo::read`], [`BdevIo::write`],
-//! ...), names a completion and submits it. The module receives it by value
-//! and completes it exactly once with [`BdevIo::complete`]; the bdev layer
-//! then accounts for it and calls the consumer's completion **on the
-//! submitting thread**. Dropping a `BdevIo` returns it to the pool.
+//! [`BdevIo`] is one block I/O request: a pointer to a pooled box
+//! (`IoInner`). `ChannelCore` is the bdev layer's state per (bdev, thread).
+//! The two refer to each other (an I/O remembers the channel it was
+//! submitted on; a channel queues I/Os), so both are defined here, with the
+//! per-stage state a channel keeps. What the pipeline does with them lives
+//! in the stage files above this one, each importing only downward:
+//! `check.rs` → `qos.rs` → `route.rs` → `reset.rs` / `splitter.rs` →
+//! `bounce.rs` → the module; the module's completion enters `complete.rs`
+//! and ends in `finish.rs`. The consumer's request builders are in
+//! `request.rs`, the module's side of an I/O in `module/serve.rs`.
 //!
-//! Data buffers are owned ([`DmaBuf`]): moved in with the request and taken
-//! back with [`BdevIo::take_buf`] after completion.
+//! # The memory behind an I/O's segments
 //!
-//! A completed I/O may be filled again and resubmitted on the same channel
-//! instead of being dropped and a new one allocated: the fastest way for a
-//! consumer that keeps a queue depth busy. Modules see the data as
-//! iovecs ([`BdevIo::iovs`]) and through safe copy helpers.
+//! Segments ([`IoVec`]) are raw pointers, and modules and the kernel read
+//! and write through them, so the bdev layer keeps one rule: **every
+//! segment of an I/O describes memory that lives at least as long as the
+//! segment**. It describes one of
+//!
+//! * the I/O's own buffers (`bufs`, `aux_bufs`) or bounce buffer: they
+//!   cannot be taken from a submitted I/O, and taking them clears the
+//!   segments that described them;
+//! * the memory of a `parent` the I/O carries (a virtual bdev's child,
+//!   built with `take_request_of`): the parent cannot be taken back while
+//!   the child is submitted, and taking it clears the child's segments;
+//! * the memory of an I/O it borrows from (`lender`: fan-out children of a
+//!   mirror, split children): an I/O that has lent its memory is not freed,
+//!   rebuilt or handed back to its consumer while a borrower exists — it is
+//!   parked instead (`Lend`) and released when the last borrower goes;
+//! * the thread's zero buffer, kept by the pool for the thread's life.
+//!
+//! All I/Os that share memory live on one thread (`BdevIo` is `!Send`), and
+//! mutable access to an I/O's data is refused when another I/O shares it
+//! (`IoInner::data_writable`), so the byte slices built in `segments.rs`
+//! never alias a live `&mut`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::channel::{self, ChannelCore};
+use super::histogram::{ChannelHist, HistConfig};
+use super::pool::IoPool;
+use super::quota::QosShared;
+use super::segments::IoVec;
+use super::shared::BdevShared;
+use super::split::{SplitCursor, SplitLimits};
+use super::stats::IoStat;
 use super::types::{IoStatus, IoType, NvmeCmd};
 use crate::dma::DmaBuf;
-use crate::thread::{IoChannel, Thread};
-
-/// One data segment: the same layout as `struct iovec`, so a module can
-/// pass `io.iovs()` to the kernel as an iovec array.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IoVec {
-    /// Start address.
-    pub base: *mut u8,
-    /// Length in bytes.
-    pub len: usize,
-}
+use crate::thread::{current_thread_id, IoChannel, IoDevice, Poller, Thread};
 
 /// Something that consumes completed I/Os: the zero-allocation way for a
 /// stateful consumer (one `Rc` per channel, cloned per I/O).
@@ -100,10 +114,32 @@ pub(crate) enum Role {
     /// histogram: its completion is counted there (set off the fast path,
     /// which a histogram turns off).
     UserTimed,
+    /// `User` or `UserTimed` (`timed`) whose module lent its memory to
+    /// other I/Os (`share_request_of`): its completion waits until they are
+    /// gone.
+    UserLending { timed: bool },
     /// A child of a split (or emulated) parent held in the channel.
     Child { parent_key: usize },
     /// A consumer's reset, passed to the module by the reset sequence.
     ResetToModule,
+}
+
+/// An I/O whose memory other I/Os' segments describe: the borrowers each
+/// hold a clone of the `Rc`, the lender keeps one in `IoInner::lend`. While
+/// a borrower exists, the lender is parked here instead of being freed or
+/// completed.
+#[derive(Default)]
+pub(crate) struct Lend {
+    parked: RefCell<Option<Parked>>,
+}
+
+/// A lender waiting for its borrowers.
+enum Parked {
+    /// Dropped: recycle it when the last borrower goes.
+    Dropped(Box<IoInner>),
+    /// Completed by its module: finish it (with this function of the
+    /// completion stage) when the last borrower goes.
+    Completed(BdevIo, fn(BdevIo)),
 }
 
 pub(crate) struct IoInner {
@@ -120,7 +156,17 @@ pub(crate) struct IoInner {
     pub(crate) status: IoStatus,
     pub(crate) cb: Completion,
     pub(crate) tag: u64,
+    /// The I/O this one carries (a virtual bdev's child carries the I/O it
+    /// serves; its segments describe the parent's memory).
     pub(crate) parent: Option<BdevIo>,
+    /// This I/O's memory as lent to others (kept with the box once made).
+    pub(crate) lend: Option<Rc<Lend>>,
+    /// The I/O whose memory this one's segments describe.
+    pub(crate) lender: Option<Rc<Lend>>,
+    /// The segments describe memory this I/O does not own alone (the
+    /// zero buffer, or its `lender`'s memory, which other I/Os read too):
+    /// modules may not write it. Always set while `lender` is.
+    pub(crate) ro_data: bool,
     pub(crate) ch: Option<IoChannel<ChannelCore>>,
     pub(crate) thread_id: u64,
     pub(crate) submit_tick: u64,
@@ -133,147 +179,8 @@ pub(crate) struct IoInner {
 }
 
 impl IoInner {
-    /// Reused after its completion: start afresh, keeping the pool slot
-    /// and the channel.
-    #[inline]
-    fn reuse(&mut self) {
-        self.state = IoState::Building;
-        self.status = IoStatus::Pending;
-        self.role = Role::User;
-        self.driver_ctx = [0; 4];
-        self.nvme_cdw0 = 0;
-    }
-
-    /// Whether dropping this I/O has more to release than its channel
-    /// (buffers, a parent, a completion, a bounce buffer).
-    #[inline]
-    fn owns_extras(&self) -> bool {
-        self.parent.is_some()
-            || self.bounce.is_some()
-            || !matches!(self.cb, Completion::None)
-            || !matches!(self.bufs, Bufs::None)
-            || !matches!(self.aux_bufs, Bufs::None)
-    }
-}
-
-/// Process-wide bound on `BdevIo`s of one bdev manager: the pool size of
-/// `bdev_set_options`. Threads take credits as they grow their caches.
-#[derive(Debug)]
-pub(crate) struct PoolShared {
-    pub(crate) available: AtomicUsize,
-    pub(crate) pool_size: AtomicUsize,
-    pub(crate) cache_size: AtomicUsize,
-}
-
-impl PoolShared {
-    pub(crate) fn new(pool_size: usize, cache_size: usize) -> Arc<Self> {
-        Arc::new(PoolShared {
-            available: AtomicUsize::new(pool_size),
-            pool_size: AtomicUsize::new(pool_size),
-            cache_size: AtomicUsize::new(cache_size),
-        })
-    }
-
-    fn take_credit(&self) -> bool {
-        self.available
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(1))
-            .is_ok()
-    }
-
-    fn return_credit(&self) {
-        self.available.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Changes the pool size; in-use credits stay valid.
-    pub(crate) fn resize(&self, pool_size: usize, cache_size: usize) {
-        let old = self.pool_size.swap(pool_size, Ordering::AcqRel);
-        if pool_size >= old {
-            self.available.fetch_add(pool_size - old, Ordering::AcqRel);
-        } else {
-            let mut shrink = old - pool_size;
-            let _ = self
-                .available
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
-                    let d = shrink.min(a);
-                    shrink = d;
-                    Some(a - d)
-                });
-        }
-        self.cache_size.store(cache_size, Ordering::Release);
-    }
-}
-
-/// A callback waiting for a free `BdevIo` on this thread (`io_wait`).
-pub type IoWaitFn = Box<dyn FnOnce()>;
-
-/// This thread's cache of free `BdevIo`s and its io_wait queue (part of the
-/// per-thread management channel).
-pub(crate) struct IoCache {
-    #[expect(
-        clippy::vec_box,
-        reason = "a BdevIo is a pointer to its box; caching boxes keeps alloc/free a pointer move"
-    )]
-    free: RefCell<Vec<Box<IoInner>>>,
-    /// BdevIos this thread holds credits for (free + in use).
-    held: Cell<usize>,
-    pub(crate) shared: Arc<PoolShared>,
-    waiters: RefCell<VecDeque<IoWaitFn>>,
-    has_waiters: Cell<bool>,
-    waiter_poller: RefCell<Option<crate::thread::Poller>>,
-    pub(crate) bounce_cache: RefCell<Vec<DmaBuf>>,
-    /// Set when the owning thread's management channel is destroyed: late
-    /// I/Os are then freed instead of cached.
-    closed: Cell<bool>,
-}
-
-impl fmt::Debug for IoCache {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IoCache")
-            .field("free", &self.free.borrow().len())
-            .field("held", &self.held.get())
-            .finish_non_exhaustive()
-    }
-}
-
-impl IoCache {
-    pub(crate) fn new(shared: Arc<PoolShared>) -> Rc<Self> {
-        Rc::new(IoCache {
-            free: RefCell::new(Vec::new()),
-            held: Cell::new(0),
-            shared,
-            waiters: RefCell::new(VecDeque::new()),
-            has_waiters: Cell::new(false),
-            waiter_poller: RefCell::new(None),
-            bounce_cache: RefCell::new(Vec::new()),
-            closed: Cell::new(false),
-        })
-    }
-
-    /// A fresh I/O bound to `ch`, or `None` when the pool is exhausted.
-    #[inline]
-    pub(crate) fn get(&self, ch: &IoChannel<ChannelCore>, thread_id: u64) -> Option<BdevIo> {
-        let popped = self.free.borrow_mut().pop();
-        let mut inner = match popped {
-            Some(b) => b,
-            None => self.grow()?,
-        };
-        inner.ch = Some(ch.clone());
-        inner.thread_id = thread_id;
-        inner.tag = 0;
-        inner.status = IoStatus::Pending;
-        inner.role = Role::User;
-        inner.driver_ctx = [0; 4];
-        inner.nvme_cdw0 = 0;
-        Some(BdevIo(ManuallyDrop::new(inner)))
-    }
-
-    #[cold]
-    fn grow(&self) -> Option<Box<IoInner>> {
-        if !self.shared.take_credit() {
-            return None;
-        }
-        self.held.set(self.held.get() + 1);
-        Some(Box::new(IoInner {
+    fn new_boxed() -> Box<IoInner> {
+        Box::new(IoInner {
             io_type: IoType::Read,
             offset_blocks: 0,
             num_blocks: 0,
@@ -288,6 +195,9 @@ impl IoCache {
             cb: Completion::None,
             tag: 0,
             parent: None,
+            lend: None,
+            lender: None,
+            ro_data: false,
             ch: None,
             thread_id: 0,
             submit_tick: 0,
@@ -297,138 +207,116 @@ impl IoCache {
             bounce: None,
             saved_iovs: Vec::new(),
             driver_ctx: [0; 4],
-        }))
+        })
     }
 
+    /// Reused after its completion: start afresh, keeping the pool slot
+    /// and the channel. (`submit` sets the role.)
     #[inline]
-    fn put(&self, inner: Box<IoInner>) {
-        let cache_size = self.shared.cache_size.load(Ordering::Relaxed);
-        let mut free = self.free.borrow_mut();
-        if free.len() < cache_size.max(1) && !self.closed.get() {
-            free.push(inner);
-        } else {
-            drop(free);
-            self.shrink(inner);
-        }
-        if self.has_waiters.get() {
-            self.wake_waiter();
+    pub(crate) fn reuse(&mut self) {
+        self.state = IoState::Building;
+        self.status = IoStatus::Pending;
+        self.nvme_cdw0 = 0;
+        if self.ro_data {
+            self.unshare();
         }
     }
 
+    /// Forgets what this I/O shared with others as a borrower: its
+    /// segments (which described the lender's memory) and the loan.
     #[cold]
-    fn shrink(&self, inner: Box<IoInner>) {
-        drop(inner);
-        self.held.set(self.held.get() - 1);
-        self.shared.return_credit();
+    pub(crate) fn unshare(&mut self) {
+        self.iovs.clear();
+        self.aux_iovs.clear();
+        self.ro_data = false;
+        release_lender(self);
     }
 
-    #[cold]
-    fn wake_waiter(&self) {
-        let w = self.waiters.borrow_mut().pop_front();
-        self.has_waiters.set(!self.waiters.borrow().is_empty());
-        if let Some(w) = w {
-            w();
-        }
+    /// Whether dropping this I/O has more to release than its channel
+    /// (buffers, a parent, a loan, a completion, a bounce buffer). An I/O
+    /// lent out but owning none of these owns none of the memory its
+    /// borrowers describe, so it recycles like any other (its `lend` stays
+    /// with the box).
+    #[inline]
+    fn owns_extras(&self) -> bool {
+        self.parent.is_some()
+            || self.bounce.is_some()
+            || self.lender.is_some()
+            || !matches!(self.cb, Completion::None)
+            || !matches!(self.bufs, Bufs::None)
+            || !matches!(self.aux_bufs, Bufs::None)
     }
 
-    /// Queues `f` until a `BdevIo` is freed on this thread. A slow poller
-    /// also retries, so a waiter is not stranded when every I/O in flight
-    /// belongs to other threads.
-    pub(crate) fn wait(self: &Rc<Self>, f: IoWaitFn) {
-        self.waiters.borrow_mut().push_back(f);
-        self.has_waiters.set(true);
-        if self.waiter_poller.borrow().is_none() {
-            if let Some(t) = Thread::current() {
-                let me = Rc::downgrade(self);
-                let p = t.register_poller("bdev_io_wait", 1_000, move |p| {
-                    let Some(me) = me.upgrade() else {
-                        p.unregister();
-                        return crate::thread::PollerStatus::Idle;
-                    };
-                    if me.waiters.borrow().is_empty() {
-                        p.unregister();
-                        *me.waiter_poller.borrow_mut() = None;
-                        return crate::thread::PollerStatus::Idle;
-                    }
-                    let avail =
-                        me.free.borrow().len() + me.shared.available.load(Ordering::Acquire);
-                    // Counted first: a temporary in the `for` head would
-                    // keep `waiters` borrowed through the loop, and waking
-                    // borrows it mutably.
-                    let n = avail.min(me.waiters.borrow().len());
-                    for _ in 0..n {
-                        me.wake_waiter();
-                    }
-                    crate::thread::PollerStatus::Busy
-                });
-                *self.waiter_poller.borrow_mut() = Some(p);
-            }
-        }
+    /// Whether other I/Os' segments describe this I/O's memory now.
+    #[inline]
+    pub(crate) fn is_lent(&self) -> bool {
+        self.lend.as_ref().is_some_and(|l| Rc::strong_count(l) > 1)
     }
 
-    /// Drops cached I/Os and returns their credits (thread teardown).
-    pub(crate) fn release(&self) {
-        self.closed.set(true);
-        self.waiters.borrow_mut().clear();
-        self.has_waiters.set(false);
-        self.bounce_cache.borrow_mut().clear();
-        let free = std::mem::take(&mut *self.free.borrow_mut());
-        for b in free {
-            drop(b);
-            self.held.set(self.held.get() - 1);
-            self.shared.return_credit();
-        }
-        if let Some(p) = self.waiter_poller.borrow_mut().take() {
-            p.unregister();
-        }
+    /// Whether a module may write this I/O's data: no other I/O describes
+    /// the same memory (see the module docs).
+    #[inline]
+    pub(crate) fn data_writable(&self) -> bool {
+        !self.ro_data && !self.is_lent()
     }
 
-    /// Free I/Os cached on this thread.
-    pub(crate) fn cached(&self) -> usize {
-        self.free.borrow().len()
+    /// The loan other I/Os take to share this I/O's memory.
+    pub(crate) fn lend(&mut self) -> Rc<Lend> {
+        Rc::clone(self.lend.get_or_insert_with(Rc::default))
     }
 }
 
-impl Drop for IoCache {
+/// Gives back the loan of `i` (a borrower).
+pub(crate) fn release_lender(i: &mut IoInner) {
+    if let Some(l) = i.lender.take() {
+        give_back(l);
+    }
+}
+
+/// Gives back one loan: when it was the last, the lender parked meanwhile
+/// is released (recycled, or finished in a later iteration of this
+/// thread: never from inside the borrower's drop).
+fn give_back(l: Rc<Lend>) {
+    // The lender's own reference and ours: we were the last borrower.
+    if Rc::strong_count(&l) > 2 {
+        return;
+    }
+    let parked = l.parked.borrow_mut().take();
+    drop(l);
+    match parked {
+        None => {}
+        Some(Parked::Dropped(inner)) => recycle_slow(inner),
+        Some(Parked::Completed(io, finish)) => match Thread::current() {
+            Some(t) => t.defer(move || finish(io)),
+            None => finish(io),
+        },
+    }
+}
+
+/// Parks a lender that completed while borrowers exist; `finish` runs when
+/// the last one goes. Returns the I/O back when it has no borrowers.
+pub(crate) fn park_completed(io: BdevIo, finish: fn(BdevIo)) -> Option<BdevIo> {
+    if !io.inner().is_lent() {
+        return Some(io);
+    }
+    let lend = Rc::clone(
+        io.inner()
+            .lend
+            .as_ref()
+            .expect("invariant: a lent I/O has a loan"),
+    );
+    *lend.parked.borrow_mut() = Some(Parked::Completed(io, finish));
+    None
+}
+
+/// Per-thread management channel of a bdev manager: this thread's pool.
+pub(crate) struct MgmtChannel {
+    pub(crate) pool: Rc<IoPool<IoInner>>,
+}
+
+impl Drop for MgmtChannel {
     fn drop(&mut self) {
-        self.release();
-    }
-}
-
-/// Stores `new` in `slot`; the old value is dropped out of line, and only
-/// when it holds something (on the fast path the slot is empty, and a plain
-/// assignment would still call the enum's drop glue).
-#[inline(always)]
-fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
-    let old = std::mem::replace(slot, new);
-    if old.is_empty() {
-        // Nothing to release; skip the drop glue.
-        std::mem::forget(old);
-    } else {
-        drop_cold(old);
-    }
-}
-
-#[cold]
-fn drop_cold<T>(v: T) {
-    drop(v);
-}
-
-trait IsEmpty {
-    fn is_empty(&self) -> bool;
-}
-
-impl IsEmpty for Bufs {
-    #[inline]
-    fn is_empty(&self) -> bool {
-        matches!(self, Bufs::None)
-    }
-}
-
-impl IsEmpty for Completion {
-    #[inline]
-    fn is_empty(&self) -> bool {
-        matches!(self, Completion::None)
+        self.pool.release();
     }
 }
 
@@ -436,12 +324,13 @@ impl IsEmpty for Completion {
 ///
 /// A consumer allocates one from its channel
 /// ([`super::BdevChannel::alloc_io`]), fills it with a request builder
-/// ([`BdevIo::read`], [`BdevIo::write`], ...), names a completion and submits
-/// it. The module receives it by value and completes it exactly once with
-/// [`BdevIo::complete`]; the bdev layer then accounts for it and calls the
-/// consumer's completion on the submitting thread. Dropping it returns it to
-/// the pool. Data buffers are owned ([`DmaBuf`]): moved in with the request
-/// and taken back with [`BdevIo::take_buf`] after completion.
+/// ([`BdevIo::read`], [`BdevIo::write`], ...), names a completion and
+/// submits it. The module serving it completes it exactly once (the
+/// module side is [`super::module::ModuleIo`]); the bdev layer then
+/// accounts for it and calls the consumer's completion on the submitting
+/// thread. Dropping it returns it to the pool. Data buffers are owned
+/// ([`DmaBuf`]): moved in with the request and taken back with
+/// [`BdevIo::take_buf`] after completion.
 // The box is wrapped in `ManuallyDrop` so that `Drop` can move it back into
 // the pool: a plain `Option<Box<_>>` would cost a check on every accessor.
 pub struct BdevIo(ManuallyDrop<Box<IoInner>>);
@@ -460,9 +349,10 @@ impl fmt::Debug for BdevIo {
 }
 
 impl Drop for BdevIo {
-    /// Returns the I/O to its thread's cache. What it still owns (buffers,
-    /// parent, completion) is dropped after the box is back, so that
-    /// recursive drops find the cache consistent.
+    /// Returns the I/O to its thread's pool. What it still owns (buffers,
+    /// parent, loan, completion) is dropped after the box is back, so that
+    /// recursive drops find the pool consistent; a lender with borrowers is
+    /// parked until they are gone.
     #[inline]
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and `self.0` is not touched afterwards;
@@ -486,12 +376,21 @@ fn recycle(mut inner: Box<IoInner>) {
     inner.aux_iovs.clear();
     inner.state = IoState::Building;
     if let Some(ch) = inner.ch.take() {
-        ch.cache().put(inner);
+        ch.mgmt.pool.put(inner);
     }
 }
 
 #[cold]
 fn recycle_slow(mut inner: Box<IoInner>) {
+    if inner.is_lent() {
+        let lend = inner.lend();
+        *lend.parked.borrow_mut() = Some(Parked::Dropped(inner));
+        return;
+    }
+    inner.iovs.clear();
+    inner.aux_iovs.clear();
+    inner.ro_data = false;
+    let lender = inner.lender.take();
     let extras = (
         inner.parent.take(),
         std::mem::take(&mut inner.cb),
@@ -501,6 +400,9 @@ fn recycle_slow(mut inner: Box<IoInner>) {
     );
     recycle(inner);
     drop(extras);
+    if let Some(l) = lender {
+        give_back(l);
+    }
 }
 
 impl BdevIo {
@@ -514,501 +416,347 @@ impl BdevIo {
         &mut self.0
     }
 
+    /// Readies this I/O for a new request (fresh, or completed: a
+    /// submitted I/O cannot take one) with no segments.
     #[inline(always)]
-    fn set_request(
-        &mut self,
-        io_type: IoType,
-        offset_blocks: u64,
-        num_blocks: u64,
-    ) -> &mut IoInner {
+    pub(crate) fn fresh_request(&mut self) -> &mut IoInner {
         let i = self.inner_mut();
-        assert!(
-            i.state != IoState::Submitted,
-            "request set on a submitted I/O"
-        );
-        if i.state == IoState::Done {
+        if i.state != IoState::Building {
+            assert!(
+                i.state != IoState::Submitted,
+                "request set on a submitted I/O"
+            );
             i.reuse();
+        } else if i.ro_data {
+            i.unshare();
         }
-        i.io_type = io_type;
-        i.offset_blocks = offset_blocks;
-        i.num_blocks = num_blocks;
         i.iovs.clear();
         i.aux_iovs.clear();
         i
     }
 
-    #[inline(always)]
-    fn set_buf(i: &mut IoInner, mut buf: DmaBuf) {
-        i.iovs.push(IoVec {
-            base: buf.as_mut_ptr(),
-            len: buf.len(),
-        });
-        replace_field(&mut i.bufs, Bufs::One(buf));
-    }
-
-    fn set_bufs(i: &mut IoInner, mut bufs: Vec<DmaBuf>) {
-        for b in &mut bufs {
-            i.iovs.push(IoVec {
-                base: b.as_mut_ptr(),
-                len: b.len(),
-            });
-        }
-        replace_field(&mut i.bufs, Bufs::Many(bufs));
-    }
-
-    // ---- request builders (consumer side) ----
-
-    /// Read `num_blocks` at `offset_blocks` into `buf` (its first
-    /// `num_blocks * block_size` bytes).
-    #[inline(always)]
-    pub fn read(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
-        let i = self.set_request(IoType::Read, offset_blocks, num_blocks);
-        Self::set_buf(i, buf);
-        self
-    }
-
-    /// Read into several buffers, in order.
-    pub fn readv(&mut self, offset_blocks: u64, num_blocks: u64, bufs: Vec<DmaBuf>) -> &mut Self {
-        let i = self.set_request(IoType::Read, offset_blocks, num_blocks);
-        Self::set_bufs(i, bufs);
-        self
-    }
-
-    /// Write `num_blocks` at `offset_blocks` from `buf`.
-    #[inline(always)]
-    pub fn write(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
-        let i = self.set_request(IoType::Write, offset_blocks, num_blocks);
-        Self::set_buf(i, buf);
-        self
-    }
-
-    /// Write from several buffers, in order.
-    pub fn writev(&mut self, offset_blocks: u64, num_blocks: u64, bufs: Vec<DmaBuf>) -> &mut Self {
-        let i = self.set_request(IoType::Write, offset_blocks, num_blocks);
-        Self::set_bufs(i, bufs);
-        self
-    }
-
-    /// Compare the blocks with `buf`; [`IoStatus::Miscompare`] on difference.
-    pub fn compare(&mut self, offset_blocks: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
-        let i = self.set_request(IoType::Compare, offset_blocks, num_blocks);
-        Self::set_buf(i, buf);
-        self
-    }
-
-    /// Compare with `cmp`, and only if equal write `data`, atomically.
-    pub fn compare_and_write(
-        &mut self,
-        offset_blocks: u64,
-        num_blocks: u64,
-        cmp: DmaBuf,
-        mut data: DmaBuf,
-    ) -> &mut Self {
-        let i = self.set_request(IoType::CompareAndWrite, offset_blocks, num_blocks);
-        Self::set_buf(i, cmp);
-        i.aux_iovs.push(IoVec {
-            base: data.as_mut_ptr(),
-            len: data.len(),
-        });
-        i.aux_bufs = Bufs::One(data);
-        self
-    }
-
-    /// Write zeroes over the range.
-    pub fn write_zeroes(&mut self, offset_blocks: u64, num_blocks: u64) -> &mut Self {
-        self.set_request(IoType::WriteZeroes, offset_blocks, num_blocks);
-        self
-    }
-
-    /// Deallocate the range.
-    pub fn unmap(&mut self, offset_blocks: u64, num_blocks: u64) -> &mut Self {
-        self.set_request(IoType::Unmap, offset_blocks, num_blocks);
-        self
-    }
-
-    /// Make completed writes in the range durable.
-    pub fn flush(&mut self, offset_blocks: u64, num_blocks: u64) -> &mut Self {
-        self.set_request(IoType::Flush, offset_blocks, num_blocks);
-        self
-    }
-
-    /// Reset the bdev (see the bdev layer's reset semantics).
-    pub fn reset(&mut self) -> &mut Self {
-        self.set_request(IoType::Reset, 0, 0);
-        self
-    }
-
-    /// Copy `num_blocks` from `src_offset_blocks` to `dst_offset_blocks`.
-    pub fn copy(
-        &mut self,
-        dst_offset_blocks: u64,
-        src_offset_blocks: u64,
-        num_blocks: u64,
-    ) -> &mut Self {
-        let i = self.set_request(IoType::Copy, dst_offset_blocks, num_blocks);
-        i.src_offset_blocks = src_offset_blocks;
-        self
-    }
-
-    /// NVMe I/O command passthrough with an optional data buffer.
-    pub fn nvme_io(&mut self, cmd: NvmeCmd, buf: Option<DmaBuf>) -> &mut Self {
-        let i = self.set_request(IoType::NvmeIo, 0, 0);
-        i.nvme_cmd = cmd;
-        if let Some(b) = buf {
-            Self::set_buf(i, b);
-        }
-        self
-    }
-
-    /// NVMe admin command passthrough with an optional data buffer.
-    pub fn nvme_admin(&mut self, cmd: NvmeCmd, buf: Option<DmaBuf>) -> &mut Self {
-        let i = self.set_request(IoType::NvmeAdmin, 0, 0);
-        i.nvme_cmd = cmd;
-        if let Some(b) = buf {
-            Self::set_buf(i, b);
-        }
-        self
-    }
-
-    /// Abort the outstanding I/O with this tag on the same channel.
-    pub fn abort(&mut self, target_tag: u64) -> &mut Self {
-        let i = self.set_request(IoType::Abort, 0, 0);
-        i.src_offset_blocks = target_tag;
-        self
-    }
-
-    /// Completion: a plain function.
-    pub fn on_done_fn(&mut self, f: fn(BdevIo)) -> &mut Self {
-        replace_field(&mut self.inner_mut().cb, Completion::Fn(f));
-        self
-    }
-
-    /// Completion: a shared handler.
+    /// A fresh I/O bound to `ch`, or `None` when the pool is exhausted.
     #[inline]
-    pub fn on_done(&mut self, h: Rc<dyn IoCompletion>) -> &mut Self {
-        replace_field(&mut self.inner_mut().cb, Completion::Handler(h));
-        self
+    pub(crate) fn alloc(ch: &IoChannel<ChannelCore>) -> Option<BdevIo> {
+        let mut inner = ch.mgmt.pool.get(IoInner::new_boxed)?;
+        inner.ch = Some(ch.clone());
+        inner.thread_id = ch.thread_id;
+        inner.tag = 0;
+        inner.status = IoStatus::Pending;
+        inner.role = Role::User;
+        inner.nvme_cdw0 = 0;
+        Some(BdevIo(ManuallyDrop::new(inner)))
     }
+}
 
-    /// Completion: a closure (allocates once per I/O).
-    pub fn on_done_closure(&mut self, f: impl FnOnce(BdevIo) + 'static) -> &mut Self {
-        replace_field(&mut self.inner_mut().cb, Completion::Closure(Box::new(f)));
-        self
+/// Makes `parent` the parent `child` carries (a previous one is dropped,
+/// out of line).
+#[inline]
+pub(crate) fn replace_parent(child: &mut IoInner, parent: BdevIo) {
+    if let Some(old) = child.parent.replace(parent) {
+        drop_cold(old);
     }
+}
 
-    /// Sets the caller's tag (any value; returned with the completion).
+/// Stores `new` in `slot`; the old value is dropped out of line, and only
+/// when it holds something (on the fast path the slot is empty, and a plain
+/// assignment would still call the enum's drop glue).
+#[inline(always)]
+pub(crate) fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
+    let old = std::mem::replace(slot, new);
+    if old.is_empty() {
+        // Nothing to release; skip the drop glue.
+        std::mem::forget(old);
+    } else {
+        drop_cold(old);
+    }
+}
+
+#[cold]
+fn drop_cold<T>(v: T) {
+    drop(v);
+}
+
+pub(crate) trait IsEmpty {
+    fn is_empty(&self) -> bool;
+}
+
+impl IsEmpty for Bufs {
     #[inline]
-    pub fn set_tag(&mut self, tag: u64) -> &mut Self {
-        self.inner_mut().tag = tag;
-        self
+    fn is_empty(&self) -> bool {
+        matches!(self, Bufs::None)
+    }
+}
+
+impl IsEmpty for Completion {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        matches!(self, Completion::None)
+    }
+}
+
+/// A split (or emulated) parent waiting for its children, in its
+/// channel's table.
+pub(crate) struct SplitParent {
+    pub(crate) io: Option<BdevIo>,
+    pub(crate) cursor: SplitCursor,
+    pub(crate) limits: SplitLimits,
+    pub(crate) kind: SplitKind,
+    pub(crate) outstanding: u32,
+    pub(crate) status: IoStatus,
+    pub(crate) waiting_for_io: bool,
+    pub(crate) zero: Option<Rc<DmaBuf>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SplitKind {
+    /// Read/write/compare: children carry views of the parent's data.
+    Data,
+    /// Unmap, write zeroes, copy: children carry ranges only.
+    Range,
+    /// Write zeroes emulated with writes from the zero buffer.
+    ZeroWrites,
+}
+
+/// A channel's QoS queue.
+pub(crate) struct QosChannel {
+    pub(crate) shared: Arc<QosShared>,
+    pub(crate) queue: VecDeque<BdevIo>,
+    pub(crate) poller: Option<Poller>,
+}
+
+impl QosChannel {
+    pub(crate) fn new(shared: Arc<QosShared>) -> Self {
+        QosChannel {
+            shared,
+            queue: VecDeque::new(),
+            poller: None,
+        }
     }
 
-    /// Attaches another I/O that travels with this one until completion
-    /// (how a virtual bdev keeps the I/O it is serving).
-    pub fn set_parent(&mut self, parent: BdevIo) -> &mut Self {
-        self.inner_mut().parent = Some(parent);
-        self
+    pub(crate) fn shutdown(self) {
+        if let Some(p) = self.poller {
+            p.unregister();
+        }
+    }
+}
+
+/// A bdev's io_device: its channels are `ChannelCore`s.
+pub(crate) type BdevDevice = IoDevice<ChannelCore>;
+
+/// The module's channel for one bdev on one thread, as the core calls it.
+pub(crate) trait ModuleChannelDyn {
+    fn submit(&self, io: BdevIo);
+}
+
+/// Per (bdev, thread) state of the bdev layer.
+pub(crate) struct ChannelCore {
+    pub(crate) bdev: Arc<BdevShared>,
+    /// The bdev's io_device (channel walks: reset, QoS, statistics).
+    pub(crate) device: BdevDevice,
+    pub(crate) module: Box<dyn ModuleChannelDyn>,
+    pub(crate) mgmt: IoChannel<MgmtChannel>,
+    pub(crate) thread_id: u64,
+    pub(crate) stat: RefCell<IoStat>,
+    /// Consumer I/Os submitted and not yet completed to the consumer.
+    pub(crate) outstanding: Cell<u64>,
+    pub(crate) nomem: RefCell<VecDeque<BdevIo>>,
+    pub(crate) nomem_poller: RefCell<Option<Poller>>,
+    pub(crate) parents: RefCell<Vec<Option<SplitParent>>>,
+    pub(crate) free_parents: RefCell<Vec<usize>>,
+    frozen: Cell<bool>,
+    pub(crate) qos: RefCell<Option<QosChannel>>,
+    pub(crate) reset_queue: RefCell<VecDeque<BdevIo>>,
+    pub(crate) active_reset: RefCell<Option<BdevIo>>,
+    pub(crate) limits: SplitLimits,
+    /// `limits` for writes: the boundary is the write unit when it is
+    /// mandatory.
+    pub(crate) write_limits: SplitLimits,
+    /// Mandatory write unit in blocks (0 = none): writes must be
+    /// multiples of it, in offset and length.
+    pub(crate) write_unit: u64,
+    pub(crate) split_rw: bool,
+    /// Reads and writes go straight to the module: no split limits, no
+    /// alignment requirement.
+    pub(crate) direct_rw: bool,
+    qos_on: Cell<bool>,
+    /// `direct_rw` and neither frozen nor rate limited: reads and writes
+    /// go from `submit` straight to the module (one test on the fast path).
+    pub(crate) fast_rw: Cell<bool>,
+    pub(crate) align_mask: usize,
+    pub(crate) block_size: u64,
+    pub(crate) zeroes_native: bool,
+    /// Latency histogram (`bdev_enable_histogram`), and whether there is
+    /// one (one test per completion).
+    pub(crate) hist: RefCell<Option<Box<ChannelHist>>>,
+    pub(crate) hist_on: Cell<bool>,
+}
+
+impl fmt::Debug for ChannelCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelCore")
+            .field("bdev", &self.bdev.name)
+            .field("thread_id", &self.thread_id)
+            .field("outstanding", &self.outstanding.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelCore {
+    /// This thread's channel state for the bdev `bdev`, serving I/O with
+    /// the module's channel `module`.
+    pub(crate) fn new(
+        bdev: Arc<BdevShared>,
+        device: BdevDevice,
+        module: Box<dyn ModuleChannelDyn>,
+        mgmt: IoChannel<MgmtChannel>,
+    ) -> ChannelCore {
+        let p = &bdev.props;
+        let boundary = if p.split_on_optimal_io_boundary {
+            u64::from(p.optimal_io_boundary)
+        } else {
+            0
+        };
+        let limits = SplitLimits {
+            block_size: p.block_size,
+            boundary,
+            max_blocks: u64::from(p.max_rw_size),
+            max_segment_size: p.max_segment_size as usize,
+            max_segments: p.max_num_segments as usize,
+        };
+        let write_unit = if p.split_on_write_unit && p.write_unit_size > 1 {
+            u64::from(p.write_unit_size)
+        } else {
+            0
+        };
+        let write_limits = if write_unit != 0 {
+            SplitLimits {
+                boundary: write_unit,
+                ..limits
+            }
+        } else {
+            limits
+        };
+        let split_rw = limits.boundary != 0
+            || write_limits.boundary != 0
+            || limits.max_blocks != 0
+            || limits.max_segment_size != 0
+            || limits.max_segments != 0;
+        let align_mask = if p.required_alignment == 0 {
+            0
+        } else {
+            (1usize << p.required_alignment.min(20)) - 1
+        };
+        let block_size = u64::from(p.block_size);
+        let zeroes_native = bdev.module_supports(IoType::WriteZeroes);
+        let core = ChannelCore {
+            bdev,
+            device,
+            module,
+            mgmt,
+            thread_id: current_thread_id(),
+            stat: RefCell::new(IoStat::default()),
+            outstanding: Cell::new(0),
+            nomem: RefCell::new(VecDeque::new()),
+            nomem_poller: RefCell::new(None),
+            parents: RefCell::new(Vec::new()),
+            free_parents: RefCell::new(Vec::new()),
+            frozen: Cell::new(false),
+            qos: RefCell::new(None),
+            reset_queue: RefCell::new(VecDeque::new()),
+            active_reset: RefCell::new(None),
+            limits,
+            write_limits,
+            write_unit,
+            split_rw,
+            direct_rw: !split_rw && align_mask == 0,
+            qos_on: Cell::new(false),
+            fast_rw: Cell::new(!split_rw && align_mask == 0),
+            align_mask,
+            block_size,
+            zeroes_native,
+            hist: RefCell::new(None),
+            hist_on: Cell::new(false),
+        };
+        if let Some(cfg) = core.bdev.hist.lock().config {
+            core.set_histogram(Some(&cfg));
+        }
+        if let Some(shared) = core.bdev.qos.shared() {
+            *core.qos.borrow_mut() = Some(QosChannel::new(shared));
+            core.set_qos_on(true);
+        }
+        core
     }
 
-    /// Copies the request of `other` (type, range, data segments, NVMe
-    /// command) without taking its buffers: `other` must stay alive (attach
-    /// it with [`BdevIo::set_parent`]) until this I/O completes.
-    pub fn copy_request_from(&mut self, other: &BdevIo) -> &mut Self {
-        let o = other.inner();
-        let i = self.inner_mut();
-        i.io_type = o.io_type;
-        i.offset_blocks = o.offset_blocks;
-        i.num_blocks = o.num_blocks;
-        i.src_offset_blocks = o.src_offset_blocks;
-        i.iovs.clear();
-        i.iovs.extend_from_slice(&o.iovs);
-        i.aux_iovs.clear();
-        i.aux_iovs.extend_from_slice(&o.aux_iovs);
-        i.nvme_cmd = o.nvme_cmd;
-        self
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen.get()
     }
 
-    // ---- accessors ----
-
-    /// The I/O type.
-    #[must_use]
-    pub fn io_type(&self) -> IoType {
-        self.inner().io_type
+    pub(crate) fn set_frozen(&self, on: bool) {
+        self.frozen.set(on);
+        self.update_fast();
     }
 
-    /// First block.
-    #[must_use]
-    pub fn offset_blocks(&self) -> u64 {
-        self.inner().offset_blocks
+    pub(crate) fn qos_on(&self) -> bool {
+        self.qos_on.get()
     }
 
-    /// Number of blocks.
-    #[must_use]
-    pub fn num_blocks(&self) -> u64 {
-        self.inner().num_blocks
+    pub(crate) fn set_qos_on(&self, on: bool) {
+        self.qos_on.set(on);
+        self.update_fast();
     }
 
-    /// Source block of a copy.
-    #[must_use]
-    pub fn src_offset_blocks(&self) -> u64 {
-        self.inner().src_offset_blocks
+    /// Starts a fresh histogram for `cfg`, or drops it (`None`).
+    pub(crate) fn set_histogram(&self, cfg: Option<&HistConfig>) {
+        *self.hist.borrow_mut() = cfg.map(ChannelHist::new);
+        self.hist_on.set(cfg.is_some());
+        self.update_fast();
     }
 
-    /// Tag of the I/O an abort targets.
-    #[must_use]
-    pub fn abort_target_tag(&self) -> u64 {
-        self.inner().src_offset_blocks
+    /// The role of a consumer I/O submitted now.
+    pub(crate) fn user_role(&self) -> Role {
+        if self.hist_on.get() {
+            Role::UserTimed
+        } else {
+            Role::User
+        }
     }
 
-    /// Changes the block range (a virtual bdev translating offsets, e.g.
-    /// split and raid).
-    pub fn set_offset_blocks(&mut self, offset_blocks: u64) {
-        self.inner_mut().offset_blocks = offset_blocks;
-    }
-
-    /// Changes the source block of a copy.
-    pub fn set_src_offset_blocks(&mut self, src: u64) {
-        self.inner_mut().src_offset_blocks = src;
-    }
-
-    /// The caller's tag.
-    #[must_use]
-    pub fn tag(&self) -> u64 {
-        self.inner().tag
-    }
-
-    /// Completion status.
-    #[must_use]
-    pub fn status(&self) -> IoStatus {
-        self.inner().status
-    }
-
-    /// NVMe command of a passthrough I/O.
-    #[must_use]
-    pub fn nvme_cmd(&self) -> &NvmeCmd {
-        &self.inner().nvme_cmd
-    }
-
-    /// Completion dword 0 of an NVMe passthrough I/O.
-    #[must_use]
-    pub fn nvme_cdw0(&self) -> u32 {
-        self.inner().nvme_cdw0
-    }
-
-    /// Sets completion dword 0 (modules).
-    pub fn set_nvme_cdw0(&mut self, v: u32) {
-        self.inner_mut().nvme_cdw0 = v;
-    }
-
-    /// The data segments.
-    #[must_use]
-    pub fn iovs(&self) -> &[IoVec] {
-        &self.inner().iovs
-    }
-
-    /// The second data set (the write data of compare-and-write).
-    #[must_use]
-    pub fn aux_iovs(&self) -> &[IoVec] {
-        &self.inner().aux_iovs
-    }
-
-    /// Total bytes in the data segments.
-    #[must_use]
-    pub fn iov_len(&self) -> usize {
-        self.inner().iovs.iter().map(|v| v.len).sum()
-    }
-
-    /// Takes back the (single) data buffer after completion.
-    pub fn take_buf(&mut self) -> Option<DmaBuf> {
-        match std::mem::take(&mut self.inner_mut().bufs) {
-            Bufs::One(b) => Some(b),
-            Bufs::Many(mut v) if v.len() == 1 => v.pop(),
-            other => {
-                self.inner_mut().bufs = other;
-                None
+    /// Counts a completion in the histogram.
+    pub(crate) fn tally_histogram(&self, io_type: IoType, ticks: u64) {
+        if let Ok(mut h) = self.hist.try_borrow_mut() {
+            if let Some(h) = h.as_mut() {
+                h.tally(io_type, ticks);
             }
         }
     }
 
-    /// Takes back all data buffers after completion.
-    pub fn take_bufs(&mut self) -> Vec<DmaBuf> {
-        match std::mem::take(&mut self.inner_mut().bufs) {
-            Bufs::None => Vec::new(),
-            Bufs::One(b) => vec![b],
-            Bufs::Many(v) => v,
-        }
+    fn update_fast(&self) {
+        self.fast_rw
+            .set(self.direct_rw && !self.frozen.get() && !self.qos_on.get() && !self.hist_on.get());
     }
 
-    /// Takes back the compare-and-write data buffer.
-    pub fn take_aux_buf(&mut self) -> Option<DmaBuf> {
-        match std::mem::take(&mut self.inner_mut().aux_bufs) {
-            Bufs::One(b) => Some(b),
-            _ => None,
-        }
+    /// This thread's pool.
+    pub(crate) fn pool(&self) -> &Rc<IoPool<IoInner>> {
+        &self.mgmt.pool
     }
+}
 
-    /// Takes the attached parent I/O (see [`BdevIo::set_parent`]).
-    pub fn take_parent(&mut self) -> Option<BdevIo> {
-        self.inner_mut().parent.take()
-    }
-
-    /// The attached parent I/O.
-    #[must_use]
-    pub fn parent(&self) -> Option<&BdevIo> {
-        self.inner().parent.as_ref()
-    }
-
-    /// The attached parent I/O, mutable.
-    pub fn parent_mut(&mut self) -> Option<&mut BdevIo> {
-        self.inner_mut().parent.as_mut()
-    }
-
-    /// Ticks when the I/O was submitted.
-    #[must_use]
-    pub fn submit_tick(&self) -> u64 {
-        self.inner().submit_tick
-    }
-
-    /// Ticks when the bdev layer completed the I/O to its consumer (the
-    /// same reading its statistics use; valid inside the completion).
-    #[must_use]
-    pub fn complete_tick(&self) -> u64 {
-        self.inner().complete_tick
-    }
-
-    /// Four words of per-I/O scratch space for the module serving it.
-    pub fn driver_ctx(&mut self) -> &mut [u64; 4] {
-        &mut self.inner_mut().driver_ctx
-    }
-
-    // ---- data access for modules ----
-
-    /// Copies the I/O's data (its segments, in order) into `dst`; returns
-    /// the bytes copied (`min(dst.len(), iov_len())`).
-    pub fn copy_from_iovs(&self, dst: &mut [u8]) -> usize {
-        copy_from_segments(&self.inner().iovs, dst)
-    }
-
-    /// Copies the compare-and-write data into `dst`.
-    pub fn copy_from_aux_iovs(&self, dst: &mut [u8]) -> usize {
-        copy_from_segments(&self.inner().aux_iovs, dst)
-    }
-
-    /// Copies `src` into the I/O's segments, in order; returns bytes copied.
-    pub fn copy_to_iovs(&mut self, src: &[u8]) -> usize {
-        copy_to_segments(&self.inner().iovs, src)
-    }
-
-    /// Zero-fills the I/O's segments.
-    pub fn zero_iovs(&mut self) {
-        for v in &self.inner().iovs {
-            // SAFETY: see `segment_mut`.
-            unsafe { std::ptr::write_bytes(v.base, 0, v.len) };
-        }
-    }
-
-    /// Whether the I/O's data equals `data` (compare I/O).
-    #[must_use]
-    pub fn iovs_equal(&self, data: &[u8]) -> bool {
-        let mut off = 0;
-        for v in &self.inner().iovs {
-            if off >= data.len() {
-                break;
+impl Drop for ChannelCore {
+    fn drop(&mut self) {
+        self.bdev.folded_stat.lock().merge(&self.stat.borrow());
+        if let Some(h) = self.hist.get_mut().take() {
+            let mut st = self.bdev.hist.lock();
+            if let Some(cfg) = st.config {
+                let folded = st.folded.get_or_insert_with(|| cfg.histogram());
+                folded.merge(&h.data);
             }
-            let seg = segment(v);
-            let n = seg.len().min(data.len() - off);
-            if seg[..n] != data[off..off + n] {
-                return false;
-            }
-            off += n;
         }
-        true
-    }
-
-    /// Calls `f` with each data segment as a mutable slice, in order.
-    pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(&mut [u8])) {
-        for v in &self.inner().iovs {
-            f(segment_mut(v));
+        if let Some(p) = self.nomem_poller.get_mut().take() {
+            p.unregister();
+        }
+        if let Some(q) = self.qos.get_mut().take() {
+            q.shutdown();
         }
     }
-
-    /// Calls `f` with each data segment, in order.
-    pub fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
-        for v in &self.inner().iovs {
-            f(segment(v));
-        }
-    }
-
-    // ---- completion (module side) ----
-
-    /// Completes the I/O. Modules call this exactly once per submitted I/O,
-    /// never from inside `submit` (defer with [`BdevIo::complete_deferred`]).
-    pub fn complete(mut self, status: IoStatus) {
-        self.inner_mut().status = status;
-        channel::complete(self);
-    }
-
-    /// Completes the I/O in a later iteration of the current thread (for
-    /// failures detected inside `submit`).
-    pub fn complete_deferred(self, status: IoStatus) {
-        match Thread::current() {
-            Some(t) => t.defer(move || self.complete(status)),
-            None => self.complete(status),
-        }
-    }
-
-    /// Completes with the status (and NVMe cdw0) of a finished child I/O.
-    pub fn complete_from(mut self, child: &BdevIo) {
-        let cdw0 = child.nvme_cdw0();
-        self.inner_mut().nvme_cdw0 = cdw0;
-        self.complete(child.status());
-    }
-}
-
-fn segment(v: &IoVec) -> &[u8] {
-    // SAFETY: every IoVec of a BdevIo points into memory owned by that I/O
-    // (its DmaBufs or bounce buffer), by an ancestor I/O that it keeps alive
-    // through `parent`/the split table, or by the bdev layer's zero buffer,
-    // all of which outlive the I/O; and an I/O is accessed by one thread at
-    // a time, so no other reference to the segment is live here.
-    unsafe { std::slice::from_raw_parts(v.base, v.len) }
-}
-
-#[expect(
-    clippy::mut_from_ref,
-    reason = "the segment is memory the I/O owns, not memory behind the IoVec"
-)]
-fn segment_mut(v: &IoVec) -> &mut [u8] {
-    // SAFETY: as in `segment`; callers hold the I/O mutably (or own it as a
-    // module serving it), so this is the only access to the segment, and
-    // the zero buffer is never a read destination.
-    unsafe { std::slice::from_raw_parts_mut(v.base, v.len) }
-}
-
-pub(crate) fn copy_from_segments(iovs: &[IoVec], dst: &mut [u8]) -> usize {
-    let mut off = 0;
-    for v in iovs {
-        if off >= dst.len() {
-            break;
-        }
-        let seg = segment(v);
-        let n = seg.len().min(dst.len() - off);
-        dst[off..off + n].copy_from_slice(&seg[..n]);
-        off += n;
-    }
-    off
-}
-
-pub(crate) fn copy_to_segments(iovs: &[IoVec], src: &[u8]) -> usize {
-    let mut off = 0;
-    for v in iovs {
-        if off >= src.len() {
-            break;
-        }
-        let seg = segment_mut(v);
-        let n = seg.len().min(src.len() - off);
-        seg[..n].copy_from_slice(&src[off..off + n]);
-        off += n;
-    }
-    off
 }

@@ -6,10 +6,10 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
-use super::channel::{self, ChannelCore};
-use super::io::{BdevIo, Role};
-use super::manager::Bdev;
-use super::qos;
+use super::dispatch;
+use super::end;
+use super::finish;
+use super::io::{BdevDevice, BdevIo, ChannelCore, Role};
 use super::types::{IoStatus, IoType};
 use crate::thread::{PollerStatus, Thread};
 
@@ -22,33 +22,54 @@ pub(crate) fn start(core: &ChannelCore, io: BdevIo) {
         return;
     }
     *core.active_reset.borrow_mut() = Some(io);
-    let bdev = core.bdev();
-    let b2 = bdev.clone();
-    bdev.0.device.for_each_channel(
+    let device = core.device.clone();
+    let d2 = device.clone();
+    device.for_each_channel(
         |ch| {
             ch.set_frozen(true);
-            channel::abort_queued(ch);
-            qos::abort_queued(ch);
+            abort_queued(ch);
         },
-        move || to_module_or_drain(&b2),
+        move || to_module_or_drain(&d2),
     );
 }
 
+/// Aborts what a frozen channel holds back: I/O waiting for a NoMem retry
+/// and I/O queued by QoS.
+fn abort_queued(core: &ChannelCore) {
+    loop {
+        let next = core.nomem.borrow_mut().pop_front();
+        let Some(mut io) = next else { break };
+        io.inner_mut().status = IoStatus::Aborted;
+        if let Some(reset) = end::end(core, io) {
+            module_done(core, reset);
+        }
+    }
+    loop {
+        let next = core
+            .qos
+            .borrow_mut()
+            .as_mut()
+            .and_then(|q| q.queue.pop_front());
+        let Some(mut io) = next else { break };
+        io.inner_mut().status = IoStatus::Aborted;
+        finish::finish_user(core, io);
+    }
+}
+
 /// Runs on the thread of the channel that holds the active reset.
-fn with_active<R>(bdev: &Bdev, f: impl FnOnce(&ChannelCore) -> R) -> Option<R> {
-    let ch = bdev.0.device.get_channel().ok()?;
+fn with_active<R>(device: &BdevDevice, f: impl FnOnce(&ChannelCore) -> R) -> Option<R> {
+    let ch = device.get_channel().ok()?;
     Some(f(&ch))
 }
 
-fn to_module_or_drain(bdev: &Bdev) {
-    let native = bdev.module_supports(IoType::Reset);
-    with_active(bdev, |core| {
+fn to_module_or_drain(device: &BdevDevice) {
+    with_active(device, |core| {
         let Some(mut io) = core.active_reset.borrow_mut().take() else {
             return;
         };
-        if native {
+        if core.bdev.module_supports(IoType::Reset) {
             io.inner_mut().role = Role::ResetToModule;
-            channel::to_module(core, io);
+            dispatch::to_module(core, io);
         } else {
             *core.active_reset.borrow_mut() = Some(io);
             drain(core);
@@ -64,9 +85,9 @@ pub(crate) fn module_done(core: &ChannelCore, mut io: BdevIo) {
 }
 
 fn drain(core: &ChannelCore) {
-    let bdev = core.bdev();
-    let b2 = bdev.clone();
-    bdev.0.device.for_each_channel_async(
+    let device = core.device.clone();
+    let d2 = device.clone();
+    device.for_each_channel_async(
         |ch, step| {
             let own = u64::from(ch.active_reset.borrow().is_some());
             if ch.outstanding.get() <= own {
@@ -92,27 +113,27 @@ fn drain(core: &ChannelCore) {
                 }
             });
         },
-        move || unfreeze(&b2),
+        move || unfreeze(&d2),
     );
 }
 
-fn unfreeze(bdev: &Bdev) {
-    let b2 = bdev.clone();
-    bdev.0.device.for_each_channel(
+fn unfreeze(device: &BdevDevice) {
+    let d2 = device.clone();
+    device.for_each_channel(
         |ch| ch.set_frozen(false),
         move || {
-            with_active(&b2, |core| {
+            with_active(&d2, |core| {
                 let io = core.active_reset.borrow_mut().take();
-                b2.0.reset_in_progress.store(false, Ordering::Release);
+                core.bdev.reset_in_progress.store(false, Ordering::Release);
                 if let Some(mut io) = io {
                     if io.inner().status == IoStatus::Pending {
                         io.inner_mut().status = IoStatus::Success;
                     }
-                    channel::finish_user(core, io);
+                    finish::finish_user(core, io);
                 }
             });
             // Start a reset queued meanwhile on any channel.
-            b2.0.device.for_each_channel(
+            d2.for_each_channel(
                 |ch| {
                     let next = ch.reset_queue.borrow_mut().pop_front();
                     if let Some(io) = next {

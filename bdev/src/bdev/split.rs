@@ -3,7 +3,7 @@
 //! `max_segment_size` or more than `max_segments` segments. Children tile
 //! the parent exactly and in order; pure arithmetic, tested with proptest.
 
-use super::io::IoVec;
+use super::segments::IoVec;
 
 /// Limits that force a split (0 = no limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

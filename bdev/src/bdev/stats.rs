@@ -262,6 +262,35 @@ impl IoStat {
     }
 }
 
+/// Queue-depth sampling (`bdev_set_qd_sampling_period`) of one bdev: what
+/// the last sample saw and the time the bdev was busy.
+#[derive(Debug, Default)]
+pub(crate) struct QdSampling {
+    /// µs between samples; 0 = off.
+    pub(crate) period_us: u64,
+    /// Bumped on every change: a sampling poller of an older generation
+    /// stops itself.
+    pub(crate) generation: u64,
+    /// A channel walk is counting.
+    pub(crate) in_progress: bool,
+    pub(crate) queue_depth: u64,
+    pub(crate) io_time: u64,
+    pub(crate) weighted_io_time: u64,
+}
+
+/// Queue-depth figures of `bdev_get_iostat`, while sampling is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepthStats {
+    /// µs between samples.
+    pub period_us: u64,
+    /// I/Os outstanding at the last sample (summed over the channels).
+    pub queue_depth: u64,
+    /// µs during which a sample saw I/O outstanding.
+    pub io_time: u64,
+    /// Sum of queue depth × sampling period (µs).
+    pub weighted_io_time: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::module::{BdevModule, BdevOps, CompletionQueue, Done, ModuleIo};
 use super::*;
 use crate::dma::{DmaBuf, SharedMem};
 use crate::error::{BoxError, Error};
@@ -129,10 +130,11 @@ impl BdevOps for TestDisk {
         let status = match io.io_type() {
             IoType::Read => {
                 let mut pos = off;
-                io.for_each_segment_mut(|s| {
+                let writable = io.for_each_segment_mut(|s| {
                     assert!(self.mem.read(pos, s));
                     pos += s.len();
                 });
+                assert!(writable, "a read's data is writable");
                 IoStatus::Success
             }
             IoType::Write => {

@@ -133,6 +133,15 @@ impl IoType {
         RANGE_TYPES & self.bit() != 0
     }
 
+    /// Whether the type is one a plain block device serves (RAM, a part of
+    /// another bdev): read, write, write zeroes, unmap, flush, reset,
+    /// compare, compare-and-write, copy and abort.
+    #[inline]
+    #[must_use]
+    pub fn is_block_io(self) -> bool {
+        BLOCK_TYPES & self.bit() != 0
+    }
+
     /// Whether the I/O carries a data buffer of `num_blocks` blocks.
     #[inline]
     #[must_use]
@@ -150,6 +159,20 @@ const fn mask(types: &[IoType]) -> u32 {
     }
     m
 }
+
+/// Types a plain block device serves ([`IoType::is_block_io`]).
+const BLOCK_TYPES: u32 = mask(&[
+    IoType::Read,
+    IoType::Write,
+    IoType::WriteZeroes,
+    IoType::Unmap,
+    IoType::Flush,
+    IoType::Reset,
+    IoType::Compare,
+    IoType::CompareAndWrite,
+    IoType::Copy,
+    IoType::Abort,
+]);
 
 /// Types that need a writable descriptor.
 pub(crate) const WRITE_TYPES: u32 = mask(&[

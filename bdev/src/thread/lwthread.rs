@@ -909,6 +909,7 @@ impl ThreadInner {
         busy
     }
 
+    #[inline]
     fn poll_inner(&self, now: u64) -> bool {
         let mut busy = false;
         // Local deferrals queued before this iteration (new ones wait for

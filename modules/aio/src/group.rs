@@ -21,8 +21,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::sync::OnceLock;
 
-use bdevkit::bdev::{BdevIo, IoStatus, IoType};
-use bdevkit::error::BoxError;
+use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo};
 use bdevkit::thread::{InterruptFd, IoDevice, Poller, PollerStatus, Thread, ThreadHandle};
 use bdevkit_kfile::slots::{Op, Transfer};
 

@@ -11,7 +11,7 @@
 //!   is no such aio bdev.
 //! * `bdev_aio_rescan {name}` → `true`; `-19` if there is no such aio bdev.
 
-use bdevkit::bdev::BdevManager;
+use bdevkit::bdev::module::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

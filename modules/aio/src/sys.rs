@@ -16,7 +16,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bdevkit::bdev::{BdevIo, IoVec};
+use bdevkit::bdev::module::{BdevIo, IoVec};
 use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
 
 // ---- kernel ABI (include/uapi/linux/aio_abi.h) ----

@@ -9,15 +9,15 @@ use std::rc::{Rc, Weak as RcWeak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
-use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, Done, IoCompletion, IoStatus,
-    IoType,
+use bdevkit::bdev::module::vbdev::{
+    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
+};
+use bdevkit::bdev::module::{
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
+    IoType, ModuleIo, Result,
 };
 use bdevkit::clock;
-use bdevkit::error::BoxError;
 use bdevkit::thread::{IoChannel, IoDevice, Poller, PollerStatus, Thread};
-use bdevkit::{Error, Result};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -56,28 +56,19 @@ pub struct DelayModule {
     configs: VbdevConfigs<DelayCreateParams>,
 }
 
-impl BdevModule for DelayModule {
-    fn name(&self) -> &'static str {
-        MODULE
+/// Examine and the saved config (one `bdev_delay_create` per
+/// configuration, with the latencies in force and the UUID the bdev got)
+/// come with [`VbdevModule`].
+impl VbdevModule for DelayModule {
+    type Config = DelayCreateParams;
+    type Attached = Bdev;
+
+    fn configs(&self) -> &VbdevConfigs<DelayCreateParams> {
+        &self.configs
     }
 
-    fn has_examine(&self) -> bool {
-        true
-    }
-
-    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        for cfg in self.configs.waiting_for(mgr, bdev) {
-            if let Err(e) = attach(mgr, &cfg, bdev) {
-                tracing::error!(bdev = %cfg.name, base = %bdev.name(), error = %e,
-                    "cannot create delay bdev");
-            }
-        }
-    }
-
-    /// One `bdev_delay_create` per configuration, with the latencies in
-    /// force and the UUID the bdev got.
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs.config_json(mgr)
+    fn attach(&self, mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, cfg, base)
     }
 }
 
@@ -93,14 +84,8 @@ impl DelayModule {
                 "a p99 latency is less than its average latency".into(),
             ));
         }
-        let (name, base) = (params.name.clone(), params.base_bdev_name.clone());
-        let attached = self
-            .configs
-            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
-        if attached.is_none() {
-            tracing::info!(bdev = %name, base = %base,
-                "delay creation deferred until the base bdev appears");
-        }
+        let name = params.name.clone();
+        self.configure(mgr, params)?;
         Ok(name)
     }
 
@@ -294,18 +279,18 @@ impl DelayBdev {
     }
 }
 
-impl BaseEvents for DelayBdev {
-    fn base_bdev(&self) -> &BaseBdev {
+/// Unregistering on removal of the base and following its size.
+impl StackedBdev for DelayBdev {
+    fn vbdev_name(&self) -> &str {
+        &self.name
+    }
+
+    fn base(&self) -> &BaseBdev {
         &self.base
     }
 
-    fn base_removed(&self) {
-        tracing::info!(bdev = %self.name, "base bdev removed; unregistering delay bdev");
-        vbdev::unregister_own(&self.mgr, &self.name, self);
-    }
-
-    fn base_resized(&self) {
-        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    fn manager(&self) -> &BdevManager {
+        &self.mgr
     }
 }
 
@@ -461,7 +446,7 @@ impl ChannelInner {
         let ctx = io.driver_ctx();
         ctx[0] = u64::from(delay.is_some());
         ctx[1] = delay.map_or(0, |d| clock::ticks().saturating_add(d));
-        vbdev::forward(&self.base, io, |child, _| {
+        vbdev::forward(&self.base, io, |child| {
             child.on_done(Rc::clone(self) as Rc<dyn IoCompletion>);
         });
     }

@@ -26,8 +26,7 @@ pub mod rpc;
 
 use std::sync::Arc;
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 
 pub use bdev::{DelayBdev, DelayChannel, DelayModule};
 pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyType};

@@ -6,8 +6,7 @@
 //! | `bdev_delay_delete` | `true` | decode: -32603; -19 |
 //! | `bdev_delay_update_latency` | `true` | decode: -32603; -32602 "The requested bdev does not exist." (also for a bdev that is not a delay bdev, as SPDK) |
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::Error;
+use bdevkit::bdev::module::{BdevManager, Error};
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

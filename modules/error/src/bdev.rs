@@ -12,14 +12,14 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
-use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, Done, IoCompletion, IoStatus,
-    IoType,
+use bdevkit::bdev::module::vbdev::{
+    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
 };
-use bdevkit::error::BoxError;
+use bdevkit::bdev::module::{
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
+    IoType, ModuleIo, Result,
+};
 use bdevkit::thread::{IoChannel, IoDevice};
-use bdevkit::{Error, Result};
 use serde_json::{json, Value};
 
 use crate::rpc::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
@@ -46,25 +46,17 @@ pub struct ErrorModule {
     configs: VbdevConfigs<ErrorCreateParams>,
 }
 
-impl BdevModule for ErrorModule {
-    fn name(&self) -> &'static str {
-        MODULE
+/// Examine and the saved config come with [`VbdevModule`].
+impl VbdevModule for ErrorModule {
+    type Config = ErrorCreateParams;
+    type Attached = Bdev;
+
+    fn configs(&self) -> &VbdevConfigs<ErrorCreateParams> {
+        &self.configs
     }
 
-    fn has_examine(&self) -> bool {
-        true
-    }
-
-    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        for cfg in self.configs.waiting_for(mgr, bdev) {
-            if let Err(e) = attach(mgr, &cfg, bdev) {
-                tracing::error!(base = %bdev.name(), error = %e, "cannot create error bdev");
-            }
-        }
-    }
-
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs.config_json(mgr)
+    fn attach(&self, mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, cfg, base)
     }
 }
 
@@ -73,13 +65,7 @@ impl ErrorModule {
         if params.base_name.is_empty() {
             return Err(Error::InvalidArg("base_name must not be empty".into()));
         }
-        let base = params.base_name.clone();
-        let attached = self
-            .configs
-            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
-        if attached.is_none() {
-            tracing::info!(base = %base, "error bdev deferred until the base bdev appears");
-        }
+        self.configure(mgr, params)?;
         Ok(())
     }
 
@@ -332,7 +318,7 @@ impl ErrorBdev {
     /// way back.
     fn forward(&self, ch: &Rc<ChannelInner>, mut io: BdevIo, corrupt_read: bool) {
         io.driver_ctx()[0] = u64::from(corrupt_read);
-        let submitted = vbdev::forward(&ch.base, io, |child, _| {
+        let submitted = vbdev::forward(&ch.base, io, |child| {
             child.on_done(Rc::clone(ch) as Rc<dyn IoCompletion>);
         });
         // In flight until `io_done` (which never runs inside the submit).
@@ -372,7 +358,7 @@ fn corrupt(io: &mut BdevIo, offset: u64, value: u8) {
         return;
     };
     let mut done = false;
-    io.for_each_segment_mut(|seg| {
+    let writable = io.for_each_segment_mut(|seg| {
         if done {
             return;
         }
@@ -383,6 +369,11 @@ fn corrupt(io: &mut BdevIo, offset: u64, value: u8) {
             off -= seg.len();
         }
     });
+    if !writable {
+        // Memory other I/Os read too (the bdev layer's zero buffer, a
+        // mirror's shared data): corrupting it would corrupt them.
+        tracing::debug!("error bdev: data shared with other I/O, not corrupted");
+    }
 }
 
 /// The per-thread channel: the bdev layer's module channel for this bdev,
@@ -453,20 +444,23 @@ impl IoCompletion for ChannelInner {
     }
 }
 
-impl BaseEvents for ErrorBdev {
-    fn base_bdev(&self) -> &BaseBdev {
+/// Unregistering on removal of the base and following its size.
+impl StackedBdev for ErrorBdev {
+    fn vbdev_name(&self) -> &str {
+        &self.name
+    }
+
+    fn base(&self) -> &BaseBdev {
         &self.base
     }
 
-    /// Held I/Os are aborted: they would keep the bdev's channels alive.
-    fn base_removed(&self) {
-        tracing::info!(bdev = %self.name, "base bdev removed; unregistering error bdev");
-        self.abort_pending();
-        vbdev::unregister_own(&self.mgr, &self.name, self);
+    fn manager(&self) -> &BdevManager {
+        &self.mgr
     }
 
-    fn base_resized(&self) {
-        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    /// Held I/Os are aborted: they would keep the bdev's channels alive.
+    fn base_going(&self) {
+        self.abort_pending();
     }
 }
 

@@ -31,8 +31,7 @@ pub mod rpc;
 
 use std::sync::Arc;
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 
 pub use bdev::{ErrorBdev, ErrorChannel, ErrorModule};
 pub use rpc::{

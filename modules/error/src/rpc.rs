@@ -7,8 +7,7 @@
 //! | `bdev_error_inject_error` | `true` | decode: **-32602** "spdk_json_decode_object failed"; -22 "nvme_sct or nvme_sc should be specified for NVMe error injection"; -22 zero `corrupt_value`; -19 not an error bdev |
 //! | `bdev_error_resume_pending` | `true` | decode: -32603; -19 |
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
-use bdevkit::bdev::{Bdev, BdevManager, BdevProps};
+use bdevkit::bdev::module::{Bdev, BdevManager, BdevProps};
 
 use crate::error::{Error, Result};
 use crate::sys;

@@ -19,7 +19,7 @@
 //! Nothing here allocates after [`Slots::new`]: the slots, the free list
 //! and each slot's `rest` vector keep their capacity.
 
-use bdevkit::bdev::{BdevIo, IoVec};
+use bdevkit::bdev::module::{BdevIo, IoVec, ModuleIo};
 
 /// What a slot is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use bdevkit::thread::{Poller, PollerStatus, Thread};
 
-use bdevkit::bdev::{
+use bdevkit::bdev::module::{
     Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
+    ModuleIo,
 };
 use bdevkit::dma::SharedMem;
 use bdevkit::error::BoxError;
@@ -177,11 +178,12 @@ impl Drop for MallocChannel {
 fn read_into(mem: &SharedMem, io: &mut BdevIo, off: usize) -> bool {
     let mut pos = off;
     let mut good = true;
-    io.for_each_segment_mut(|seg| {
+    // A read's data is always writable; false would mean nothing was read.
+    let writable = io.for_each_segment_mut(|seg| {
         good &= mem.read(pos, seg);
         pos += seg.len();
     });
-    good
+    good && writable
 }
 
 impl BdevOps for MallocBdev {
@@ -226,19 +228,7 @@ impl BdevOps for MallocBdev {
     }
 
     fn io_type_supported(&self, io_type: IoType) -> bool {
-        matches!(
-            io_type,
-            IoType::Read
-                | IoType::Write
-                | IoType::WriteZeroes
-                | IoType::Unmap
-                | IoType::Flush
-                | IoType::Reset
-                | IoType::Compare
-                | IoType::CompareAndWrite
-                | IoType::Copy
-                | IoType::Abort
-        )
+        io_type.is_block_io()
     }
 }
 

@@ -11,7 +11,7 @@ pub mod rpc;
 
 use std::sync::Arc;
 
-use bdevkit::bdev::{
+use bdevkit::bdev::module::{
     Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
 };
 use bdevkit::error::BoxError;

@@ -3,9 +3,11 @@
 //! Read top to bottom: the module (configurations and examine), attaching
 //! to a base, the bdev's operations, then the I/O path (`submit`).
 //!
-//! What every virtual bdev does the same way comes from
-//! [`bdevkit::bdev::vbdev`]: the list of configurations
-//! ([`VbdevConfigs`]), the open and claimed base ([`BaseBdev`]), and
+//! Everything comes from the bdev layer's module face,
+//! [`bdevkit::bdev::module`]. What every virtual bdev does the same way
+//! comes from its [`vbdev`] building blocks: the list of configurations
+//! ([`VbdevConfigs`], made a module by [`VbdevModule`]), the open and
+//! claimed base ([`BaseBdev`], its events handled by [`StackedBdev`]), and
 //! forwarding an I/O to the base ([`vbdev::forward`]). Each use below says
 //! what the helper does for us, so this file still shows everything a
 //! virtual bdev owes.
@@ -13,12 +15,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
-use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, Done, IoStatus, IoType,
+use bdevkit::bdev::module::vbdev::{
+    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
 };
-use bdevkit::error::BoxError;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, Error, IoStatus,
+    IoType, ModuleIo, Result,
+};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -65,53 +68,37 @@ pub struct PassthruModule {
     configs: VbdevConfigs<PassthruCreateParams>,
 }
 
-impl BdevModule for PassthruModule {
-    fn name(&self) -> &'static str {
-        MODULE
+/// The module: what [`VbdevModule`] needs — the configurations and how one
+/// attaches — and the module's whole `BdevModule` follows from it: it
+/// examines (every new bdev is offered to the configurations waiting for
+/// it, by name or alias, so a passthru configured before its base attaches
+/// when the base registers), and its saved config is one
+/// `bdev_passthru_create` per configuration, attached or waiting, so that
+/// a replay recreates all of them in any order.
+impl VbdevModule for PassthruModule {
+    type Config = PassthruCreateParams;
+    type Attached = Bdev;
+
+    fn configs(&self) -> &VbdevConfigs<PassthruCreateParams> {
+        &self.configs
     }
 
-    /// Virtual bdev modules examine: that is how a passthru configured
-    /// before its base attaches when the base registers.
-    fn has_examine(&self) -> bool {
-        true
-    }
-
-    /// Called for every new bdev, on the registering thread. Build every
-    /// configured passthru whose base this is (by name or alias) and that
-    /// does not exist yet. `waiting_for` copies the matches out, so the
-    /// lock is not held while `attach` registers.
-    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        for cfg in self.configs.waiting_for(mgr, bdev) {
-            if let Err(e) = attach(mgr, &cfg, bdev) {
-                tracing::error!(bdev = %cfg.name, base = %bdev.name(), error = %e,
-                    "cannot create passthru bdev");
-            }
-        }
-    }
-
-    /// One `bdev_passthru_create` per configuration, attached or waiting,
-    /// so that a saved config recreates all of them in any order.
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs.config_json(mgr)
+    fn attach(&self, mgr: &BdevManager, cfg: &PassthruCreateParams, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, cfg, base)
     }
 }
 
 impl PassthruModule {
-    /// Records the configuration, then attaches at once if the base exists.
-    /// A base that is missing, or going away, leaves the configuration
-    /// waiting for examine; any other failure forgets it again.
+    /// Records the configuration, then attaches at once if the base exists
+    /// (`configure`). A base that is missing, or going away, leaves the
+    /// configuration waiting for examine; any other failure forgets it
+    /// again.
     pub(crate) fn create(&self, mgr: &BdevManager, params: PassthruCreateParams) -> Result<String> {
         if params.name.is_empty() || params.base_bdev_name.is_empty() {
             return Err(Error::InvalidArg("names must not be empty".into()));
         }
-        let (name, base) = (params.name.clone(), params.base_bdev_name.clone());
-        let attached = self
-            .configs
-            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?;
-        if attached.is_none() {
-            tracing::info!(bdev = %name, base = %base,
-                "passthru creation deferred until the base bdev appears");
-        }
+        let name = params.name.clone();
+        self.configure(mgr, params)?;
         Ok(name)
     }
 
@@ -202,26 +189,25 @@ impl PassthruBdev {
     }
 }
 
-/// Events of the base, on the thread that opened it.
-impl BaseEvents for PassthruBdev {
-    fn base_bdev(&self) -> &BaseBdev {
+/// Events of the base, on the thread that opened it, are what
+/// [`StackedBdev`] does for a bdev covering its whole base: a removal
+/// (delivered once; from then on `submit` fails new I/O through
+/// `BaseBdev::is_removing`) unregisters this bdev if it still is (the name
+/// could belong to a newer passthru by now) — our openers get a remove
+/// event, and once they close and our channels are gone, `destruct` closes
+/// the base; a resize of the base resizes this bdev (our openers get a
+/// resize event).
+impl StackedBdev for PassthruBdev {
+    fn vbdev_name(&self) -> &str {
+        &self.name
+    }
+
+    fn base(&self) -> &BaseBdev {
         &self.base
     }
 
-    /// Called once; from now on `submit` fails new I/O
-    /// (`BaseBdev::is_removing`). Unregister this bdev if it still is (the
-    /// name could belong to a newer passthru by now): our openers get a
-    /// remove event; once they close and our channels are gone, `destruct`
-    /// closes the base.
-    fn base_removed(&self) {
-        tracing::info!(bdev = %self.name, base = %self.base.bdev().name(),
-            "base bdev removed; unregistering passthru bdev");
-        vbdev::unregister_own(&self.mgr, &self.name, self);
-    }
-
-    /// Follow the base's size (our openers then get a resize event).
-    fn base_resized(&self) {
-        vbdev::resize_own(&self.mgr, &self.name, self, self.base.bdev().num_blocks());
+    fn manager(&self) -> &BdevManager {
+        &self.mgr
     }
 }
 
@@ -254,13 +240,14 @@ impl BdevOps for PassthruBdev {
         // `forward` takes a child from this thread's pool (none left: the
         // parent completes with NoMem and the bdev layer retries it), gives
         // it the same request (type, range, data segments, NVMe command)
-        // and tag (so an abort forwarded below finds its target), attaches
-        // the parent (it owns the data buffers the child's segments point
-        // into) and submits it; a child the base rejects fails the parent,
-        // later. We only choose the completion: `complete_parent`, a plain
+        // and tag (so an abort forwarded below finds its target) together
+        // with the parent itself (it owns the data buffers the child's
+        // segments describe, and rides with the child until it completes)
+        // and submits it; a child the base rejects fails the parent, later.
+        // We only choose the completion: `complete_parent`, a plain
         // function that completes the parent with the child's status. No
         // allocation, no lock.
-        vbdev::forward(&ch.base, io, |child, _| {
+        vbdev::forward(&ch.base, io, |child| {
             child.on_done_fn(vbdev::complete_parent);
         });
     }

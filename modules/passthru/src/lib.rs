@@ -6,7 +6,7 @@
 //! 1. **Configuration first, bdev later.** `bdev_passthru_create` records a
 //!    configuration in the module ([`PassthruModule`]). If the base exists
 //!    the passthru bdev is built at once; if not, the module's
-//!    [`examine_config`](bdevkit::bdev::BdevModule::examine_config) builds
+//!    [`examine_config`](bdevkit::bdev::module::BdevModule::examine_config) builds
 //!    it when the base registers. Creation order does not matter, which is
 //!    what lets a saved config replay in any order.
 //! 2. **Open and claim the base.** The bdev opens its base with an event
@@ -15,9 +15,9 @@
 //! 3. **A channel per thread wrapping the base's channel.** I/O never
 //!    crosses threads and takes no lock.
 //! 4. **Forward each I/O as a child.** `submit` allocates a child `BdevIo`
-//!    on the base channel, copies the request, attaches the parent and
-//!    submits; the child's completion completes the parent. No allocation
-//!    per I/O: both `BdevIo`s come from the per-thread pool.
+//!    on the base channel, which takes the parent with its request, and
+//!    submits it; the child's completion completes the parent. No
+//!    allocation per I/O: both `BdevIo`s come from the per-thread pool.
 //! 5. **Follow the base's events.** A resize of the base resizes the
 //!    passthru bdev; a removal unregisters it (its own openers get a remove
 //!    event), fails new I/O, lets the I/O in flight finish, and closes the
@@ -32,11 +32,11 @@
 //! `src/rpc.rs` (parameters, handlers); `doc/writing-a-module.md` walks
 //! through it. The steps every virtual bdev takes the same way (keeping
 //! configurations, opening the base, forwarding a child I/O) come from
-//! [`bdevkit::bdev::vbdev`], shared with the other virtual bdev modules;
+//! [`bdevkit::bdev::module::vbdev`], shared with the other virtual bdev modules;
 //! `src/bdev.rs` says what each helper does where it uses it.
 //!
 //! ```
-//! use bdevkit::bdev::BdevManager;
+//! use bdevkit::bdev::module::BdevManager;
 //! use bdevkit_passthru::PassthruCreateParams;
 //!
 //! let mgr = BdevManager::default();
@@ -52,8 +52,7 @@
 mod bdev;
 pub mod rpc;
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 use uuid::Uuid;
 
 pub use bdev::{PassthruBdev, PassthruChannel, PassthruModule};

@@ -8,8 +8,7 @@
 //! | `bdev_passthru_create` | the name | decode: -32603 "spdk_json_decode_object failed"; `-errno` + `strerror` (-17 duplicate, -1 base claimed) |
 //! | `bdev_passthru_delete` | `true` | decode: -32603; -19 "No such device" |
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::Error;
+use bdevkit::bdev::module::{BdevManager, Error};
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RUNTIME};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -22,11 +22,11 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::vbdev;
-use bdevkit::bdev::{
-    BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, Done, IoCompletion, IoStatus, IoType,
+use bdevkit::bdev::module::vbdev;
+use bdevkit::bdev::module::{
+    BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, IoCompletion, IoStatus,
+    IoType, ModuleIo,
 };
-use bdevkit::error::BoxError;
 use bdevkit::thread::{IoChannel, IoDevice};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -462,11 +462,10 @@ impl ChanInner {
             return io.complete_deferred(IoStatus::NoMem);
         };
         child
-            .copy_request_from(&io)
+            .take_request_of(io)
             .set_tag(member_tag(m))
             .on_done(self.handler());
         child.set_offset_blocks(moff);
-        child.set_parent(io);
         if let Err(e) = base.submit(child) {
             let mut child = e.io;
             if let Some(parent) = child.take_parent() {
@@ -499,10 +498,9 @@ impl ChanInner {
             };
             let blocks = io.num_blocks();
             child
-                .copy_request_from(&io)
+                .take_request_of(io)
                 .set_tag(member_tag(m))
                 .on_done(self.handler());
-            child.set_parent(io);
             self.read_blocks[m].set(self.read_blocks[m].get() + blocks);
             match base.submit(child) {
                 Ok(()) => return,
@@ -525,7 +523,7 @@ impl ChanInner {
     /// parent waits in a slot.
     fn fan_out(
         self: &Rc<Self>,
-        io: BdevIo,
+        mut io: BdevIo,
         mirror: bool,
         mut plan: impl FnMut(&BdevIo, usize) -> Option<ChildReq>,
     ) {
@@ -545,7 +543,9 @@ impl ChanInner {
                 };
                 match req {
                     ChildReq::Copy => {
-                        child.copy_request_from(&io);
+                        // Each member writes the parent's data: the parent
+                        // lends it until every child is dropped.
+                        child.share_request_of(&mut io);
                     }
                     ChildReq::Reset => {
                         child.reset();
@@ -581,7 +581,9 @@ impl ChanInner {
                 .set_tag(SLAB_TAG | ((slot as u64) << 8) | member_tag(m))
                 .on_done(self.handler());
             if let Err(e) = base.submit(child) {
-                self.part_done(slot, m, IoStatus::Errno(e.error.errno()), true);
+                let status = IoStatus::Errno(e.error.errno());
+                drop(e);
+                self.part_done(slot, m, status, true);
             }
         }
     }
@@ -674,7 +676,11 @@ impl IoCompletion for ChanInner {
     fn io_done(&self, mut child: BdevIo) {
         let tag = child.tag();
         if tag & SLAB_TAG != 0 {
-            return self.part_done(tag_slot(tag), tag_member(tag), child.status(), false);
+            // A mirror's child borrows the parent's data: drop it first, so
+            // that the parent completes at once when this was the last.
+            let status = child.status();
+            drop(child);
+            return self.part_done(tag_slot(tag), tag_member(tag), status, false);
         }
         let m = tag_member(tag);
         let Some(parent) = child.take_parent() else {

@@ -56,8 +56,7 @@ pub mod rpc;
 
 use std::sync::Arc;
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 use serde_json::Value;
 
 pub use io::{RaidBdev, RaidChannel};

@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::{Bdev, BdevDesc, BdevEvent, BdevManager, BdevModule, ClaimType};
+use bdevkit::bdev::module::{Bdev, BdevDesc, BdevEvent, BdevManager, BdevModule, ClaimType};
+use bdevkit::bdev::module::{Error, Result};
 use bdevkit::thread::{current_thread_id, Thread, ThreadHandle};
-use bdevkit::{Error, Result};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -812,7 +812,7 @@ impl Raid {
 
     /// Channels to the members for a new raid channel (`None` for missing
     /// or removed members).
-    pub(crate) fn member_channels(&self) -> Vec<Option<bdevkit::bdev::BdevChannel>> {
+    pub(crate) fn member_channels(&self) -> Vec<Option<bdevkit::bdev::module::BdevChannel>> {
         let ctl = self.ctl.lock();
         ctl.members
             .iter()
@@ -826,7 +826,7 @@ impl Raid {
     }
 
     /// This thread's channel to member `i` (`None`: not attached).
-    pub(crate) fn member_channel(&self, i: usize) -> Option<bdevkit::bdev::BdevChannel> {
+    pub(crate) fn member_channel(&self, i: usize) -> Option<bdevkit::bdev::module::BdevChannel> {
         let ctl = self.ctl.lock();
         ctl.members
             .get(i)?
@@ -974,7 +974,7 @@ impl Raid {
     }
 
     /// Whether every member serves `t`.
-    pub(crate) fn members_support(&self, t: bdevkit::bdev::IoType) -> bool {
+    pub(crate) fn members_support(&self, t: bdevkit::bdev::module::IoType) -> bool {
         self.ctl
             .lock()
             .members

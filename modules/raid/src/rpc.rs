@@ -12,7 +12,7 @@
 //! | `bdev_raid_remove_base_bdev` | `true` | -32700; -19 "Failed to remove base bdev from raid bdev" (no raid holds it) |
 //! | `bdev_raid_set_options` | `true` | -32700; -22 for a zero window |
 
-use bdevkit::bdev::BdevManager;
+use bdevkit::bdev::module::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -4,12 +4,13 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bdevkit::bdev::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs};
-use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, Done, IoStatus, IoType,
+use bdevkit::bdev::module::vbdev::{
+    self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs, VbdevModule,
 };
-use bdevkit::error::BoxError;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, Error, IoStatus,
+    IoType, ModuleIo, Result,
+};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -58,25 +59,22 @@ pub struct SplitModule {
     configs: VbdevConfigs<SplitCreateParams>,
 }
 
-impl BdevModule for SplitModule {
-    fn name(&self) -> &'static str {
-        MODULE
+/// Examine and the saved config come with [`VbdevModule`].
+impl VbdevModule for SplitModule {
+    type Config = SplitCreateParams;
+    type Attached = Vec<String>;
+
+    fn configs(&self) -> &VbdevConfigs<SplitCreateParams> {
+        &self.configs
     }
 
-    fn has_examine(&self) -> bool {
-        true
-    }
-
-    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        for cfg in self.configs.waiting_for(mgr, bdev) {
-            if let Err(e) = attach(mgr, &cfg, bdev) {
-                tracing::error!(base = %bdev.name(), error = %e, "cannot split bdev");
-            }
-        }
-    }
-
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs.config_json(mgr)
+    fn attach(
+        &self,
+        mgr: &BdevManager,
+        cfg: &SplitCreateParams,
+        base: &Bdev,
+    ) -> Result<Vec<String>> {
+        attach(mgr, cfg, base)
     }
 }
 
@@ -92,17 +90,7 @@ impl SplitModule {
         if params.base_bdev.is_empty() {
             return Err(Error::InvalidArg("base_bdev must not be empty".into()));
         }
-        let base = params.base_bdev.clone();
-        match self
-            .configs
-            .create(mgr, params, |cfg, base| attach(mgr, cfg, base))?
-        {
-            Some(names) => Ok(names),
-            None => {
-                tracing::info!(base = %base, "split deferred until the base bdev appears");
-                Ok(Vec::new())
-            }
-        }
+        Ok(self.configure(mgr, params)?.unwrap_or_default())
     }
 
     pub(crate) fn delete(
@@ -335,14 +323,16 @@ impl BdevOps for SplitBdev {
         if self.shared.base.is_removing() {
             return io.complete_deferred(IoStatus::Aborted);
         }
-        vbdev::forward(&ch.base, io, |child, io| {
+        vbdev::forward(&ch.base, io, |child| {
             child.on_done_fn(vbdev::complete_parent);
-            // The bdev layer checked the range against the part, so the
-            // translated range stays inside it.
-            if io.io_type() != IoType::Reset && io.io_type() != IoType::Abort {
-                child.set_offset_blocks(io.offset_blocks() + self.offset_blocks);
-                if io.io_type() == IoType::Copy {
-                    child.set_src_offset_blocks(io.src_offset_blocks() + self.offset_blocks);
+            // The child has the part's request; the bdev layer checked the
+            // range against the part, so the translated range stays inside
+            // it.
+            let t = child.io_type();
+            if t != IoType::Reset && t != IoType::Abort {
+                child.set_offset_blocks(child.offset_blocks() + self.offset_blocks);
+                if t == IoType::Copy {
+                    child.set_src_offset_blocks(child.src_offset_blocks() + self.offset_blocks);
                 }
             }
         });
@@ -351,19 +341,7 @@ impl BdevOps for SplitBdev {
     /// Block I/O the base serves. NVMe passthrough is not offered: its
     /// LBAs live inside the command, out of reach of the translation.
     fn io_type_supported(&self, io_type: IoType) -> bool {
-        matches!(
-            io_type,
-            IoType::Read
-                | IoType::Write
-                | IoType::WriteZeroes
-                | IoType::Unmap
-                | IoType::Flush
-                | IoType::Reset
-                | IoType::Compare
-                | IoType::CompareAndWrite
-                | IoType::Copy
-                | IoType::Abort
-        ) && self.shared.base.bdev().supports(io_type)
+        io_type.is_block_io() && self.shared.base.bdev().supports(io_type)
     }
 
     /// The last part to go closes the base.

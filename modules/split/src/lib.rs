@@ -25,8 +25,7 @@ pub mod rpc;
 
 use std::sync::Arc;
 
-use bdevkit::bdev::BdevManager;
-use bdevkit::{Error, Result};
+use bdevkit::bdev::module::{BdevManager, Error, Result};
 
 pub use bdev::{SplitBdev, SplitChannel, SplitModule};
 pub use rpc::{SplitCreateParams, SplitDeleteParams};

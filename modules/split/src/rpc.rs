@@ -5,7 +5,7 @@
 //! | `bdev_split_create` | array of part names (empty while the base is missing) | decode: -32602 "Invalid parameters"; failures: -32602 "Failed to create N split bdevs from 'BASE': strerror" |
 //! | `bdev_split_delete` | `true` (parts go away asynchronously) | decode: -32602 "Invalid parameters"; unknown base: -32602 "No such file or directory" |
 
-use bdevkit::bdev::BdevManager;
+use bdevkit::bdev::module::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -79,8 +79,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use bdevkit::bdev::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, IoType};
-use bdevkit::error::BoxError;
+use bdevkit::bdev::module::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BoxError, IoType};
 use bdevkit::thread::IoChannel;
 use serde_json::{json, Value};
 use uuid::Uuid;

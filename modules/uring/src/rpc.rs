@@ -11,7 +11,7 @@
 //!   iopoll?, idle_yield?}` → `true` (bdevkit extension, see [`crate::UringOptions`]);
 //!   `-22` for invalid values. Absent keys keep their value.
 
-use bdevkit::bdev::BdevManager;
+use bdevkit::bdev::module::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -13,7 +13,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-use bdevkit::bdev::{BdevIo, IoVec};
+use bdevkit::bdev::module::{BdevIo, IoVec};
 use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 

@@ -1,10 +1,5 @@
-//! The module side of the bdev API: what a backend or virtual bdev
-//! implements.
-//!
-//! * [`BdevModule`]: one per module crate (name, init/fini, examine, module
-//!   config). Registered explicitly with [`super::BdevManager::register_module`].
-//! * [`BdevOps`]: one per bdev: per-thread channel, submission, supported
-//!   I/O types, teardown, JSON for `bdev_get_bdevs` and `save_config`.
+//! [`BdevOps`]: what one bdev of a module implements, and how the core
+//! holds it (object-safe, with the module's channel type erased).
 
 use std::any::Any;
 use std::fmt;
@@ -12,9 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::io::BdevIo;
-use super::manager::{Bdev, BdevManager};
-use super::types::IoType;
+use crate::bdev::io::{BdevIo, ModuleChannelDyn};
+use crate::bdev::types::IoType;
 use crate::error::BoxError;
 
 /// Completes an asynchronous step (examine, destruct) when called or
@@ -48,53 +42,6 @@ impl Drop for Done {
     }
 }
 
-/// A bdev module (SPDK's `spdk_bdev_module`).
-///
-/// `Any` is a supertrait so that a module's own code (its RPC handlers, its
-/// `create`/`delete` functions) can reach its state through
-/// [`BdevManager::module_as`].
-pub trait BdevModule: Any + Send + Sync + 'static {
-    /// Module name: also the RPC infix (`bdev_<name>_create`). Required.
-    fn name(&self) -> &'static str;
-
-    /// Optional. Called once by [`BdevManager::init_modules`], on the app
-    /// thread, before any bdev of the module exists.
-    fn init(&self, _mgr: &BdevManager) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// Optional. Called once at shutdown, after every bdev is unregistered.
-    fn fini(&self, _mgr: &BdevManager) {}
-
-    /// Optional. Whether the module examines new bdevs (virtual bdev
-    /// modules do). Such modules come first in module order, so that their
-    /// module-level config is emitted before the bdevs they stack on.
-    fn has_examine(&self) -> bool {
-        false
-    }
-
-    /// Optional. Offered every new bdev, synchronously, on the registering
-    /// thread: a virtual bdev whose configuration names this bdev as its
-    /// base opens and claims it here and registers itself.
-    fn examine_config(&self, _mgr: &BdevManager, _bdev: &Bdev) {}
-
-    /// Optional. Offered every new bdev after `examine_config` (only to the
-    /// claiming module if the bdev got an exclusive claim), for examination
-    /// that needs I/O. Signal completion with `done` (dropping it counts).
-    fn examine_disk(&self, _mgr: &BdevManager, _bdev: &Bdev, done: Done) {
-        done.done();
-    }
-
-    /// Optional. Module-level entries of the `bdev` subsystem config
-    /// (`framework_get_config bdev`), each `{"method", "params"}`. Modules
-    /// whose bdevs SPDK emits at module level (malloc, null, passthru,
-    /// split, delay, error) list them here; others use
-    /// [`BdevOps::write_config_json`].
-    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        Vec::new()
-    }
-}
-
 /// One bdev's implementation (SPDK's `spdk_bdev_fn_table`).
 pub trait BdevOps: Send + Sync + 'static {
     /// Per-thread state (a kernel ring, a base bdev's channel, ...). Lives
@@ -107,9 +54,10 @@ pub trait BdevOps: Send + Sync + 'static {
 
     /// Required. Serves `io` on `ch`'s thread. The bdev layer has checked
     /// the range, type and limits. The module owes exactly one
-    /// [`BdevIo::complete`], never from inside this call (defer with a
-    /// poller or [`BdevIo::complete_deferred`]). Completing with
-    /// [`super::IoStatus::NoMem`] makes the bdev layer retry later.
+    /// [`super::ModuleIo::complete`], never from inside this call (defer
+    /// with a poller or [`super::ModuleIo::complete_deferred`]). Completing
+    /// with [`crate::bdev::IoStatus::NoMem`] makes the bdev layer retry
+    /// later.
     fn submit(&self, ch: &Self::Channel, io: BdevIo);
 
     /// Required. Whether the bdev serves this I/O type. Sampled once at
@@ -136,7 +84,7 @@ pub trait BdevOps: Send + Sync + 'static {
     }
 
     /// Optional. Called when the bdev's size changed through
-    /// [`Bdev::notify_resize`].
+    /// [`crate::bdev::Bdev::notify_resize`].
     fn resized(&self, _num_blocks: u64) {}
 }
 
@@ -149,10 +97,6 @@ pub(crate) trait BdevOpsDyn: Send + Sync {
     fn write_config_json(&self) -> Option<Value>;
     fn resized(&self, num_blocks: u64);
     fn as_any(&self) -> Arc<dyn Any + Send + Sync>;
-}
-
-pub(crate) trait ModuleChannelDyn {
-    fn submit(&self, io: BdevIo);
 }
 
 pub(crate) struct OpsBox<B: BdevOps>(pub(crate) Arc<B>);

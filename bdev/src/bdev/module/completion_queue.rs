@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
 
-use super::io::BdevIo;
-use super::types::IoStatus;
+use super::ModuleIo;
+use crate::bdev::io::BdevIo;
+use crate::bdev::types::IoStatus;
 use crate::error::Result;
 use crate::thread::{Poller, PollerStatus, Thread};
 

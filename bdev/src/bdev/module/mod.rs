@@ -1,0 +1,35 @@
+//! The module face of the bdev layer: everything a bdev module implements
+//! or uses, in one import (`use bdevkit::bdev::module::{...}`).
+//!
+//! * What a module implements: [`BdevModule`] (one per module crate) and
+//!   [`BdevOps`] (one per bdev, with its per-thread channel type).
+//! * Serving an I/O: [`ModuleIo`], the module's side of a [`BdevIo`] —
+//!   its data segments, completing it exactly once (never inside
+//!   `submit`), and building the child a virtual bdev sends to its base;
+//!   [`CompletionQueue`] for I/O finished synchronously.
+//! * Virtual bdevs: the building blocks in [`vbdev`].
+//! * DMA: [`add_registrar`] / [`MemoryRegistrar`] for drivers that map
+//!   I/O buffers for a device.
+//! * And the consumer-side items a module uses too (a virtual bdev is its
+//!   base's consumer): [`Bdev`], [`BdevManager`], [`BdevChannel`],
+//!   [`BdevProps`], [`IoStatus`], [`IoType`], ...
+//!
+//! `doc/writing-a-module.md` walks through `modules/passthru`, which uses
+//! this module and nothing else of the bdev layer.
+
+mod completion_queue;
+pub(crate) mod ops;
+pub(crate) mod serve;
+pub mod vbdev;
+
+pub use completion_queue::CompletionQueue;
+pub use ops::{BdevOps, Done};
+pub use serve::ModuleIo;
+
+pub use crate::bdev::manager::BdevModule;
+pub use crate::bdev::{
+    Bdev, BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, BdevProps, ClaimType, Completion,
+    IoCompletion, IoStatus, IoType, IoVec, NvmeCmd, SubmitError,
+};
+pub use crate::dma::{add_registrar, remove_registrar, DmaBuf, MemoryRegistrar, RegistrarId};
+pub use crate::error::{BoxError, Error, Result};

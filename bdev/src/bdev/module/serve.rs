@@ -1,0 +1,309 @@
+//! [`ModuleIo`]: the module's side of a [`BdevIo`] — reading and writing
+//! the I/O's data, completing it, and (for a virtual bdev) building the
+//! child it sends to its base from the I/O it serves.
+
+use crate::bdev::complete;
+use crate::bdev::io::{BdevIo, IoState, Role};
+use crate::bdev::segments::{self, IoVec};
+use crate::bdev::types::IoStatus;
+use crate::thread::Thread;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::bdev::BdevIo {}
+}
+
+/// What the module serving a [`BdevIo`] does with it. Implemented by
+/// `BdevIo` only; bring it into scope with the module face
+/// (`use bdevkit::bdev::module::ModuleIo`).
+///
+/// The data methods honour one rule: a module may write an I/O's data only
+/// when no other I/O shares that memory (`data_writable`): not the bdev
+/// layer's zero buffer, not a mirror's data shared with
+/// [`ModuleIo::share_request_of`], and not while it is lent out that way.
+/// Writing methods do nothing where that is not so, and say so.
+pub trait ModuleIo: sealed::Sealed + Sized {
+    /// Completes the I/O. Modules call this exactly once per submitted I/O,
+    /// never from inside `submit` (defer with
+    /// [`ModuleIo::complete_deferred`]).
+    fn complete(self, status: IoStatus);
+
+    /// Completes the I/O in a later iteration of the current thread (for
+    /// failures detected inside `submit`).
+    fn complete_deferred(self, status: IoStatus);
+
+    /// Completes with the status (and NVMe cdw0) of a finished child I/O.
+    fn complete_from(self, child: &BdevIo);
+
+    /// The data segments.
+    fn iovs(&self) -> &[IoVec];
+
+    /// The second data set (the write data of compare-and-write).
+    fn aux_iovs(&self) -> &[IoVec];
+
+    /// Total bytes in the data segments.
+    fn iov_len(&self) -> usize;
+
+    /// Whether the module may write the I/O's data (see the trait docs).
+    fn data_writable(&self) -> bool;
+
+    /// Copies the I/O's data (its segments, in order) into `dst`; returns
+    /// the bytes copied (`min(dst.len(), iov_len())`).
+    fn copy_from_iovs(&self, dst: &mut [u8]) -> usize;
+
+    /// Copies the compare-and-write data into `dst`.
+    fn copy_from_aux_iovs(&self, dst: &mut [u8]) -> usize;
+
+    /// Copies `src` into the I/O's segments, in order; returns the bytes
+    /// copied (0 when the data is not writable).
+    fn copy_to_iovs(&mut self, src: &[u8]) -> usize;
+
+    /// Zero-fills the I/O's segments; false when the data is not writable.
+    fn zero_iovs(&mut self) -> bool;
+
+    /// Whether the I/O's data equals `data` (compare I/O).
+    fn iovs_equal(&self, data: &[u8]) -> bool;
+
+    /// Calls `f` with each data segment, in order.
+    fn for_each_segment(&self, f: impl FnMut(&[u8]));
+
+    /// Calls `f` with each data segment as a mutable slice, in order;
+    /// false (and no call) when the data is not writable.
+    #[must_use]
+    fn for_each_segment_mut(&mut self, f: impl FnMut(&mut [u8])) -> bool;
+
+    /// Four words of per-I/O scratch space for the module serving it.
+    /// Their contents are unspecified when the module receives the I/O
+    /// (what another module, or an earlier use of the same `BdevIo`, left
+    /// there): set what you read.
+    fn driver_ctx(&mut self) -> &mut [u64; 4];
+
+    /// Sets completion dword 0 (NVMe passthrough).
+    fn set_nvme_cdw0(&mut self, v: u32);
+
+    /// Tag of the I/O an abort targets.
+    fn abort_target_tag(&self) -> u64;
+
+    /// Changes the first block (a virtual bdev translating a child's offset,
+    /// e.g. split and raid).
+    fn set_offset_blocks(&mut self, offset_blocks: u64);
+
+    /// Changes the source block of a copy.
+    fn set_src_offset_blocks(&mut self, src: u64);
+
+    /// Makes this I/O (a child on the base, fresh or completed) the
+    /// request of `parent` (the I/O the module serves): type, range, data
+    /// segments, NVMe command and tag. The parent travels inside the child
+    /// until [`ModuleIo::take_parent`], which also clears the child's
+    /// segments: they describe the parent's memory.
+    fn take_request_of(&mut self, parent: BdevIo) -> &mut Self;
+
+    /// Makes this I/O the request of `parent` without taking it: for
+    /// sending one request to several bases (a mirror's write). `parent`
+    /// must be an I/O the module is serving (submitted). The child's data
+    /// is read-only, and `parent` lends its memory: until every such child
+    /// is dropped or rebuilt, `parent` is neither freed nor handed back to
+    /// its consumer (completing it earlier delays its completion until
+    /// then). Drop finished children before completing the parent.
+    ///
+    /// # Panics
+    ///
+    /// When `parent` is not submitted.
+    fn share_request_of(&mut self, parent: &mut BdevIo) -> &mut Self;
+
+    /// Takes back the parent given with [`ModuleIo::take_request_of`]:
+    /// `None` while this I/O is submitted. Clears this I/O's segments.
+    fn take_parent(&mut self) -> Option<BdevIo>;
+}
+
+impl ModuleIo for BdevIo {
+    #[inline]
+    fn complete(mut self, status: IoStatus) {
+        debug_assert!(
+            self.inner().state == IoState::Submitted,
+            "complete on an I/O that is not submitted"
+        );
+        self.inner_mut().status = status;
+        complete::complete(self);
+    }
+
+    fn complete_deferred(self, status: IoStatus) {
+        match Thread::current() {
+            Some(t) => t.defer(move || self.complete(status)),
+            None => self.complete(status),
+        }
+    }
+
+    fn complete_from(mut self, child: &BdevIo) {
+        let cdw0 = child.nvme_cdw0();
+        self.inner_mut().nvme_cdw0 = cdw0;
+        self.complete(child.status());
+    }
+
+    #[inline]
+    fn iovs(&self) -> &[IoVec] {
+        &self.inner().iovs
+    }
+
+    fn aux_iovs(&self) -> &[IoVec] {
+        &self.inner().aux_iovs
+    }
+
+    fn iov_len(&self) -> usize {
+        segments::total_len(&self.inner().iovs)
+    }
+
+    #[inline]
+    fn data_writable(&self) -> bool {
+        self.inner().data_writable()
+    }
+
+    fn copy_from_iovs(&self, dst: &mut [u8]) -> usize {
+        // SAFETY: the segments of a live I/O (rules in io.rs); `dst` is a
+        // `&mut` the caller holds, so it is not memory they describe while
+        // `&self` keeps the I/O alive and unchanged.
+        unsafe { segments::copy_from(&self.inner().iovs, dst) }
+    }
+
+    fn copy_from_aux_iovs(&self, dst: &mut [u8]) -> usize {
+        // SAFETY: as in `copy_from_iovs`.
+        unsafe { segments::copy_from(&self.inner().aux_iovs, dst) }
+    }
+
+    fn copy_to_iovs(&mut self, src: &[u8]) -> usize {
+        if !self.data_writable() {
+            return 0;
+        }
+        // SAFETY: the data is writable (no other I/O shares it), `&mut
+        // self` makes this the only access through this I/O, and `src` is
+        // a shared slice the caller holds, which cannot be the writable
+        // memory of this I/O.
+        unsafe { segments::copy_to(&self.inner().iovs, src) }
+    }
+
+    fn zero_iovs(&mut self) -> bool {
+        if !self.data_writable() {
+            return false;
+        }
+        for v in &self.inner().iovs {
+            // SAFETY: as in `copy_to_iovs`.
+            unsafe { segments::segment_mut(v) }.fill(0);
+        }
+        true
+    }
+
+    fn iovs_equal(&self, data: &[u8]) -> bool {
+        let mut off = 0;
+        for v in &self.inner().iovs {
+            if off >= data.len() {
+                break;
+            }
+            // SAFETY: as in `copy_from_iovs`.
+            let seg = unsafe { segments::segment(v) };
+            let n = seg.len().min(data.len() - off);
+            if seg[..n] != data[off..off + n] {
+                return false;
+            }
+            off += n;
+        }
+        true
+    }
+
+    fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
+        for v in &self.inner().iovs {
+            // SAFETY: as in `copy_from_iovs`; the slice lives for one call
+            // of `f`, during which `&self` keeps the I/O borrowed, so no
+            // writable access to it can happen.
+            f(unsafe { segments::segment(v) });
+        }
+    }
+
+    fn for_each_segment_mut(&mut self, mut f: impl FnMut(&mut [u8])) -> bool {
+        if !self.data_writable() {
+            return false;
+        }
+        for v in &self.inner().iovs {
+            // SAFETY: as in `copy_to_iovs`; the slice lives for one call of
+            // `f`, and segments of one I/O do not overlap (they come from
+            // distinct buffers or disjoint parts of a parent's).
+            f(unsafe { segments::segment_mut(v) });
+        }
+        true
+    }
+
+    #[inline]
+    fn driver_ctx(&mut self) -> &mut [u64; 4] {
+        &mut self.inner_mut().driver_ctx
+    }
+
+    fn set_nvme_cdw0(&mut self, v: u32) {
+        self.inner_mut().nvme_cdw0 = v;
+    }
+
+    fn abort_target_tag(&self) -> u64 {
+        self.inner().src_offset_blocks
+    }
+
+    fn set_offset_blocks(&mut self, offset_blocks: u64) {
+        self.inner_mut().offset_blocks = offset_blocks;
+    }
+
+    fn set_src_offset_blocks(&mut self, src: u64) {
+        self.inner_mut().src_offset_blocks = src;
+    }
+
+    #[inline]
+    fn take_request_of(&mut self, parent: BdevIo) -> &mut Self {
+        let writable = parent.inner().data_writable();
+        let child = self.fresh_request();
+        let p = parent.inner();
+        copy_request(child, p);
+        child.ro_data = !writable;
+        crate::bdev::io::replace_parent(child, parent);
+        self
+    }
+
+    fn share_request_of(&mut self, parent: &mut BdevIo) -> &mut Self {
+        let pi = parent.inner_mut();
+        assert!(
+            pi.state == IoState::Submitted,
+            "share_request_of: only an I/O being served lends its data"
+        );
+        pi.role = match pi.role {
+            Role::User => Role::UserLending { timed: false },
+            Role::UserTimed => Role::UserLending { timed: true },
+            other => other,
+        };
+        let lend = pi.lend();
+        let child = self.fresh_request();
+        copy_request(child, parent.inner());
+        child.ro_data = true;
+        child.lender = Some(lend);
+        self
+    }
+
+    fn take_parent(&mut self) -> Option<BdevIo> {
+        let i = self.inner_mut();
+        if i.state == IoState::Submitted {
+            return None;
+        }
+        let parent = i.parent.take()?;
+        i.iovs.clear();
+        i.aux_iovs.clear();
+        i.ro_data = false;
+        Some(parent)
+    }
+}
+
+/// The request fields a child takes from its parent.
+#[inline]
+fn copy_request(child: &mut crate::bdev::io::IoInner, p: &crate::bdev::io::IoInner) {
+    child.io_type = p.io_type;
+    child.offset_blocks = p.offset_blocks;
+    child.num_blocks = p.num_blocks;
+    child.src_offset_blocks = p.src_offset_blocks;
+    child.iovs.extend_from_slice(&p.iovs);
+    child.aux_iovs.extend_from_slice(&p.aux_iovs);
+    child.nvme_cmd = p.nvme_cmd;
+    child.tag = p.tag;
+}

@@ -1,0 +1,57 @@
+//! Routing a checked consumer I/O: the reset sequence, write-zeroes
+//! emulation, the split stage, or straight to the module.
+
+use super::dispatch;
+use super::io::{BdevIo, ChannelCore, SplitKind};
+use super::reset;
+use super::splitting;
+use super::types::IoType;
+
+/// Routes `io` (checked, counted outstanding, not frozen, within QoS).
+#[inline]
+pub(crate) fn route(core: &ChannelCore, io: BdevIo) {
+    let i = io.inner();
+    if core.direct_rw && matches!(i.io_type, IoType::Read | IoType::Write) {
+        core.module.submit(io);
+        return;
+    }
+    route_slow(core, io);
+}
+
+fn route_slow(core: &ChannelCore, io: BdevIo) {
+    let i = io.inner();
+    match i.io_type {
+        IoType::Reset => reset::start(core, io),
+        IoType::WriteZeroes if !core.zeroes_native => splitting::emulate_write_zeroes(core, io),
+        IoType::Read | IoType::Write | IoType::Compare if core.split_rw => {
+            let limits = if i.io_type == IoType::Write {
+                core.write_limits
+            } else {
+                core.limits
+            };
+            if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
+                splitting::start(core, io, SplitKind::Data, limits);
+            } else {
+                dispatch::to_module(core, io);
+            }
+        }
+        IoType::Unmap | IoType::WriteZeroes | IoType::Copy => {
+            let p = &core.bdev.props;
+            let max = u64::from(match i.io_type {
+                IoType::Unmap => p.max_unmap,
+                IoType::WriteZeroes => p.max_write_zeroes,
+                _ => p.max_copy,
+            });
+            let mut limits = core.limits;
+            limits.max_blocks = max;
+            if max != 0 && i.num_blocks > max
+                || limits.boundary != 0 && limits.needs_split(i.offset_blocks, i.num_blocks, &[])
+            {
+                splitting::start(core, io, SplitKind::Range, limits);
+            } else {
+                dispatch::to_module(core, io);
+            }
+        }
+        _ => dispatch::to_module(core, io),
+    }
+}
