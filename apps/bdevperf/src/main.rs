@@ -9,6 +9,7 @@ mod hist;
 mod job;
 mod jobfile;
 mod offsets;
+mod pattern;
 mod report;
 mod setup;
 
