@@ -10,6 +10,7 @@ mod job;
 mod jobfile;
 mod offsets;
 mod pattern;
+mod repeats;
 mod report;
 mod setup;
 

@@ -1,6 +1,8 @@
 //! One job: a queue depth of I/Os kept in flight on one bdev from one
 //! lightweight thread. The completion path resubmits at once; nothing on
-//! it allocates.
+//! it allocates. A task gets its data buffer when it first gets a
+//! `BdevIo`, so a queue deeper than the bdev_io pool costs no buffers for
+//! the tasks that wait. The verify cycle is in [`verify`].
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -14,8 +16,11 @@ use bdevkit::dma::DmaBuf;
 
 use crate::args::Workload;
 use crate::hist::Histogram;
-use crate::offsets::{SlotMap, Zipf};
-use crate::pattern::{check_pattern, fill_pattern, pattern_key, stamp_unique};
+use crate::offsets::{BusySlots, SlotMap, Zipf};
+use crate::pattern::stamp_unique;
+use crate::repeats::{Repeats, Verdict};
+
+mod verify;
 
 /// What one job does.
 #[derive(Debug, Clone)]
@@ -96,7 +101,10 @@ enum Phase {
 }
 
 struct Task {
+    /// `None` until the task first gets a `BdevIo` (and for workloads
+    /// without data), and while its I/O is in flight.
     buf: Option<DmaBuf>,
+    /// Verify: the slot the task owns (from its write until the read-back).
     slot: u64,
     gen: u64,
     phase: Phase,
@@ -116,6 +124,8 @@ pub struct Job {
     first_slot: u64,
     num_slots: u64,
     check_data: bool,
+    /// Bytes of a task's buffer; 0 for workloads without data.
+    buf_len: usize,
     /// Hot-path copies of `cfg` facts.
     random: bool,
     verify: bool,
@@ -125,6 +135,8 @@ pub struct Job {
     zipf: Option<Zipf>,
     /// `-D`: used slots.
     map: Option<RefCell<SlotMap>>,
+    /// Verify: the slots tasks own.
+    busy: Option<RefCell<BusySlots>>,
     /// `-U`: stamp each write.
     unique: bool,
     /// Writes issued (`-U` stamps and verify generations).
@@ -142,6 +154,8 @@ pub struct Job {
     resets: RefCell<Option<bdevkit::thread::Poller>>,
     /// The bdev was hot-removed.
     gone: Cell<bool>,
+    /// Submit errors, each logged once.
+    submit_errors: RefCell<Repeats>,
 }
 
 thread_local! {
@@ -226,10 +240,10 @@ fn slots_of(cfg: &JobConfig, num_blocks: u64, io_blocks: u64) -> anyhow::Result<
 }
 
 impl Job {
-    /// Opens the bdev and prepares buffers; call on the job's thread.
+    /// Opens the bdev and prepares the tasks; call on the job's thread.
     /// On hot remove the job stops, reports what failed, and releases the
     /// bdev as soon as its I/O has drained.
-    pub fn new(cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
+    pub fn new(mut cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
         let id = cfg.id;
         let desc = mgr
             .open(&cfg.bdev, true, move |e| {
@@ -267,25 +281,37 @@ impl Job {
             Workload::Reset => needs(IoType::Reset)?,
             _ => {}
         }
-        let len = usize::try_from(cfg.io_size)?;
         let data = !matches!(
             cfg.workload,
             Workload::Unmap | Workload::Flush | Workload::WriteZeroes
         );
-        let mut tasks = Vec::new();
-        for _ in 0..cfg.queue_depth {
-            let buf = if data {
-                Some(DmaBuf::new(len).map_err(|e| anyhow::anyhow!("I/O buffer: {e}"))?)
-            } else {
-                None
-            };
-            tasks.push(Task {
-                buf,
+        let buf_len = if data {
+            usize::try_from(cfg.io_size)?
+        } else {
+            0
+        };
+        let verify = cfg.workload.verifies();
+        let busy = if verify {
+            if u64::from(cfg.queue_depth) > per {
+                // Each I/O owns its slot until it is read back.
+                eprintln!(
+                    "warning: verify on {}: queue depth (-q) {} is above the {per} I/Os of {} bytes that fit in the job's range; using {per}",
+                    cfg.bdev, cfg.queue_depth, cfg.io_size,
+                );
+                cfg.queue_depth = u32::try_from(per).expect("invariant: per < queue_depth, a u32");
+            }
+            Some(RefCell::new(BusySlots::new(per)?))
+        } else {
+            None
+        };
+        let tasks = (0..cfg.queue_depth)
+            .map(|_| Task {
+                buf: None,
                 slot: 0,
                 gen: 0,
                 phase: Phase::Write,
-            });
-        }
+            })
+            .collect();
         // A bdev that stores nothing cannot give data back: verify checks
         // completions only there.
         let check_data = cfg.workload.verifies() && bdev.product_name() != "Null disk";
@@ -303,7 +329,6 @@ impl Job {
             None
         };
         let unique = cfg.unique_writes && cfg.workload.writes_data();
-        let verify = cfg.workload.verifies();
         let job = Rc::new(Job {
             rng: Cell::new(cfg.seed | 1),
             first_slot,
@@ -311,11 +336,13 @@ impl Job {
             io_blocks,
             block_size,
             check_data,
+            buf_len,
             random,
             verify,
             plain: !verify && zipf.is_none() && map.is_none() && !unique,
             zipf,
             map,
+            busy,
             unique,
             writes: Cell::new(0),
             ch,
@@ -336,6 +363,7 @@ impl Job {
             on_done: RefCell::new(None),
             resets: RefCell::new(None),
             gone: Cell::new(false),
+            submit_errors: RefCell::new(Repeats::default()),
             cfg,
         });
         *job.me.borrow_mut() = Some(Rc::clone(&job) as Rc<dyn IoCompletion>);
@@ -367,10 +395,23 @@ impl Job {
             });
             *self.resets.borrow_mut() = Some(p);
         }
-        for tag in 0..self.cfg.queue_depth as usize {
-            let buf = self.tasks.borrow_mut()[tag].buf.take();
-            self.outstanding.set(self.outstanding.get() + 1);
-            self.issue(tag, buf);
+        // Every task counts until it retires, so that one failing at once
+        // does not leave the job with nothing outstanding while the
+        // others have yet to start.
+        let depth = self.cfg.queue_depth;
+        self.outstanding.set(self.outstanding.get() + depth);
+        for tag in 0..depth {
+            if !self.running.get() {
+                // A failed submit stopped the job: the tasks not started
+                // retire unstarted.
+                self.outstanding.set(self.outstanding.get() - (depth - tag));
+                if self.outstanding.get() == 0 {
+                    self.finish();
+                }
+                return;
+            }
+            let buf = self.tasks.borrow_mut()[tag as usize].buf.take();
+            self.issue(tag as usize, buf);
         }
     }
 
@@ -414,6 +455,10 @@ impl Job {
         let Some(done) = self.on_done.borrow_mut().take() else {
             return;
         };
+        let repeats = self.submit_errors.borrow_mut().take_repeats();
+        if repeats > 0 {
+            tracing::error!(bdev = %self.cfg.bdev, repeats, "the last submit error repeated");
+        }
         let summary = self.summary(clock::ticks());
         // Break the handler cycle; the job is dropped by its owner.
         self.me.borrow_mut().take();
@@ -509,6 +554,13 @@ impl Job {
             self.wait_for_io(tag, buf);
             return;
         };
+        let buf = match buf {
+            None if self.buf_len > 0 => match self.first_buf() {
+                Some(b) => Some(b),
+                None => return,
+            },
+            buf => buf,
+        };
         if self.plain {
             self.fill(&mut io, buf);
         } else {
@@ -586,39 +638,6 @@ impl Job {
         }
     }
 
-    /// Sets the next request of a verify task: write a fresh pattern, or
-    /// read it back into a poisoned buffer.
-    #[cold]
-    fn fill_verify(&self, io: &mut BdevIo, tag: usize, buf: Option<DmaBuf>) {
-        let n = self.io_blocks;
-        let mut tasks = self.tasks.borrow_mut();
-        let t = &mut tasks[tag];
-        let mut buf = buf.expect("invariant: verify tasks own a buffer");
-        match t.phase {
-            Phase::Write => {
-                t.slot = self.next_slot();
-                t.gen = if self.unique {
-                    // -U: a generation no other write of the job has.
-                    let w = self.writes.get() + 1;
-                    self.writes.set(w);
-                    w
-                } else {
-                    t.gen + 1
-                };
-                if self.check_data {
-                    fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
-                }
-                io.write(t.slot * n, n, buf);
-            }
-            Phase::Read => {
-                if self.check_data {
-                    buf.fill(0xA5);
-                }
-                io.read(t.slot * n, n, buf);
-            }
-        }
-    }
-
     /// Tags and submits `io` with the job as its completion.
     #[inline]
     fn send(&self, mut io: BdevIo, tag: usize) {
@@ -628,6 +647,21 @@ impl Job {
         }
         if let Err(e) = self.ch.submit(io) {
             self.submit_failed(tag, e);
+        }
+    }
+
+    /// A task's first buffer; `None` (the job failed and stopped) when it
+    /// cannot be allocated.
+    #[cold]
+    fn first_buf(&self) -> Option<DmaBuf> {
+        match DmaBuf::new(self.buf_len) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.stats.borrow_mut().failed += 1;
+                self.fail_job(&format!("allocate an I/O buffer: {e}"));
+                self.retire();
+                None
+            }
         }
     }
 
@@ -645,11 +679,26 @@ impl Job {
 
     #[cold]
     fn submit_failed(&self, tag: usize, mut e: bdevkit::bdev::SubmitError) {
-        self.tasks.borrow_mut()[tag].buf = e.io.take_buf();
+        let slot = {
+            let mut tasks = self.tasks.borrow_mut();
+            let t = &mut tasks[tag];
+            t.buf = e.io.take_buf();
+            t.phase = Phase::Write;
+            t.slot
+        };
+        // The task stops: a verify task gives its slot back.
+        self.release_verify_slot(slot);
         self.stats.borrow_mut().failed += 1;
         self.outstanding.set(self.outstanding.get() - 1);
         self.failed.set(true);
-        tracing::error!(bdev = %self.cfg.bdev, error = %e.error, "submit failed");
+        let error = e.error.to_string();
+        let verdict = self.submit_errors.borrow_mut().check(&error);
+        if let Verdict::Log { previous_repeats } = verdict {
+            if previous_repeats > 0 {
+                tracing::error!(bdev = %self.cfg.bdev, repeats = previous_repeats, "the last submit error repeated");
+            }
+            tracing::error!(bdev = %self.cfg.bdev, %error, "submit failed");
+        }
         // A task that cannot submit stops; the others carry on with -f.
         if !self.cfg.continue_on_failure || self.outstanding.get() == 0 {
             self.stop();
@@ -699,43 +748,6 @@ impl Job {
         // `timeout_ticks` is u64::MAX when -k is off: one comparison.
         s.timeouts += u64::from(latency > self.cfg.timeout_ticks);
         s.hist.record(latency);
-    }
-
-    fn verify_done(&self, tag: usize, ok: bool, buf: Option<DmaBuf>) -> Option<DmaBuf> {
-        let mut tasks = self.tasks.borrow_mut();
-        let t = &mut tasks[tag];
-        match t.phase {
-            Phase::Write => {
-                if ok {
-                    t.phase = Phase::Read;
-                }
-            }
-            Phase::Read => {
-                t.phase = Phase::Write;
-                if ok && self.check_data {
-                    if let Some(b) = &buf {
-                        let off = t.slot * self.io_blocks;
-                        let key = pattern_key(off, self.cfg.seed, t.gen);
-                        if let Some((i, want, got)) = check_pattern(b, key) {
-                            let byte = off * self.block_size + i as u64;
-                            eprintln!(
-                                "bdevperf: {}: miscompare at offset {byte} (block {}, byte {i} of the I/O): expected 0x{want:02x}, got 0x{got:02x}",
-                                self.cfg.bdev,
-                                byte / self.block_size,
-                            );
-                            drop(tasks);
-                            let mut s = self.stats.borrow_mut();
-                            s.ios -= 1;
-                            s.failed += 1;
-                            drop(s);
-                            self.fail_job("verify failed");
-                            return buf;
-                        }
-                    }
-                }
-            }
-        }
-        buf
     }
 }
 
