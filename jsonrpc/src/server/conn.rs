@@ -5,13 +5,14 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 
 use super::route::{Route, Shared};
 use crate::framing::{FrameError, Framer};
-use crate::message::{parse_message, Id, Message, Request};
+use crate::message::{encode_response, parse_message, Id, Message, Request};
 use crate::{MethodRegistry, Responder, RpcError};
 
 /// Bytes read per `read()` call.
@@ -90,10 +91,14 @@ pub(super) struct Conn {
     pub(super) fatal: Option<RpcError>,
     /// The fatal error is queued: close once the output drains, ignore further answers.
     pub(super) closing: bool,
+    /// The last time bytes came in or went out (or the connection was accepted).
+    pub(super) last_io: Instant,
+    /// Part of a request is buffered (updated each time the connection is serviced).
+    pub(super) partial: bool,
 }
 
 impl Conn {
-    pub(super) fn new(stream: Stream, max_request_bytes: usize) -> Self {
+    pub(super) fn new(stream: Stream, max_request_bytes: usize, now: Instant) -> Self {
         Conn {
             stream,
             framer: Framer::new(max_request_bytes),
@@ -112,6 +117,47 @@ impl Conn {
             broken: false,
             fatal: None,
             closing: false,
+            last_io: now,
+            partial: false,
+        }
+    }
+
+    /// Takes a handler's answer: queued for sending, or kept until the rest of its batch is
+    /// answered, then sent as one array.
+    pub(super) fn complete(&mut self, batch: Option<usize>, body: Option<Vec<u8>>) {
+        let Some(b) = batch else {
+            self.outstanding = self.outstanding.saturating_sub(1);
+            if let Some(body) = body {
+                if !self.closing {
+                    self.queue_out(body);
+                }
+            }
+            return;
+        };
+        let Some(batch) = self.batches.get_mut(&b) else {
+            return;
+        };
+        if let Some(body) = body {
+            batch.parts.push(body);
+        }
+        batch.remaining = batch.remaining.saturating_sub(1);
+        if batch.remaining > 0 {
+            return;
+        }
+        let parts = self.batches.remove(&b).map(|b| b.parts).unwrap_or_default();
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if !parts.is_empty() && !self.closing {
+            let len = parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2;
+            let mut out = Vec::with_capacity(len);
+            out.push(b'[');
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(p);
+            }
+            out.extend_from_slice(b"]\n");
+            self.queue_out(out);
         }
     }
 
@@ -159,7 +205,55 @@ impl Conn {
                 }
             }
         }
+        if did {
+            self.last_io = Instant::now();
+        }
         did
+    }
+
+    /// Whether the connection waits for its peer: to send the rest of a request, or to read
+    /// the answers queued for it. Such a connection stalls when that does not move.
+    pub(super) fn waits_on_peer(&self) -> bool {
+        self.partial || !self.out.is_empty()
+    }
+
+    /// Whether the connection may be closed to make room for a new one: nothing in flight,
+    /// nothing to send, nothing arrived that was not read yet. (Half a request does not count:
+    /// it is not being worked on.)
+    pub(super) fn is_idle(&self) -> bool {
+        !self.readable
+            && self.outstanding == 0
+            && self.out.is_empty()
+            && !self.frames_pending
+            && !self.closing
+            && self.fatal.is_none()
+    }
+
+    /// No progress for `timeout` while waiting on the peer: tell it (when it owes us the rest
+    /// of a request, best effort) and close now.
+    pub(super) fn close_stalled(&mut self, id: usize, timeout: Duration) {
+        if self.out.is_empty() {
+            tracing::info!(
+                conn = id,
+                ?timeout,
+                "rpc request incomplete, closing connection"
+            );
+            let err = RpcError::new(
+                RpcError::INVALID_REQUEST,
+                format!("Invalid request: incomplete request, nothing received for {timeout:?}"),
+            );
+            let mut body = encode_response(None, &Err(err));
+            body.push(b'\n');
+            self.queue_out(body);
+            self.flush();
+        } else {
+            tracing::info!(
+                conn = id,
+                ?timeout,
+                "rpc answers not read, closing connection"
+            );
+        }
+        self.broken = true;
     }
 
     pub(super) fn wants_service(&self) -> bool {
@@ -182,6 +276,17 @@ impl Conn {
 
 /// Read what is available (within the budget), and dispatch every complete request.
 pub(super) fn service_conn(
+    id: usize,
+    c: &mut Conn,
+    registry: &MethodRegistry,
+    shared: &Arc<Shared>,
+    scratch: &mut [u8],
+) {
+    read_and_dispatch(id, c, registry, shared, scratch);
+    c.partial = c.framer.has_partial();
+}
+
+fn read_and_dispatch(
     id: usize,
     c: &mut Conn,
     registry: &MethodRegistry,
@@ -234,6 +339,7 @@ pub(super) fn service_conn(
                 return;
             }
             Ok(n) => {
+                c.last_io = Instant::now();
                 c.framer.push(&scratch[..n]);
                 budget = budget.saturating_sub(n);
             }
@@ -320,5 +426,60 @@ fn run_request(route: Route, req: Request, registry: &MethodRegistry) {
                 Responder::with_reply_sink(move |r| route.deliver_reply(r)),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> (Conn, std::os::unix::net::UnixStream) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let c = Conn::new(Stream::Unix(UnixStream::from_std(a)), 1024, Instant::now());
+        (c, b)
+    }
+
+    /// Idle: nothing in flight and nothing to send, half a request or not. Waiting on the
+    /// peer: half a request, or output it has not read.
+    #[test]
+    fn idle_and_waiting_states() {
+        let (mut c, _peer) = conn();
+        assert!(c.is_idle() && !c.waits_on_peer());
+        c.framer.push(b"{\"jsonrpc\"");
+        c.partial = c.framer.has_partial();
+        assert!(c.is_idle() && c.waits_on_peer());
+        c.outstanding = 1;
+        assert!(!c.is_idle());
+        c.outstanding = 0;
+        // Input not read yet may be a request.
+        c.readable = true;
+        assert!(!c.is_idle());
+        c.readable = false;
+        c.partial = false;
+        c.queue_out(b"{}\n".to_vec());
+        assert!(!c.is_idle() && c.waits_on_peer());
+        assert!(c.flush());
+        assert!(c.is_idle() && !c.waits_on_peer());
+        // Whitespace between requests is not half a request.
+        let (mut c, _peer) = conn();
+        c.framer.push(b" \n");
+        assert!(!c.framer.has_partial());
+    }
+
+    #[test]
+    fn stalled_request_gets_an_error_line() {
+        use std::io::Read as _;
+        let (mut c, mut peer) = conn();
+        c.partial = true;
+        c.close_stalled(9, Duration::from_secs(30));
+        assert!(c.should_close());
+        let mut got = String::new();
+        drop(c);
+        peer.read_to_string(&mut got).unwrap();
+        assert_eq!(
+            got,
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid request: incomplete request, nothing received for 30s\"}}\n"
+        );
     }
 }

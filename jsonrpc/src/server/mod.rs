@@ -5,9 +5,14 @@
 //! answering thread and pushed onto a queue shared with the server, and a `mio::Waker` makes the
 //! epoll fd readable so the owner knows to poll again. Each connection carries a serial id and an
 //! `alive` flag, so a late answer for a closed connection is dropped without touching any other.
+//!
+//! Limits: a new client is always served while a connection is idle (at the connection limit
+//! the one idle for longest is closed for it), and a connection that waits on its peer without
+//! progress for the stall timeout is closed (see [`ServerOptions`]).
 
 mod conn;
 mod route;
+mod timer;
 mod unix;
 
 use std::collections::HashMap;
@@ -18,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -26,14 +31,24 @@ use parking_lot::Mutex;
 
 use self::conn::{service_conn, Conn, Stream, OUT_HIGH_WATER, READ_CHUNK};
 use self::route::{Queue, Shared};
+use self::timer::StallTimer;
 use self::unix::{bind_unix, UnixSide};
 use crate::message::encode_response;
 use crate::{Error, MethodRegistry};
 
+/// Default [`ServerOptions::max_request_bytes`]: 64 MiB (a batch creating 10 000 bdevs is about
+/// 2 MiB).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+/// Default [`ServerOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default [`ServerOptions::stall_timeout`].
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 const UNIX_LISTENER: Token = Token(0);
 const TCP_LISTENER: Token = Token(1);
 const WAKER: Token = Token(2);
-const FIRST_CONN: usize = 3;
+const STALL_TIMER: Token = Token(3);
+const FIRST_CONN: usize = 4;
 
 /// Where and how the server listens.
 #[derive(Debug, Clone)]
@@ -44,8 +59,16 @@ pub struct ServerOptions {
     pub tcp_addr: Option<SocketAddr>,
     /// Largest accepted request in bytes; larger ones get -32600 and the connection is closed.
     pub max_request_bytes: usize,
-    /// Connections served at once; further clients wait in the listen backlog.
+    /// Connections served at once (at least 1). At the limit a new client is still accepted:
+    /// the connection idle for longest (no request in flight, no answer unsent; half a request
+    /// counts as idle) is closed to make room. Only while every connection is busy does a new
+    /// client wait in the listen backlog, until one of them is idle.
     pub max_connections: usize,
+    /// A connection that waits on its peer, for the rest of a request or to read its answers,
+    /// and sees no byte move for this long is closed: half a request gets a -32600 answer
+    /// first. `None`: never. A connection that has sent nothing is not affected (it is idle,
+    /// and makes room at the connection limit).
+    pub stall_timeout: Option<Duration>,
 }
 
 impl Default for ServerOptions {
@@ -53,8 +76,9 @@ impl Default for ServerOptions {
         ServerOptions {
             unix_path: None,
             tcp_addr: None,
-            max_request_bytes: 64 * 1024 * 1024,
-            max_connections: 256,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
         }
     }
 }
@@ -80,6 +104,11 @@ pub struct Server {
     next_conn: usize,
     max_request_bytes: usize,
     max_connections: usize,
+    stall_timeout: Option<Duration>,
+    /// Armed while a connection waits on its peer (only with a stall timeout).
+    timer: Option<StallTimer>,
+    /// The connection limit was reached and said so; cleared once below it.
+    at_limit: bool,
     scratch: Vec<u8>,
 }
 
@@ -129,6 +158,13 @@ impl Server {
             }
             None => None,
         };
+        let timer = match opts.stall_timeout {
+            Some(_) => Some(
+                StallTimer::new(poll.registry(), STALL_TIMER)
+                    .map_err(|source| Error::PollSetup { source })?,
+            ),
+            None => None,
+        };
         Ok(Server {
             poll,
             events: Events::with_capacity(256),
@@ -148,6 +184,9 @@ impl Server {
             next_conn: FIRST_CONN,
             max_request_bytes: opts.max_request_bytes,
             max_connections: opts.max_connections.max(1),
+            stall_timeout: opts.stall_timeout,
+            timer,
+            at_limit: false,
             scratch: vec![0; READ_CHUNK],
         })
     }
@@ -201,6 +240,11 @@ impl Server {
                 UNIX_LISTENER => self.unix_acceptable = true,
                 TCP_LISTENER => self.tcp_acceptable = true,
                 WAKER => {}
+                STALL_TIMER => {
+                    if let Some(t) = &mut self.timer {
+                        t.fired();
+                    }
+                }
                 Token(id) => {
                     if let Some(c) = self.conns.get_mut(&id) {
                         if ev.is_readable() || ev.is_read_closed() {
@@ -246,7 +290,7 @@ impl Server {
 
     fn accept(&mut self, failed: &mut bool) -> bool {
         let mut did = false;
-        while self.unix_acceptable && self.conns.len() < self.max_connections && !*failed {
+        while self.unix_acceptable && !*failed && self.has_room() {
             let Some(l) = self.unix.as_ref().and_then(|u| u.listener.as_ref()) else {
                 self.unix_acceptable = false;
                 break;
@@ -264,7 +308,7 @@ impl Server {
                 }
             }
         }
-        while self.tcp_acceptable && self.conns.len() < self.max_connections && !*failed {
+        while self.tcp_acceptable && !*failed && self.has_room() {
             let Some(l) = self.tcp.as_ref() else {
                 self.tcp_acceptable = false;
                 break;
@@ -294,7 +338,7 @@ impl Server {
             id = id.wrapping_add(1);
         }
         self.next_conn = id.wrapping_add(1);
-        let mut conn = Conn::new(stream, self.max_request_bytes);
+        let mut conn = Conn::new(stream, self.max_request_bytes, Instant::now());
         if let Err(e) = self.poll.registry().register(
             conn.stream.source(),
             Token(id),
@@ -305,6 +349,53 @@ impl Server {
         }
         tracing::debug!(conn = id, "rpc connection accepted");
         self.conns.insert(id, conn);
+        if self.conns.len() > self.max_connections {
+            self.make_room(id);
+        }
+    }
+
+    /// Whether one more client can be served: below the limit, or an idle connection can make
+    /// room for it.
+    fn has_room(&self) -> bool {
+        self.conns.len() < self.max_connections || self.idle_for_longest(None).is_some()
+    }
+
+    /// The idle connection with the oldest traffic, other than `except`.
+    fn idle_for_longest(&self, except: Option<usize>) -> Option<usize> {
+        self.conns
+            .iter()
+            .filter(|(id, c)| Some(**id) != except && c.is_idle() && !c.should_close())
+            .min_by_key(|(_, c)| c.last_io)
+            .map(|(id, _)| *id)
+    }
+
+    /// Over the limit after accepting `new`: close the connection idle for longest.
+    fn make_room(&mut self, new: usize) {
+        let Some(id) = self.idle_for_longest(Some(new)) else {
+            return;
+        };
+        if !self.at_limit {
+            self.at_limit = true;
+            tracing::warn!(
+                limit = self.max_connections,
+                "rpc connection limit reached: each new client closes the connection idle for longest"
+            );
+        }
+        tracing::debug!(
+            conn = id,
+            "rpc connection idle for longest, closed to make room"
+        );
+        self.remove_conn(id);
+    }
+
+    fn remove_conn(&mut self, id: usize) {
+        if let Some(mut c) = self.conns.remove(&id) {
+            c.alive.store(false, Ordering::Release);
+            if let Err(e) = self.poll.registry().deregister(c.stream.source()) {
+                tracing::debug!(conn = id, error = %e, "rpc connection deregister failed");
+            }
+            tracing::debug!(conn = id, "rpc connection closed");
+        }
     }
 
     fn service_reads(&mut self) -> bool {
@@ -322,44 +413,8 @@ impl Server {
         let items = std::mem::take(&mut self.shared.queue.lock().items);
         let did = !items.is_empty();
         for done in items {
-            let Some(c) = self.conns.get_mut(&done.conn) else {
-                continue;
-            };
-            match done.batch {
-                None => {
-                    c.outstanding = c.outstanding.saturating_sub(1);
-                    if let Some(body) = done.body {
-                        if !c.closing {
-                            c.queue_out(body);
-                        }
-                    }
-                }
-                Some(b) => {
-                    let Some(batch) = c.batches.get_mut(&b) else {
-                        continue;
-                    };
-                    if let Some(body) = done.body {
-                        batch.parts.push(body);
-                    }
-                    batch.remaining = batch.remaining.saturating_sub(1);
-                    if batch.remaining == 0 {
-                        let parts = c.batches.remove(&b).map(|b| b.parts).unwrap_or_default();
-                        c.outstanding = c.outstanding.saturating_sub(1);
-                        if !parts.is_empty() && !c.closing {
-                            let len = parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2;
-                            let mut out = Vec::with_capacity(len);
-                            out.push(b'[');
-                            for (i, p) in parts.iter().enumerate() {
-                                if i > 0 {
-                                    out.push(b',');
-                                }
-                                out.extend_from_slice(p);
-                            }
-                            out.extend_from_slice(b"]\n");
-                            c.queue_out(out);
-                        }
-                    }
-                }
+            if let Some(c) = self.conns.get_mut(&done.conn) {
+                c.complete(done.batch, done.body);
             }
         }
         // Fatal errors go out after everything answered before them.
@@ -377,24 +432,67 @@ impl Server {
     fn flush_and_close(&mut self) -> bool {
         let mut did = false;
         let mut dead = Vec::new();
+        let mut oldest_wait: Option<Instant> = None;
         for (&id, c) in self.conns.iter_mut() {
             if !c.out.is_empty() && !c.write_blocked && !c.broken && !c.hup {
                 did |= c.flush();
             }
             if c.should_close() {
                 dead.push(id);
+            } else if c.waits_on_peer() {
+                oldest_wait = Some(oldest_wait.map_or(c.last_io, |t| t.min(c.last_io)));
             }
+        }
+        if let Some(timeout) = self.stall_timeout {
+            did |= self.close_stalled(timeout, oldest_wait, &mut dead);
         }
         for id in dead {
             did = true;
-            if let Some(mut c) = self.conns.remove(&id) {
-                c.alive.store(false, Ordering::Release);
-                if let Err(e) = self.poll.registry().deregister(c.stream.source()) {
-                    tracing::debug!(conn = id, error = %e, "rpc connection deregister failed");
+            self.remove_conn(id);
+        }
+        if self.conns.len() < self.max_connections {
+            self.at_limit = false;
+        }
+        did
+    }
+
+    /// Closes the connections that waited on their peer for `timeout` without progress (adding
+    /// them to `dead`), and arms the timer for the next one that could. `oldest` is the oldest
+    /// traffic of a waiting connection.
+    fn close_stalled(
+        &mut self,
+        timeout: Duration,
+        oldest: Option<Instant>,
+        dead: &mut Vec<usize>,
+    ) -> bool {
+        let Some(timer) = self.timer.as_mut() else {
+            return false;
+        };
+        if oldest.is_none() && !timer.is_armed() {
+            return false;
+        }
+        let now = Instant::now();
+        // A timeout too large to add to an instant never expires.
+        let mut next = oldest.and_then(|t| t.checked_add(timeout));
+        let mut did = false;
+        if next.is_some_and(|at| at <= now) {
+            next = None;
+            for (&id, c) in self.conns.iter_mut() {
+                if c.should_close() || !c.waits_on_peer() {
+                    continue;
                 }
-                tracing::debug!(conn = id, "rpc connection closed");
+                match c.last_io.checked_add(timeout) {
+                    Some(at) if at <= now => {
+                        c.close_stalled(id, timeout);
+                        dead.push(id);
+                        did = true;
+                    }
+                    Some(at) => next = Some(next.map_or(at, |n: Instant| n.min(at))),
+                    None => {}
+                }
             }
         }
+        timer.arm(next, now);
         did
     }
 }
