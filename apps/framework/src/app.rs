@@ -332,6 +332,8 @@ impl App {
             Some(path) => {
                 let sopts = ServerOptions {
                     unix_path: Some(path.clone()),
+                    stall_timeout: (args.rpc_stall_timeout > 0)
+                        .then(|| Duration::from_secs(args.rpc_stall_timeout)),
                     ..ServerOptions::default()
                 };
                 Some(Server::bind(sopts, registry.clone()).map_err(|e| match e {
