@@ -84,7 +84,10 @@ pub use error::{ClientError, Error, Result, RpcError};
 pub use registry::{
     decode_params, Handler, MethodRegistry, Responder, RUNTIME_STATE_MESSAGE, STARTUP_STATE_MESSAGE,
 };
-pub use server::{Server, ServerOptions};
+pub use server::{
+    Server, ServerOptions, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_STALL_TIMEOUT,
+};
 
 /// RPC state mask: before subsystem initialisation (SPDK's `SPDK_RPC_STARTUP`).
 pub const STARTUP: u32 = 0x1;

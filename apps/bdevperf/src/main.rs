@@ -9,6 +9,8 @@ mod hist;
 mod job;
 mod jobfile;
 mod offsets;
+mod pattern;
+mod repeats;
 mod report;
 mod setup;
 
@@ -26,7 +28,7 @@ use bdevkit::bdev::BdevManager;
 use bdevkit::clock;
 use bdevkit::thread::{CpuSet, RuntimeHandle, Thread, ThreadHandle};
 use bdevkit_app::{App, AppOptions, CommonArgs};
-use bdevkit_jsonrpc::{Responder, RpcError, RUNTIME};
+use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, RUNTIME};
 use serde_json::Value;
 
 use crate::args::Opts;
@@ -108,14 +110,23 @@ fn run(opts: &Opts) -> Result<bool> {
     if let Some(jobs) = &opts.job_file {
         println!("Using job config with {} jobs", jobs.len());
     }
+    // perform_tests is there from the first request on: a client that
+    // calls it as soon as the socket answers must not get "Method not found".
+    let registry = MethodRegistry::new();
+    let perform = if opts.wait_for_tests {
+        Some(register_perform_tests(&registry)?)
+    } else {
+        None
+    };
     let app_opts = AppOptions {
         handle_signals: false,
+        registry: Some(registry),
         ..AppOptions::default()
     };
     let app = App::start_with(&args, &bdevkit_app::default_modules(), app_opts)
         .map_err(|e| anyhow::anyhow!("{}", bdevkit_app::ErrorChain(&e)))?;
-    let result = if opts.wait_for_tests {
-        serve_perform_tests(&app, opts, &stop)
+    let result = if let Some(perform) = perform {
+        serve_perform_tests(&app, opts, &stop, &perform)
     } else {
         (|| -> Result<bool> {
             if opts.config.is_none() {
@@ -151,13 +162,20 @@ fn run_test(app: &App, opts: &Opts, stop: &AtomicBool) -> Result<(Vec<JobSummary
     r
 }
 
-/// `-z`: wait for `perform_tests` RPCs and run one test per call until a
-/// signal or `spdk_kill_instance` stops the app.
-fn serve_perform_tests(app: &App, opts: &Opts, stop: &AtomicBool) -> Result<bool> {
+/// `perform_tests` calls on their way to the main thread, and whether one
+/// runs.
+struct PerformTests {
+    calls: mpsc::Receiver<(Option<Value>, Responder)>,
+    busy: Arc<AtomicBool>,
+}
+
+/// Registers `perform_tests`: it hands its call to [`serve_perform_tests`],
+/// or answers "Operation now in progress" while a test runs.
+fn register_perform_tests(registry: &MethodRegistry) -> Result<PerformTests> {
     let (tx, rx) = mpsc::channel::<(Option<Value>, Responder)>();
     let busy = Arc::new(AtomicBool::new(false));
     let b2 = Arc::clone(&busy);
-    app.registry()
+    registry
         .register("perform_tests", RUNTIME, move |params, resp| {
             if b2.swap(true, Ordering::AcqRel) {
                 resp.err(RpcError::internal_error("Operation now in progress"));
@@ -166,6 +184,18 @@ fn serve_perform_tests(app: &App, opts: &Opts, stop: &AtomicBool) -> Result<bool
             let _ = tx.send((params, resp));
         })
         .map_err(|e| anyhow::anyhow!("register perform_tests: {e}"))?;
+    Ok(PerformTests { calls: rx, busy })
+}
+
+/// `-z`: wait for `perform_tests` RPCs and run one test per call until a
+/// signal or `spdk_kill_instance` stops the app.
+fn serve_perform_tests(
+    app: &App,
+    opts: &Opts,
+    stop: &AtomicBool,
+    perform: &PerformTests,
+) -> Result<bool> {
+    let (rx, busy) = (&perform.calls, &perform.busy);
     if let Some(sock) = app.rpc_socket() {
         println!("bdevperf waiting for perform_tests on {}", sock.display());
     }

@@ -1,6 +1,7 @@
 //! Offset generators used only when a feature asks for them (`-F`, `-D`):
-//! a Zipf sampler and a map of used slots. The default uniform and
-//! sequential offsets stay in `job.rs` and never reach this code.
+//! a Zipf sampler and a map of used slots; and the map of slots a verify
+//! job has in flight. The default uniform and sequential offsets stay in
+//! `job/` and never reach this code.
 
 use std::cell::Cell;
 
@@ -213,6 +214,86 @@ impl SlotMap {
     }
 }
 
+/// The slots of a verify job that a task owns: written and not yet read
+/// back. Another task must not write there meanwhile, or the first one
+/// reads the other's data and reports a miscompare the storage never made
+/// (SPDK keeps the same map). A bit per slot, allocated once.
+#[derive(Debug, Clone)]
+pub struct BusySlots {
+    words: Vec<u64>,
+    slots: u64,
+    busy: u64,
+}
+
+impl BusySlots {
+    /// A map of `slots` free slots.
+    pub fn new(slots: u64) -> anyhow::Result<BusySlots> {
+        let words = usize::try_from(slots.div_ceil(64))
+            .map_err(|_| anyhow::anyhow!("{slots} slots do not fit in memory"))?;
+        Ok(BusySlots {
+            words: vec![0; words],
+            slots,
+            busy: 0,
+        })
+    }
+
+    /// Slots taken now.
+    #[cfg(test)]
+    pub fn busy(&self) -> u64 {
+        self.busy
+    }
+
+    /// Takes the first free slot at or after `from`, wrapping; `None` when
+    /// every slot is taken.
+    pub fn take_from(&mut self, from: u64) -> Option<u64> {
+        if self.busy >= self.slots {
+            return None;
+        }
+        let from = if from < self.slots { from } else { 0 };
+        let slot = self
+            .free_in(from, self.slots)
+            .or_else(|| self.free_in(0, from))
+            .expect("invariant: a map with fewer busy slots than slots has a free one");
+        self.words[word_of(slot)] |= 1 << (slot % 64);
+        self.busy += 1;
+        Some(slot)
+    }
+
+    /// Frees `slot` (a no-op when it is free).
+    pub fn release(&mut self, slot: u64) {
+        let Some(w) = self.words.get_mut(word_of(slot)) else {
+            return;
+        };
+        let bit = 1u64 << (slot % 64);
+        if *w & bit != 0 {
+            *w &= !bit;
+            self.busy -= 1;
+        }
+    }
+
+    /// The first free slot in `from..to`, a word at a time.
+    fn free_in(&self, from: u64, to: u64) -> Option<u64> {
+        let mut at = from;
+        while at < to {
+            // Bits below `at` in its word count as taken.
+            let word = self.words[word_of(at)] | ((1u64 << (at % 64)) - 1);
+            if word != u64::MAX {
+                let slot = at - at % 64 + u64::from(word.trailing_ones());
+                return (slot < to).then_some(slot);
+            }
+            at = at - at % 64 + 64;
+        }
+        None
+    }
+}
+
+/// The word of the map that holds `slot`.
+fn word_of(slot: u64) -> usize {
+    // The map has a word for every 64 slots and `new` checked that their
+    // count fits a usize; saturating keeps an out-of-range slot out of range.
+    usize::try_from(slot / 64).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +417,50 @@ mod tests {
             assert_eq!(m.take(want), naive);
             used[naive] = true;
         }
+    }
+
+    /// Busy slots are skipped, released ones come back, and a full map
+    /// gives nothing; checked against a plain scan on random operations.
+    #[test]
+    fn busy_slots_match_linear_scan() {
+        for slots in [1u64, 2, 63, 64, 65, 200, 4097] {
+            let mut m = BusySlots::new(slots).unwrap();
+            let mut busy = vec![false; usize::try_from(slots).unwrap()];
+            let rng = Cell::new(0x5151 + slots);
+            for _ in 0..20_000 {
+                let r = crate::job::next_rand(&rng);
+                let at = (r >> 8) % (slots + 3);
+                if r.is_multiple_of(3) {
+                    m.release(at);
+                    if let Some(b) = busy.get_mut(usize::try_from(at).unwrap()) {
+                        *b = false;
+                    }
+                } else {
+                    let start = if at < slots { at } else { 0 };
+                    let naive = (start..slots)
+                        .chain(0..start)
+                        .find(|s| !busy[usize::try_from(*s).unwrap()]);
+                    assert_eq!(m.take_from(at), naive, "{slots} slots, from {at}");
+                    if let Some(s) = naive {
+                        busy[usize::try_from(s).unwrap()] = true;
+                    }
+                }
+                let count = busy.iter().filter(|b| **b).count() as u64;
+                assert_eq!(m.busy(), count);
+            }
+        }
+    }
+
+    #[test]
+    fn busy_slots_fill_then_free() {
+        let mut m = BusySlots::new(3).unwrap();
+        assert_eq!(m.take_from(1), Some(1));
+        assert_eq!(m.take_from(1), Some(2));
+        assert_eq!(m.take_from(1), Some(0));
+        assert_eq!(m.take_from(0), None);
+        m.release(2);
+        m.release(2);
+        assert_eq!(m.busy(), 2);
+        assert_eq!(m.take_from(0), Some(2));
     }
 }

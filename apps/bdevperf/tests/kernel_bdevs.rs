@@ -1,11 +1,12 @@
 //! bdevperf on aio and uring bdevs created from an SPDK-format config:
 //! the config replays through the modules' RPC handlers and a verify
-//! workload (write, read back, compare) runs clean on a tmpfs file.
+//! workload (write, read back, compare) runs clean on a tmpfs file; a
+//! write workload on a read-only one fails with one error line.
 
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
-    use std::process::Command;
+    use std::process::{Command, Output};
 
     struct Files(Vec<PathBuf>);
 
@@ -17,10 +18,15 @@ mod tests {
         }
     }
 
-    fn verify(method: &str, extra: &str) {
+    /// bdevperf with `args` on bdev `K0` of `method` over a 16 MiB tmpfs
+    /// file.
+    fn run(method: &str, extra: &str, args: &[&str]) -> Output {
         let pid = std::process::id();
-        let disk = PathBuf::from(format!("/dev/shm/bdevperf-{method}-{pid}.img"));
-        let conf = std::env::temp_dir().join(format!("bdevperf-{method}-{pid}.json"));
+        let disk = PathBuf::from(format!(
+            "/dev/shm/bdevperf-{method}-{pid}-{}.img",
+            args.join("")
+        ));
+        let conf = disk.with_extension("json");
         let _cleanup = Files(vec![disk.clone(), conf.clone()]);
         std::fs::File::create(&disk)
             .unwrap()
@@ -31,15 +37,23 @@ mod tests {
             disk.display()
         );
         std::fs::write(&conf, config).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+        Command::new(env!("CARGO_BIN_EXE_bdevperf"))
             .arg("--json")
             .arg(&conf)
-            .args([
-                "-m", "0x1", "-q", "16", "-o", "4096", "-w", "verify", "-t", "1",
-            ])
+            .args(args)
             .arg("--interrupt-mode")
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn verify(method: &str, extra: &str) {
+        let out = run(
+            method,
+            extra,
+            &[
+                "-m", "0x1", "-q", "16", "-o", "4096", "-w", "verify", "-t", "1",
+            ],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -74,5 +88,39 @@ mod tests {
             return;
         }
         verify("bdev_uring_create", "");
+    }
+
+    /// Every task of a write job on a read-only bdev fails to submit, the
+    /// same way: one error line and one count, not one line per task.
+    #[test]
+    fn write_on_read_only_aio_logs_once() {
+        for continue_on_failure in [false, true] {
+            let mut args = vec!["-q", "32", "-o", "4096", "-w", "randwrite", "-t", "1"];
+            if continue_on_failure {
+                args.push("-f");
+            }
+            let out = run("bdev_aio_create", r#","readonly":true"#, &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            // -f: failures do not fail the run.
+            let code = if continue_on_failure { 0 } else { 1 };
+            assert_eq!(out.status.code(), Some(code), "{err}");
+            let lines: Vec<&str> = err.lines().filter(|l| l.contains("submit")).collect();
+            assert!(
+                lines[0].contains("submit failed") && lines[0].contains("write not supported"),
+                "{err}"
+            );
+            if continue_on_failure {
+                // -f: every task tried once.
+                assert_eq!(lines.len(), 2, "{err}");
+                assert!(
+                    lines[1].contains("the last submit error repeated")
+                        && lines[1].contains("repeats=31"),
+                    "{err}"
+                );
+            } else {
+                // The first failure stops the job before the others try.
+                assert_eq!(lines.len(), 1, "{err}");
+            }
+        }
     }
 }

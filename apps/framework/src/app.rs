@@ -134,6 +134,10 @@ pub struct AppOptions {
     pub shutdown_timeout: Duration,
     /// Name of the first lightweight thread.
     pub app_thread_name: String,
+    /// A registry with the embedder's own methods, registered before the
+    /// start so that they answer from the first request on (bdevperf's
+    /// `perform_tests`); the app adds its methods to it. `None`: a new one.
+    pub registry: Option<MethodRegistry>,
 }
 
 impl Default for AppOptions {
@@ -143,6 +147,7 @@ impl Default for AppOptions {
             rpc_poll_period_us: 4_000,
             shutdown_timeout: Duration::from_secs(30),
             app_thread_name: "app_thread".into(),
+            registry: None,
         }
     }
 }
@@ -324,7 +329,7 @@ impl App {
             Some(p) => Some(Arc::new(JsonConfig::from_file(p)?)),
             None => None,
         };
-        let registry = MethodRegistry::new();
+        let registry = opts.registry.clone().unwrap_or_default();
         if let Some(allowed) = &args.rpcs_allowed {
             registry.set_allowed(Some(allowed.clone()));
         }
@@ -332,6 +337,8 @@ impl App {
             Some(path) => {
                 let sopts = ServerOptions {
                     unix_path: Some(path.clone()),
+                    stall_timeout: (args.rpc_stall_timeout > 0)
+                        .then(|| Duration::from_secs(args.rpc_stall_timeout)),
                     ..ServerOptions::default()
                 };
                 Some(Server::bind(sopts, registry.clone()).map_err(|e| match e {

@@ -64,6 +64,11 @@ pub struct CommonArgs {
     /// "Method not found".
     #[arg(long, value_name = "METHODS", value_delimiter = ',')]
     pub rpcs_allowed: Option<Vec<String>>,
+
+    /// Close an RPC connection that stops half-way through a request (or
+    /// does not read its answers) for this many seconds; 0 = never.
+    #[arg(long, value_name = "SEC", default_value_t = bdevkit_jsonrpc::DEFAULT_STALL_TIMEOUT.as_secs())]
+    pub rpc_stall_timeout: u64,
 }
 
 impl Default for CommonArgs {
@@ -78,6 +83,7 @@ impl Default for CommonArgs {
             log_level: None,
             json_ignore_init_errors: false,
             rpcs_allowed: None,
+            rpc_stall_timeout: bdevkit_jsonrpc::DEFAULT_STALL_TIMEOUT.as_secs(),
         }
     }
 }
@@ -167,6 +173,8 @@ mod tests {
             "--json-ignore-init-errors",
             "--rpcs-allowed",
             "a,b,c",
+            "--rpc-stall-timeout",
+            "5",
         ])
         .unwrap()
         .common;
@@ -176,10 +184,13 @@ mod tests {
         assert!(c.wait_for_rpc && c.interrupt_mode && c.json_ignore_init_errors);
         assert_eq!(c.logflag, vec!["bdev_null"]);
         assert_eq!(c.rpcs_allowed.unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(c.rpc_stall_timeout, 5);
 
         let d = Cli::try_parse_from(["app"]).unwrap().common;
         assert_eq!(d.cpumask, CpuSet::single(0));
         assert!(d.rpc_socket.is_none() && d.json.is_none() && !d.wait_for_rpc);
+        assert_eq!(d.rpc_stall_timeout, 30);
+        assert_eq!(d.rpc_stall_timeout, CommonArgs::default().rpc_stall_timeout);
 
         let j = Cli::try_parse_from(["app", "--json", "f", "-m", "0x3"])
             .unwrap()

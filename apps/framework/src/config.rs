@@ -10,7 +10,11 @@
 //! in the STARTUP pass). Subsystems this application does not have are
 //! skipped with a notice, so a full `spdk_tgt` config loads; an unknown
 //! method in a known subsystem fails the load (SPDK's json_config.c).
+//!
+//! A config file is at most [`MAX_CONFIG_BYTES`] (the RPC request limit):
+//! a larger one fails before anything is read into memory.
 
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -55,13 +59,43 @@ pub struct JsonConfig {
     pub subsystems: Vec<SubsystemConfig>,
 }
 
+/// Largest config file: the largest RPC request
+/// ([`bdevkit_jsonrpc::DEFAULT_MAX_REQUEST_BYTES`], 64 MiB). A config is a
+/// list of RPC requests; a saved config of 10 000 bdevs is about 3 MiB.
+pub const MAX_CONFIG_BYTES: usize = bdevkit_jsonrpc::DEFAULT_MAX_REQUEST_BYTES;
+
+/// Reads `path` as text, failing with [`Error::ConfigTooLarge`] without
+/// reading it when the file is larger than `limit`, or once more than
+/// `limit` bytes came (for pipes and devices, whose size is unknown).
+fn read_limited(path: &Path, limit: usize) -> Result<String> {
+    let read_error = |source| Error::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    };
+    let too_large = || Error::ConfigTooLarge {
+        path: path.to_path_buf(),
+        limit,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
+    if file.metadata().map_err(read_error)?.len() > limit64 {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit64.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() > limit {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 impl JsonConfig {
-    /// Reads and parses a config file.
+    /// Reads and parses a config file (at most [`MAX_CONFIG_BYTES`]).
     pub fn from_file(path: &Path) -> Result<JsonConfig> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_limited(path, MAX_CONFIG_BYTES)?;
         Self::parse(&text)
     }
 
@@ -541,6 +575,38 @@ pub fn config_document(subsystems: Vec<(String, Value)>) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A file over the limit fails before it is read: a 1 GiB sparse file
+    /// costs nothing; a device of unknown size is cut at the limit.
+    #[test]
+    fn config_files_over_the_limit_fail_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("huge.json");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        let e = JsonConfig::from_file(&huge).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "JSON config file {} is larger than 67108864 bytes (the RPC request limit)",
+                huge.display()
+            )
+        );
+        assert_eq!(e.errno(), libc::EFBIG);
+        let e = read_limited(Path::new("/dev/zero"), 4096).unwrap_err();
+        assert!(
+            matches!(e, Error::ConfigTooLarge { limit: 4096, .. }),
+            "{e}"
+        );
+        // At the limit exactly it is read.
+        let ok = dir.path().join("ok.json");
+        std::fs::write(&ok, r#"{"subsystems": []}"#).unwrap();
+        assert_eq!(read_limited(&ok, 18).unwrap(), r#"{"subsystems": []}"#);
+        assert!(read_limited(&ok, 17).is_err());
+        assert_eq!(JsonConfig::from_file(&ok).unwrap(), JsonConfig::default());
+    }
 
     #[test]
     fn comments_are_stripped_outside_strings() {

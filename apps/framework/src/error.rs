@@ -49,6 +49,14 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The JSON config file is larger than [`crate::config::MAX_CONFIG_BYTES`].
+    #[error("JSON config file {} is larger than {limit} bytes (the RPC request limit)", path.display())]
+    ConfigTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The JSON config is not valid JSON.
     #[error("Parsing JSON configuration failed")]
     ParseConfig(#[source] serde_json::Error),
@@ -101,7 +109,7 @@ impl Error {
     /// The errno this error maps to (positive).
     #[must_use]
     pub fn errno(&self) -> i32 {
-        use libc::{EADDRINUSE, EALREADY, EINVAL, EIO, ENOENT, EPERM, ESHUTDOWN};
+        use libc::{EADDRINUSE, EALREADY, EFBIG, EINVAL, EIO, ENOENT, EPERM, ESHUTDOWN};
         match self {
             Error::StartRuntime(e) | Error::Init(e) => e.errno(),
             Error::RegisterRpc { source, .. } | Error::BindRpc { source, .. } => source.errno(),
@@ -114,6 +122,7 @@ impl Error {
             | Error::ConfigEntry { .. }
             | Error::Logging(_) => EINVAL,
             Error::ConfigMethodNotFound { .. } => ENOENT,
+            Error::ConfigTooLarge { .. } => EFBIG,
             Error::InitAgain => EALREADY,
             Error::RpcSocketInUse { .. } => EADDRINUSE,
             Error::AppThreadGone | Error::Stopped => ESHUTDOWN,

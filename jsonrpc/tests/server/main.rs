@@ -10,6 +10,8 @@ mod harness;
 #[cfg(test)]
 mod large;
 #[cfg(test)]
+mod limits;
+#[cfg(test)]
 mod protocol;
 #[cfg(test)]
 mod socket;

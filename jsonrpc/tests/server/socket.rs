@@ -1,7 +1,6 @@
 //! The unix socket and its lock file, the TCP listener, connection limits.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::sync::atomic::Ordering;
 
 use bdevkit_jsonrpc::{Client, Error, MethodRegistry, Server, ServerOptions};
 use serde_json::json;
@@ -115,25 +114,4 @@ fn tcp_listener() {
     );
     // The unix socket works at the same time.
     assert_eq!(srv.client().call("echo", None).unwrap(), json!(null));
-}
-
-#[test]
-fn connections_over_the_limit_wait_in_the_backlog() {
-    let srv = TestServer::start_with(|o| o.max_connections = 2);
-    let mut a = srv.client();
-    let mut b = srv.client();
-    assert_eq!(a.call("echo", None).unwrap(), json!(null));
-    assert_eq!(b.call("echo", None).unwrap(), json!(null));
-    let path = srv.path.clone();
-    let third = std::thread::spawn(move || {
-        let mut c = Client::connect_unix(&path).unwrap();
-        c.call("echo", Some(json!(["third"]))).unwrap()
-    });
-    // The third connection is not accepted while two are open.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    assert_eq!(srv.connections.load(Ordering::Acquire), 2);
-    assert!(!third.is_finished());
-    drop(a);
-    assert_eq!(third.join().unwrap(), json!(["third"]));
-    assert_eq!(b.call("echo", None).unwrap(), json!(null));
 }

@@ -1,6 +1,8 @@
 //! One job: a queue depth of I/Os kept in flight on one bdev from one
 //! lightweight thread. The completion path resubmits at once; nothing on
-//! it allocates.
+//! it allocates. A task gets its data buffer when it first gets a
+//! `BdevIo`, so a queue deeper than the bdev_io pool costs no buffers for
+//! the tasks that wait. The verify cycle is in [`verify`].
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -14,7 +16,11 @@ use bdevkit::dma::DmaBuf;
 
 use crate::args::Workload;
 use crate::hist::Histogram;
-use crate::offsets::{SlotMap, Zipf};
+use crate::offsets::{BusySlots, SlotMap, Zipf};
+use crate::pattern::stamp_unique;
+use crate::repeats::{Repeats, Verdict};
+
+mod verify;
 
 /// What one job does.
 #[derive(Debug, Clone)]
@@ -95,7 +101,10 @@ enum Phase {
 }
 
 struct Task {
+    /// `None` until the task first gets a `BdevIo` (and for workloads
+    /// without data), and while its I/O is in flight.
     buf: Option<DmaBuf>,
+    /// Verify: the slot the task owns (from its write until the read-back).
     slot: u64,
     gen: u64,
     phase: Phase,
@@ -115,6 +124,8 @@ pub struct Job {
     first_slot: u64,
     num_slots: u64,
     check_data: bool,
+    /// Bytes of a task's buffer; 0 for workloads without data.
+    buf_len: usize,
     /// Hot-path copies of `cfg` facts.
     random: bool,
     verify: bool,
@@ -124,6 +135,8 @@ pub struct Job {
     zipf: Option<Zipf>,
     /// `-D`: used slots.
     map: Option<RefCell<SlotMap>>,
+    /// Verify: the slots tasks own.
+    busy: Option<RefCell<BusySlots>>,
     /// `-U`: stamp each write.
     unique: bool,
     /// Writes issued (`-U` stamps and verify generations).
@@ -141,6 +154,8 @@ pub struct Job {
     resets: RefCell<Option<bdevkit::thread::Poller>>,
     /// The bdev was hot-removed.
     gone: Cell<bool>,
+    /// Submit errors, each logged once.
+    submit_errors: RefCell<Repeats>,
 }
 
 thread_local! {
@@ -189,55 +204,6 @@ fn below(r: u64, n: u64) -> u64 {
     u64::try_from((u128::from(r) * u128::from(n)) >> 64).unwrap_or(0)
 }
 
-/// The pattern key of one write: offset, seed and generation.
-#[inline]
-fn pattern_key(offset_blocks: u64, seed: u64, gen: u64) -> u64 {
-    let mut z = offset_blocks ^ seed.rotate_left(17) ^ gen.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-#[inline]
-fn pattern_word(key: u64, i: usize) -> u64 {
-    key ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
-}
-
-/// `-U`: stamps each block of a write with its block address, the job's
-/// write count and the job id, so no two writes of the run carry the same
-/// data. 24 bytes per block; the rest keeps whatever the buffer held.
-fn stamp_unique(buf: &mut [u8], block_size: usize, offset_blocks: u64, write: u64, job: u64) {
-    for (i, block) in buf.chunks_exact_mut(block_size).enumerate() {
-        if let Some(head) = block.get_mut(..24) {
-            head[..8].copy_from_slice(&(offset_blocks + i as u64).to_le_bytes());
-            head[8..16].copy_from_slice(&write.to_le_bytes());
-            head[16..].copy_from_slice(&job.to_le_bytes());
-        }
-    }
-}
-
-fn fill_pattern(buf: &mut [u8], key: u64) {
-    for (i, chunk) in buf.chunks_exact_mut(8).enumerate() {
-        chunk.copy_from_slice(&pattern_word(key, i).to_le_bytes());
-    }
-}
-
-/// First differing byte: `(index, expected, actual)`.
-fn check_pattern(buf: &[u8], key: u64) -> Option<(usize, u8, u8)> {
-    for (i, chunk) in buf.chunks_exact(8).enumerate() {
-        let want = pattern_word(key, i).to_le_bytes();
-        if chunk != want {
-            let j = chunk
-                .iter()
-                .zip(want.iter())
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
-            return Some((i * 8 + j, want[j], chunk[j]));
-        }
-    }
-    None
-}
-
 /// The job's slots `(first, count)` in I/O-size units: a job file's block
 /// range (whole I/Os inside it, the first one holding `offset`, as SPDK
 /// rounds), or the job's `-C` slice of the bdev.
@@ -274,10 +240,10 @@ fn slots_of(cfg: &JobConfig, num_blocks: u64, io_blocks: u64) -> anyhow::Result<
 }
 
 impl Job {
-    /// Opens the bdev and prepares buffers; call on the job's thread.
+    /// Opens the bdev and prepares the tasks; call on the job's thread.
     /// On hot remove the job stops, reports what failed, and releases the
     /// bdev as soon as its I/O has drained.
-    pub fn new(cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
+    pub fn new(mut cfg: JobConfig, mgr: &BdevManager) -> anyhow::Result<Rc<Job>> {
         let id = cfg.id;
         let desc = mgr
             .open(&cfg.bdev, true, move |e| {
@@ -315,25 +281,37 @@ impl Job {
             Workload::Reset => needs(IoType::Reset)?,
             _ => {}
         }
-        let len = usize::try_from(cfg.io_size)?;
         let data = !matches!(
             cfg.workload,
             Workload::Unmap | Workload::Flush | Workload::WriteZeroes
         );
-        let mut tasks = Vec::new();
-        for _ in 0..cfg.queue_depth {
-            let buf = if data {
-                Some(DmaBuf::new(len).map_err(|e| anyhow::anyhow!("I/O buffer: {e}"))?)
-            } else {
-                None
-            };
-            tasks.push(Task {
-                buf,
+        let buf_len = if data {
+            usize::try_from(cfg.io_size)?
+        } else {
+            0
+        };
+        let verify = cfg.workload.verifies();
+        let busy = if verify {
+            if u64::from(cfg.queue_depth) > per {
+                // Each I/O owns its slot until it is read back.
+                eprintln!(
+                    "warning: verify on {}: queue depth (-q) {} is above the {per} I/Os of {} bytes that fit in the job's range; using {per}",
+                    cfg.bdev, cfg.queue_depth, cfg.io_size,
+                );
+                cfg.queue_depth = u32::try_from(per).expect("invariant: per < queue_depth, a u32");
+            }
+            Some(RefCell::new(BusySlots::new(per)?))
+        } else {
+            None
+        };
+        let tasks = (0..cfg.queue_depth)
+            .map(|_| Task {
+                buf: None,
                 slot: 0,
                 gen: 0,
                 phase: Phase::Write,
-            });
-        }
+            })
+            .collect();
         // A bdev that stores nothing cannot give data back: verify checks
         // completions only there.
         let check_data = cfg.workload.verifies() && bdev.product_name() != "Null disk";
@@ -351,7 +329,6 @@ impl Job {
             None
         };
         let unique = cfg.unique_writes && cfg.workload.writes_data();
-        let verify = cfg.workload.verifies();
         let job = Rc::new(Job {
             rng: Cell::new(cfg.seed | 1),
             first_slot,
@@ -359,11 +336,13 @@ impl Job {
             io_blocks,
             block_size,
             check_data,
+            buf_len,
             random,
             verify,
             plain: !verify && zipf.is_none() && map.is_none() && !unique,
             zipf,
             map,
+            busy,
             unique,
             writes: Cell::new(0),
             ch,
@@ -384,6 +363,7 @@ impl Job {
             on_done: RefCell::new(None),
             resets: RefCell::new(None),
             gone: Cell::new(false),
+            submit_errors: RefCell::new(Repeats::default()),
             cfg,
         });
         *job.me.borrow_mut() = Some(Rc::clone(&job) as Rc<dyn IoCompletion>);
@@ -415,10 +395,23 @@ impl Job {
             });
             *self.resets.borrow_mut() = Some(p);
         }
-        for tag in 0..self.cfg.queue_depth as usize {
-            let buf = self.tasks.borrow_mut()[tag].buf.take();
-            self.outstanding.set(self.outstanding.get() + 1);
-            self.issue(tag, buf);
+        // Every task counts until it retires, so that one failing at once
+        // does not leave the job with nothing outstanding while the
+        // others have yet to start.
+        let depth = self.cfg.queue_depth;
+        self.outstanding.set(self.outstanding.get() + depth);
+        for tag in 0..depth {
+            if !self.running.get() {
+                // A failed submit stopped the job: the tasks not started
+                // retire unstarted.
+                self.outstanding.set(self.outstanding.get() - (depth - tag));
+                if self.outstanding.get() == 0 {
+                    self.finish();
+                }
+                return;
+            }
+            let buf = self.tasks.borrow_mut()[tag as usize].buf.take();
+            self.issue(tag as usize, buf);
         }
     }
 
@@ -462,6 +455,10 @@ impl Job {
         let Some(done) = self.on_done.borrow_mut().take() else {
             return;
         };
+        let repeats = self.submit_errors.borrow_mut().take_repeats();
+        if repeats > 0 {
+            tracing::error!(bdev = %self.cfg.bdev, repeats, "the last submit error repeated");
+        }
         let summary = self.summary(clock::ticks());
         // Break the handler cycle; the job is dropped by its owner.
         self.me.borrow_mut().take();
@@ -557,6 +554,13 @@ impl Job {
             self.wait_for_io(tag, buf);
             return;
         };
+        let buf = match buf {
+            None if self.buf_len > 0 => match self.first_buf() {
+                Some(b) => Some(b),
+                None => return,
+            },
+            buf => buf,
+        };
         if self.plain {
             self.fill(&mut io, buf);
         } else {
@@ -634,39 +638,6 @@ impl Job {
         }
     }
 
-    /// Sets the next request of a verify task: write a fresh pattern, or
-    /// read it back into a poisoned buffer.
-    #[cold]
-    fn fill_verify(&self, io: &mut BdevIo, tag: usize, buf: Option<DmaBuf>) {
-        let n = self.io_blocks;
-        let mut tasks = self.tasks.borrow_mut();
-        let t = &mut tasks[tag];
-        let mut buf = buf.expect("invariant: verify tasks own a buffer");
-        match t.phase {
-            Phase::Write => {
-                t.slot = self.next_slot();
-                t.gen = if self.unique {
-                    // -U: a generation no other write of the job has.
-                    let w = self.writes.get() + 1;
-                    self.writes.set(w);
-                    w
-                } else {
-                    t.gen + 1
-                };
-                if self.check_data {
-                    fill_pattern(&mut buf, pattern_key(t.slot * n, self.cfg.seed, t.gen));
-                }
-                io.write(t.slot * n, n, buf);
-            }
-            Phase::Read => {
-                if self.check_data {
-                    buf.fill(0xA5);
-                }
-                io.read(t.slot * n, n, buf);
-            }
-        }
-    }
-
     /// Tags and submits `io` with the job as its completion.
     #[inline]
     fn send(&self, mut io: BdevIo, tag: usize) {
@@ -676,6 +647,21 @@ impl Job {
         }
         if let Err(e) = self.ch.submit(io) {
             self.submit_failed(tag, *e);
+        }
+    }
+
+    /// A task's first buffer; `None` (the job failed and stopped) when it
+    /// cannot be allocated.
+    #[cold]
+    fn first_buf(&self) -> Option<DmaBuf> {
+        match DmaBuf::new(self.buf_len) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.stats.borrow_mut().failed += 1;
+                self.fail_job(&format!("allocate an I/O buffer: {e}"));
+                self.retire();
+                None
+            }
         }
     }
 
@@ -693,11 +679,26 @@ impl Job {
 
     #[cold]
     fn submit_failed(&self, tag: usize, mut e: bdevkit::bdev::SubmitError) {
-        self.tasks.borrow_mut()[tag].buf = e.io.take_buf();
+        let slot = {
+            let mut tasks = self.tasks.borrow_mut();
+            let t = &mut tasks[tag];
+            t.buf = e.io.take_buf();
+            t.phase = Phase::Write;
+            t.slot
+        };
+        // The task stops: a verify task gives its slot back.
+        self.release_verify_slot(slot);
         self.stats.borrow_mut().failed += 1;
         self.outstanding.set(self.outstanding.get() - 1);
         self.failed.set(true);
-        tracing::error!(bdev = %self.cfg.bdev, error = %e.error, "submit failed");
+        let error = e.error.to_string();
+        let verdict = self.submit_errors.borrow_mut().check(&error);
+        if let Verdict::Log { previous_repeats } = verdict {
+            if previous_repeats > 0 {
+                tracing::error!(bdev = %self.cfg.bdev, repeats = previous_repeats, "the last submit error repeated");
+            }
+            tracing::error!(bdev = %self.cfg.bdev, %error, "submit failed");
+        }
         // A task that cannot submit stops; the others carry on with -f.
         if !self.cfg.continue_on_failure || self.outstanding.get() == 0 {
             self.stop();
@@ -747,43 +748,6 @@ impl Job {
         // `timeout_ticks` is u64::MAX when -k is off: one comparison.
         s.timeouts += u64::from(latency > self.cfg.timeout_ticks);
         s.hist.record(latency);
-    }
-
-    fn verify_done(&self, tag: usize, ok: bool, buf: Option<DmaBuf>) -> Option<DmaBuf> {
-        let mut tasks = self.tasks.borrow_mut();
-        let t = &mut tasks[tag];
-        match t.phase {
-            Phase::Write => {
-                if ok {
-                    t.phase = Phase::Read;
-                }
-            }
-            Phase::Read => {
-                t.phase = Phase::Write;
-                if ok && self.check_data {
-                    if let Some(b) = &buf {
-                        let off = t.slot * self.io_blocks;
-                        let key = pattern_key(off, self.cfg.seed, t.gen);
-                        if let Some((i, want, got)) = check_pattern(b, key) {
-                            let byte = off * self.block_size + i as u64;
-                            eprintln!(
-                                "bdevperf: {}: miscompare at offset {byte} (block {}, byte {i} of the I/O): expected 0x{want:02x}, got 0x{got:02x}",
-                                self.cfg.bdev,
-                                byte / self.block_size,
-                            );
-                            drop(tasks);
-                            let mut s = self.stats.borrow_mut();
-                            s.ios -= 1;
-                            s.failed += 1;
-                            drop(s);
-                            self.fail_job("verify failed");
-                            return buf;
-                        }
-                    }
-                }
-            }
-        }
-        buf
     }
 }
 
@@ -840,189 +804,4 @@ impl IoCompletion for Job {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pattern_roundtrip_and_mismatch() {
-        let mut b = vec![0u8; 4096];
-        let k = pattern_key(100, 7, 1);
-        fill_pattern(&mut b, k);
-        assert_eq!(check_pattern(&b, k), None);
-        assert!(
-            check_pattern(&b, pattern_key(100, 7, 2)).is_some(),
-            "generation matters"
-        );
-        assert!(
-            check_pattern(&b, pattern_key(101, 7, 1)).is_some(),
-            "offset matters"
-        );
-        b[1000] ^= 1;
-        assert_eq!(check_pattern(&b, k).map(|x| x.0), Some(1000));
-    }
-
-    /// Runs `f` on a job created on a malloc bdev of `blocks` 4 KiB
-    /// blocks, on a one-reactor runtime in interrupt mode.
-    fn on_job<R: Send + 'static>(
-        blocks: u64,
-        cfg: JobConfig,
-        f: impl FnOnce(&Rc<Job>) -> R + Send + 'static,
-    ) -> R {
-        use bdevkit::bdev::{BdevManager, BdevOptions};
-        use bdevkit::thread::{Runtime, RuntimeOptions};
-        let rt = Runtime::start(RuntimeOptions::interrupt("0x1".parse().unwrap())).unwrap();
-        let mgr = BdevManager::new(BdevOptions::default());
-        bdevkit_malloc::register(&mgr);
-        let out = rt
-            .app_thread()
-            .run_sync(move || {
-                bdevkit_malloc::create(
-                    &mgr,
-                    bdevkit_malloc::MallocCreateParams::new("M0", 4096, blocks),
-                )
-                .unwrap();
-                let job = Job::new(cfg, &mgr).unwrap();
-                let out = f(&job);
-                job.close();
-                drop(job);
-                mgr.unregister_all(|| {});
-                out
-            })
-            .unwrap();
-        rt.shutdown();
-        out
-    }
-
-    fn cfg(workload: Workload) -> JobConfig {
-        JobConfig {
-            id: 7,
-            bdev: "M0".into(),
-            core: 0,
-            workload,
-            rw_percentage: 0,
-            queue_depth: 1,
-            io_size: 4096,
-            slice: (0, 1),
-            range_blocks: None,
-            seed: 42,
-            timeout_ticks: u64::MAX,
-            continue_on_failure: false,
-            zipf_theta: None,
-            random_map: false,
-            unique_writes: false,
-        }
-    }
-
-    /// The next request the job would submit: offset and data.
-    fn next_request(job: &Job) -> (u64, Vec<u8>) {
-        let mut io = job.ch.alloc_io().unwrap();
-        let buf = DmaBuf::new(4096).unwrap();
-        if job.plain {
-            job.fill(&mut io, Some(buf));
-        } else {
-            job.fill_featured(&mut io, 0, Some(buf));
-        }
-        let off = io.offset_blocks();
-        (off, io.take_buf().unwrap().as_slice().to_vec())
-    }
-
-    /// -U: two consecutive writes to the same (only) slot carry different
-    /// data; without -U the job takes the plain path and writes the same.
-    #[test]
-    fn unique_writes_differ_on_the_same_slot() {
-        let unique = JobConfig {
-            unique_writes: true,
-            ..cfg(Workload::RandWrite)
-        };
-        let (a, b, plain) = on_job(1, unique, |job| {
-            assert!(!job.plain);
-            (next_request(job), next_request(job), job.plain)
-        });
-        assert!(!plain);
-        assert_eq!((a.0, b.0), (0, 0), "one slot");
-        assert_ne!(a.1, b.1);
-        // Block address, write count, job id.
-        assert_eq!(a.1[..8], 0u64.to_le_bytes());
-        assert_eq!(a.1[8..16], 1u64.to_le_bytes());
-        assert_eq!(b.1[8..16], 2u64.to_le_bytes());
-        assert_eq!(a.1[16..24], 7u64.to_le_bytes());
-        let (a, b) = on_job(1, cfg(Workload::RandWrite), |job| {
-            assert!(job.plain, "no feature: the fast path");
-            (next_request(job), next_request(job))
-        });
-        assert_eq!(a.1, b.1);
-    }
-
-    #[test]
-    fn stamp_marks_every_block() {
-        let mut b = vec![0u8; 4 * 512];
-        stamp_unique(&mut b, 512, 100, 9, 3);
-        for i in 0..4 {
-            let blk = &b[i * 512..];
-            assert_eq!(blk[..8], (100 + i as u64).to_le_bytes());
-            assert_eq!(blk[8..16], 9u64.to_le_bytes());
-            assert_eq!(blk[16..24], 3u64.to_le_bytes());
-        }
-    }
-
-    /// -D through the job: over exactly num_slots I/Os of a job-file range
-    /// every slot of the range is hit once.
-    #[test]
-    fn random_map_covers_the_range_once() {
-        let c = JobConfig {
-            random_map: true,
-            range_blocks: Some((10, 300)),
-            ..cfg(Workload::RandRead)
-        };
-        let offs = on_job(1024, c, |job| {
-            assert_eq!((job.first_slot, job.num_slots), (10, 300));
-            (0..300).map(|_| next_request(job).0).collect::<Vec<_>>()
-        });
-        let mut sorted = offs.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (10..310).collect::<Vec<_>>());
-        assert_ne!(offs, sorted, "random order");
-    }
-
-    /// -F through the job: offsets stay in the job's slots and the first
-    /// slot is the most frequent.
-    #[test]
-    fn zipf_offsets_favour_the_first_slot() {
-        let c = JobConfig {
-            zipf_theta: Some(1.2),
-            slice: (1, 2),
-            ..cfg(Workload::RandRead)
-        };
-        let offs = on_job(1000, c, |job| {
-            (0..5000).map(|_| next_request(job).0).collect::<Vec<_>>()
-        });
-        assert!(offs.iter().all(|o| (500..1000).contains(o)), "in the slice");
-        let first = offs.iter().filter(|o| **o == 500).count();
-        let second = offs.iter().filter(|o| **o == 501).count();
-        assert!(first > second && first > 1000, "{first} {second}");
-    }
-
-    #[test]
-    fn job_file_ranges_in_blocks() {
-        let mut c = cfg(Workload::Read);
-        c.io_size = 8192;
-        c.range_blocks = Some((3, 10));
-        // Whole I/Os of 2 blocks; the first holds block 3.
-        assert_eq!(slots_of(&c, 100, 2).unwrap(), (1, 5));
-        c.range_blocks = Some((20, 0));
-        assert_eq!(slots_of(&c, 100, 2).unwrap(), (10, 40));
-        c.range_blocks = Some((90, 20));
-        let e = slots_of(&c, 100, 2).unwrap_err().to_string();
-        assert!(e.contains("past the end of bdev M0 (100 blocks)"), "{e}");
-        c.range_blocks = Some((0, 1));
-        assert!(slots_of(&c, 100, 2).is_err(), "less than one I/O");
-    }
-
-    #[test]
-    fn below_is_in_range() {
-        let s = Cell::new(12345);
-        for _ in 0..10_000 {
-            assert!(below(next_rand(&s), 7) < 7);
-        }
-    }
-}
+mod tests;
