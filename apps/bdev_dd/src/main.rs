@@ -116,7 +116,7 @@ fn run(opts: &Opts, out: &mut Reporter) -> Result<()> {
     };
     let app = App::start_with(&opts.common, &bdevkit_app::default_modules(), app_opts)
         .map_err(|e| anyhow::anyhow!("{}", ErrorChain(&e)))?;
-    let r = copy(&app, opts, out);
+    let r = run_copy(&app, opts, out);
     let shut = app.shutdown();
     r?;
     shut.map_err(|e| anyhow::anyhow!("{}", ErrorChain(&e)))
@@ -186,7 +186,7 @@ fn open(target: &Target, input: bool, app: &ThreadHandle, mgr: &BdevManager) -> 
     }
 }
 
-fn copy(app: &App, opts: &Opts, out: &mut Reporter) -> Result<()> {
+fn run_copy(app: &App, opts: &Opts, out: &mut Reporter) -> Result<()> {
     app.wait_init()
         .map_err(|e| anyhow::anyhow!("{}", ErrorChain(&e)))?;
     let (thread, mgr) = (app.app_thread(), app.mgr().clone());

@@ -79,7 +79,7 @@ fn dd(
         common: CommonArgs::default(),
         logging_asked: false,
     };
-    copy(app, &opts, &mut Reporter::new())
+    run_copy(app, &opts, &mut Reporter::new())
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
