@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything CI runs, on a fresh machine: installs what the tests need
 # (SPDK's Python RPC client in a venv), checks formatting, lints and docs,
-# then runs every test of the workspace.
+# runs every test of the workspace, then the VM lane (guest tests in QEMU
+# with an emulated NVMe controller; it installs QEMU and a guest kernel
+# itself, and fails when no VM can run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,3 +25,7 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
     cargo test --workspace --no-fail-fast
 fi
+
+# The VM lane (scripts/vm-test.sh; doc/testing.md): static release builds of
+# the guest binaries, then one VM per test/vm/*.sh.
+scripts/vm-test.sh

@@ -259,19 +259,7 @@ fn parse_theta(s: &str) -> Result<f64> {
 
 /// Parses `4096`, `4k`, `1M`, `2g` (binary multiples).
 pub fn parse_size(s: &str) -> Result<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('k' | 'K') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("invalid I/O size '{s}'"))?;
-    n.checked_mul(mult)
-        .filter(|v| *v > 0)
-        .with_context(|| format!("invalid I/O size '{s}'"))
+    bdevkit_app::parse_size(s).with_context(|| format!("invalid I/O size '{}'", s.trim()))
 }
 
 /// Parses and validates the command line.

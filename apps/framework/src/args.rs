@@ -127,6 +127,29 @@ impl CommonArgs {
     }
 }
 
+/// Parses a byte count with an optional binary suffix: `4096`, `4k`, `1M`,
+/// `2g` (k/m/g in either case = KiB/MiB/GiB). `None` for anything else, for
+/// zero and on overflow; the caller words the error (bdevperf's `-o`,
+/// bdev_dd's `--bs`).
+#[must_use]
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    // `u64::from_str` takes a leading '+'; a size does not.
+    if !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|v| *v > 0)
+}
+
 /// Maps an SPDK-style `-L` log flag to tracing targets: SPDK's flag names
 /// (`crate::logging`), `all`, or else taken as a crate-style target.
 fn logflag_targets(flag: &str) -> Vec<String> {
@@ -199,6 +222,17 @@ mod tests {
         assert_eq!(j.cpumask.len(), 2);
 
         assert!(Cli::try_parse_from(["app", "-m", "zz"]).is_err());
+    }
+
+    #[test]
+    fn sizes_with_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        for bad in ["0", "x", "4kb", "", "k", "-1", "+4", "99999999999g"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub mod logging;
 pub mod rpc;
 
 pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};
-pub use args::CommonArgs;
+pub use args::{parse_size, CommonArgs};
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
 

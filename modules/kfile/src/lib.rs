@@ -18,7 +18,8 @@
 //!
 //! The few system calls std does not wrap are here too, safe to call:
 //! block device geometry, [`fallocate`] and [`fdatasync`] (blocking: for a
-//! helper thread), and the eventfd a thread's context signals in interrupt
+//! helper thread), [`seek_data`] and [`seek_hole`] (what `bdev_dd
+//! --sparse` skips), and the eventfd a thread's context signals in interrupt
 //! mode ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`]). Their
 //! `unsafe` is in this crate's private `sys` module.
 //!
@@ -58,5 +59,6 @@ mod sys;
 pub use error::{Error, Result};
 pub use file::{choose_block_size, open, props, rescan, size, Backing, Geometry, Kind};
 pub use sys::{
-    blockdev_geometry, clear_nonblock, eventfd, eventfd_drain, eventfd_signal, fallocate, fdatasync,
+    blockdev_geometry, clear_nonblock, eventfd, eventfd_drain, eventfd_signal, fallocate,
+    fdatasync, seek_data, seek_hole,
 };

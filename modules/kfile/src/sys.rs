@@ -1,6 +1,6 @@
 //! The only unsafe code of the crate: the few file and eventfd system calls
 //! std does not wrap (block device ioctls, `fcntl`, `fallocate`,
-//! `fdatasync`, eventfd). Each takes plain integers or pointers to live
+//! `fdatasync`, `lseek` with `SEEK_DATA`/`SEEK_HOLE`, eventfd). Each takes plain integers or pointers to live
 //! locals; none keeps a pointer past the call.
 
 use std::fs::File;
@@ -75,6 +75,38 @@ pub fn fdatasync(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// `lseek(fd, offset, SEEK_DATA)`: the first byte at or after `offset`
+/// that holds data, or `None` when only a hole (or the end of the file)
+/// follows (`ENXIO`). Moves the file position, which positioned I/O
+/// (`pread`/`pwrite`) does not use.
+///
+/// # Errors
+/// `EINVAL` when `offset` does not fit `off_t`, else what `lseek` reports
+/// (`EINVAL` also where the file system or file type cannot tell).
+pub fn seek_data(f: &File, offset: u64) -> io::Result<Option<u64>> {
+    match lseek(f, offset, libc::SEEK_DATA) {
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+        r => r.map(Some),
+    }
+}
+
+/// `lseek(fd, offset, SEEK_HOLE)`: the first byte at or after `offset`
+/// in a hole; the end of the file counts as one. See [`seek_data`].
+///
+/// # Errors
+/// As [`seek_data`]; `ENXIO` when `offset` is at or past the end.
+pub fn seek_hole(f: &File, offset: u64) -> io::Result<u64> {
+    lseek(f, offset, libc::SEEK_HOLE)
+}
+
+fn lseek(f: &File, offset: u64, whence: libc::c_int) -> io::Result<u64> {
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: lseek takes plain integers on an fd `f` keeps open.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+    u64::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
 /// A non-blocking eventfd.
 ///
 /// # Errors
@@ -106,6 +138,36 @@ pub fn eventfd_signal(fd: RawFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file with data at [0, 4 KiB) and [1 MiB, 1 MiB + 4 KiB) and a
+    /// hole between; file systems that cannot tell report it all as data.
+    #[test]
+    fn seek_data_and_hole() {
+        use std::os::unix::fs::FileExt;
+        let path = std::env::temp_dir().join(format!("kfile-seek-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        f.write_all_at(&[1u8; 4096], 0).unwrap();
+        f.write_all_at(&[2u8; 4096], 1 << 20).unwrap();
+        let end = (1 << 20) + 4096;
+        assert_eq!(seek_data(&f, 0).unwrap(), Some(0));
+        let hole = seek_hole(&f, 0).unwrap();
+        if hole == end {
+            println!("file system reports no holes; only the end is checked");
+        } else {
+            assert_eq!(hole, 4096);
+            assert_eq!(seek_data(&f, 4096).unwrap(), Some(1 << 20));
+        }
+        assert_eq!(seek_hole(&f, 1 << 20).unwrap(), end);
+        assert_eq!(seek_data(&f, end).unwrap(), None);
+        assert!(seek_data(&f, u64::MAX).is_err());
+    }
 
     #[test]
     fn eventfd_signal_and_drain() {

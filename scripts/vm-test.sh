@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The VM test lane: builds the static binaries the guest tests use, then runs
+# each guest script test/vm/NAME.sh in its own throw-away QEMU VM with an
+# emulated NVMe controller (../shared/vm/run-vm-test.sh), and reports PASS or
+# FAIL per test with its time, then a summary. Exit status 1 if any test did
+# not pass (a VM that gives no result counts as a failure: QEMU must run).
+#
+# Usage: scripts/vm-test.sh [options] [NAME...]
+#   NAME            run only these (test/vm/NAME.sh; with --bench, bench/vm/NAME.sh)
+#   --bench         run the benchmarks in bench/vm/ instead (not part of CI);
+#                   their console streams to stdout
+#   --list          list the tests (or benchmarks) and exit
+#   --no-build      use the binaries already in target/vm
+#   --no-setup      skip the harness's host set-up (packages, guest kernel)
+#   -v, --verbose   stream each VM's console to stdout
+#   --out DIR       work directory (default: $VMTEST_LANE_OUT or /tmp/vmtest-lane);
+#                   each test keeps its console log in DIR/NAME/console.log
+#   -e NAME=VALUE   environment variable for the guest scripts (repeatable)
+#   -h, --help
+#
+# A guest script asks for harness options in header lines "# vm: OPTIONS"
+# (e.g. "# vm: --deb nvme-cli --deb libnvme1"; several lines add up). Every
+# script gets test/vm/lib.sh (assertions), bdevperf and bdev_dd in
+# /opt/vmtest, its working directory and on PATH. Must run as root (QEMU,
+# apt-get); the harness installs QEMU and fetches a Debian kernel once.
+#
+# Environment: VMTEST_HARNESS (default ../shared/vm/run-vm-test.sh from the
+# repository root), VMTEST_LANE_OUT, VMTEST_LANE_TIMEOUT (per VM, default 300 s),
+# and the harness's own (VMTEST_CACHE, VMTEST_KERNEL, ...).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HARNESS=${VMTEST_HARNESS:-$ROOT/../shared/vm/run-vm-test.sh}
+OUT=${VMTEST_LANE_OUT:-/tmp/vmtest-lane}
+TIMEOUT=${VMTEST_LANE_TIMEOUT:-300}
+TARGET=x86_64-unknown-linux-gnu
+# The guest binaries: a separate target dir, so that the static build does
+# not fight over fingerprints with the normal build.
+TARGET_DIR=$ROOT/target/vm
+BIN=$TARGET_DIR/$TARGET/release
+PACKAGES=(bdevperf bdev_dd)
+BINARIES=(bdevperf bdev_dd)
+
+BENCH=0
+LIST=0
+BUILD=1
+SETUP=1
+VERBOSE=0
+ENVS=()
+NAMES=()
+
+say() { echo "vm-test: $*"; }
+die() { echo "vm-test: ERROR: $*" >&2; exit 3; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bench) BENCH=1; VERBOSE=1; shift ;;
+        --list) LIST=1; shift ;;
+        --no-build) BUILD=0; shift ;;
+        --no-setup) SETUP=0; shift ;;
+        -v|--verbose) VERBOSE=1; shift ;;
+        --out) OUT=$2; shift 2 ;;
+        -e) ENVS+=(-e "$2"); shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        -*) die "unknown option $1 (see --help)" ;;
+        *) NAMES+=("${1%.sh}"); shift ;;
+    esac
+done
+
+if [ "$BENCH" = 1 ]; then DIR=$ROOT/bench/vm; KIND=benchmark; else DIR=$ROOT/test/vm; KIND=test; fi
+LIB=$ROOT/test/vm/lib.sh
+
+ALL=()
+for f in "$DIR"/*.sh; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .sh)
+    [ "$n" = lib ] || ALL+=("$n")
+done
+if [ "$LIST" = 1 ]; then printf '%s\n' "${ALL[@]}"; exit 0; fi
+[ ${#ALL[@]} -gt 0 ] || die "no ${KIND}s in $DIR"
+if [ ${#NAMES[@]} -eq 0 ]; then
+    # Benchmarks run only when named.
+    [ "$BENCH" = 0 ] || die "name the benchmarks to run: ${ALL[*]}"
+    NAMES=("${ALL[@]}")
+fi
+for n in "${NAMES[@]}"; do
+    [ -f "$DIR/$n.sh" ] || die "no $KIND $n ($DIR/$n.sh); ${KIND}s: ${ALL[*]}"
+done
+
+[ "$(id -u)" = 0 ] || die "must run as root (QEMU and the harness's apt-get)"
+[ -x "$HARNESS" ] || die "VM harness $HARNESS not found (set VMTEST_HARNESS)"
+
+now() { date +%s.%N; }
+since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
+LANE_START=$(now)
+
+if [ "$SETUP" = 1 ]; then
+    # Idempotent, and quick once done: host packages (QEMU, busybox, ...)
+    # and the guest kernel, into the harness's cache.
+    t=$(now)
+    "$HARNESS" --setup-only >/dev/null 2>"$OUT.setup.log" || { cat "$OUT.setup.log" >&2; die "VM host set-up failed"; }
+    say "host set-up: $(since "$t") s"
+fi
+
+if [ "$BUILD" = 1 ]; then
+    t=$(now)
+    # Static glibc binaries (the guest has only busybox); the explicit
+    # --target keeps build scripts and proc-macros dynamic.
+    args=()
+    for p in "${PACKAGES[@]}"; do args+=(-p "$p"); done
+    (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
+        cargo build --release --quiet --target "$TARGET" "${args[@]}") || die "static build failed"
+    say "static build (${PACKAGES[*]}): $(since "$t") s"
+fi
+FILES=(-f "$LIB")
+for b in "${BINARIES[@]}"; do
+    [ -x "$BIN/$b" ] || die "$BIN/$b missing (run without --no-build)"
+    FILES+=(-f "$BIN/$b")
+done
+
+mkdir -p "$OUT"
+PASSED=()
+FAILED=()
+RESULTS=()
+for n in "${NAMES[@]}"; do
+    script=$DIR/$n.sh
+    # Harness options from the script's "# vm:" lines (word-split on purpose).
+    read -r -a opts <<< "$(sed -n 's/^# vm:[[:space:]]*//p' "$script" | tr '\n' ' ')"
+    work=$OUT/$n
+    log=$work/console.log
+    quiet=(--quiet)
+    [ "$VERBOSE" = 1 ] && quiet=()
+    t=$(now)
+    set +e
+    "$HARNESS" -s "$script" --out "$work" --timeout "$TIMEOUT" "${quiet[@]}" "${FILES[@]}" "${ENVS[@]}" "${opts[@]}" \
+        < /dev/null 2>&1 | if [ "$VERBOSE" = 1 ]; then tee "$work.harness.log"; else cat > "$work.harness.log"; fi
+    rc=${PIPESTATUS[0]}
+    set -e
+    secs=$(since "$t")
+    case $rc in
+        0) verdict=PASS ;;
+        1) verdict=FAIL ;;
+        2) verdict="FAIL (no result: timeout, panic or QEMU error)" ;;
+        *) verdict="FAIL (harness error $rc)" ;;
+    esac
+    line=$(printf '%-28s %s  %6.1f s' "$n" "${verdict%% *}" "$secs")
+    if [ $rc = 0 ]; then
+        PASSED+=("$n")
+    else
+        FAILED+=("$n")
+        if [ "$VERBOSE" = 0 ]; then
+            echo "----- $n: $verdict; console log $log (last lines):"
+            if [ -f "$log" ]; then tail -n 60 "$log"; else tail -n 30 "$work.harness.log"; fi
+            echo "-----"
+        fi
+    fi
+    say "$line"
+    RESULTS+=("$line")
+done
+
+echo
+say "summary ($KIND):"
+for r in "${RESULTS[@]}"; do echo "  $r"; done
+say "${#PASSED[@]} passed, ${#FAILED[@]} failed, lane $(since "$LANE_START") s; logs in $OUT/<name>/console.log"
+[ ${#FAILED[@]} -eq 0 ]
