@@ -1,11 +1,13 @@
 //! What can go wrong when building or reading NVMe structures, and the
 //! errno each failure maps to.
 //!
-//! NQN validation has its own error type because callers branch on its
-//! detail: [`NqnError`](crate::fabrics::NqnError) (which NQN rule broke).
-//! It converts into [`Error`].
+//! Two failures have their own types because callers branch on their
+//! detail: [`NqnError`](crate::fabrics::NqnError) (which NQN rule broke)
+//! and [`PduError`](crate::tcp::PduError) (which Terminate Connection
+//! Request to answer with). Both convert into [`Error`].
 
 use crate::fabrics::NqnError;
+use crate::tcp::PduError;
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -43,6 +45,9 @@ pub enum Error {
     /// An NQN breaks the naming rules.
     #[error("invalid nqn")]
     Nqn(#[from] NqnError),
+    /// A received NVMe/TCP PDU header is malformed.
+    #[error("invalid nvme/tcp pdu")]
+    Pdu(#[from] PduError),
 }
 
 impl Error {
@@ -53,6 +58,7 @@ impl Error {
             Error::BufferTooSmall { .. } => libc::ENOSPC,
             Error::FieldTooLong { .. } => libc::ENAMETOOLONG,
             Error::OutOfRange { .. } | Error::Nqn(_) => libc::EINVAL,
+            Error::Pdu(_) => libc::EPROTO,
         }
     }
 }

@@ -36,6 +36,7 @@
 //! | [`regs`] | controller registers (BAR0) and NVMe-oF properties |
 //! | [`sgl`] | SGL descriptors and the PRP rules |
 //! | [`fabrics`] | Connect, Property Get/Set, NQN validation |
+//! | [`tcp`] | NVMe/TCP PDUs: validating parser, builders, digests |
 //!
 //! # Example
 //!
@@ -91,6 +92,7 @@ pub mod opcode;
 pub mod regs;
 pub mod sgl;
 pub mod status;
+pub mod tcp;
 pub mod text;
 
 pub use cmd::{Command, Sqe};
