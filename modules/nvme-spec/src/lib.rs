@@ -12,7 +12,9 @@
 //! (`IdentifyController::ref_from_bytes(&buf)`, `sqe.as_bytes()`).
 //! Multi-byte fields use zerocopy's little-endian types (alignment 1,
 //! `.get()` / `.set(v)`), so a structure can be viewed at any offset of
-//! a receive buffer and means the same on any host.
+//! a receive buffer and means the same on any host. The Linux ioctl
+//! structures ([`linux`]) are the exception: they are kernel ABI, in
+//! host byte order.
 //!
 //! Commands are typed: each command struct ([`admin`], [`io`],
 //! [`fabrics`]) implements [`Command`], which encodes it into a
@@ -37,6 +39,7 @@
 //! | [`sgl`] | SGL descriptors and the PRP rules |
 //! | [`fabrics`] | Connect, Property Get/Set, NQN validation |
 //! | [`tcp`] | NVMe/TCP PDUs: validating parser, builders, digests |
+//! | [`linux`] | `nvme_uring_cmd`, `nvme_passthru_cmd`, ioctl numbers |
 //!
 //! # Example
 //!
@@ -86,6 +89,7 @@ pub mod fabrics;
 pub mod features;
 pub mod identify;
 pub mod io;
+pub mod linux;
 pub mod log;
 mod nqn;
 pub mod opcode;
