@@ -1,13 +1,14 @@
 //! What can go wrong when building or reading NVMe structures, and the
 //! errno each failure maps to.
 //!
-//! Two failures have their own types because callers branch on their
-//! detail: [`NqnError`](crate::fabrics::NqnError) (which NQN rule broke)
-//! and [`PduError`](crate::tcp::PduError) (which Terminate Connection
-//! Request to answer with). Both convert into [`Error`].
+//! NQN validation has its own error type because callers branch on its
+//! detail ([`NqnError`]: which rule broke); it converts into [`Error`].
+//! The NVMe/TCP header parser returns its own
+//! [`PduError`](crate::tcp::PduError) (which Terminate Connection Request
+//! to answer with), which is not an [`Error`]: a parse failure ends the
+//! connection, it does not fail a call.
 
-use crate::fabrics::NqnError;
-use crate::tcp::PduError;
+use crate::nqn::NqnError;
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -45,9 +46,6 @@ pub enum Error {
     /// An NQN breaks the naming rules.
     #[error("invalid nqn")]
     Nqn(#[from] NqnError),
-    /// A received NVMe/TCP PDU header is malformed.
-    #[error("invalid nvme/tcp pdu")]
-    Pdu(#[from] PduError),
 }
 
 impl Error {
@@ -58,7 +56,6 @@ impl Error {
             Error::BufferTooSmall { .. } => libc::ENOSPC,
             Error::FieldTooLong { .. } => libc::ENAMETOOLONG,
             Error::OutOfRange { .. } | Error::Nqn(_) => libc::EINVAL,
-            Error::Pdu(_) => libc::EPROTO,
         }
     }
 }

@@ -194,6 +194,21 @@ impl PduError {
         }
     }
 
+    /// The errno this error maps to (positive): `EAGAIN` for
+    /// [`PduError::Incomplete`] (read more), `EPROTO` for the rest.
+    #[must_use]
+    pub fn errno(&self) -> i32 {
+        match self {
+            PduError::Incomplete { .. } => libc::EAGAIN,
+            PduError::InvalidHeaderField { .. }
+            | PduError::SequenceError { .. }
+            | PduError::HeaderDigest { .. }
+            | PduError::DataOutOfRange
+            | PduError::DataLimitExceeded { .. }
+            | PduError::UnsupportedParameter { .. } => libc::EPROTO,
+        }
+    }
+
     /// The fatal error information to send: the field's byte offset for
     /// invalid header fields and unsupported parameters, 0 otherwise.
     #[must_use]

@@ -261,6 +261,8 @@ fn short_buffers() {
         PduError::Incomplete { need: 128 }
     );
     assert_eq!(PduError::Incomplete { need: 1 }.fes(), None);
+    assert_eq!(PduError::Incomplete { need: 1 }.errno(), libc::EAGAIN);
+    assert_eq!(PduError::DataOutOfRange.errno(), libc::EPROTO);
     let mut small = [0u8; 64];
     assert!(build_ic_req(&mut small, 0, Digests::default(), 0).is_err());
     let e = build_capsule_cmd(&mut small, &Sqe::default(), 0, &TxConfig::default()).unwrap_err();
