@@ -255,6 +255,23 @@ impl IoStatus {
         self == IoStatus::Success
     }
 
+    /// The bdev status of an NVMe completion status (status code type
+    /// `sct`, status code `sc`), as SPDK maps it: generic success is
+    /// `Success`, a compare failure (media errors, 0x85) `Miscompare`, an
+    /// abort by request (generic 0x07) `Aborted`, a failed fused command
+    /// (generic 0x09) `FirstFusedFailed`; anything else keeps its code in
+    /// `Nvme`. Every NVMe module maps its completions with this.
+    #[must_use]
+    pub fn from_nvme(sct: u8, sc: u8) -> IoStatus {
+        match (sct, sc) {
+            (0, 0x00) => IoStatus::Success,
+            (0, 0x07) => IoStatus::Aborted,
+            (0, 0x09) => IoStatus::FirstFusedFailed,
+            (2, 0x85) => IoStatus::Miscompare,
+            _ => IoStatus::Nvme { sct, sc },
+        }
+    }
+
     /// The errno for a failure (0 on success/pending).
     #[must_use]
     pub fn errno(self) -> i32 {
@@ -426,4 +443,28 @@ impl BdevProps {
 pub struct NvmeCmd {
     /// The sixteen command dwords.
     pub cdw: [u32; 16],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvme_status_maps_as_spdk_and_keeps_the_code() {
+        assert_eq!(IoStatus::from_nvme(0, 0), IoStatus::Success);
+        assert_eq!(IoStatus::from_nvme(0, 0x07), IoStatus::Aborted);
+        assert_eq!(IoStatus::from_nvme(0, 0x09), IoStatus::FirstFusedFailed);
+        assert_eq!(IoStatus::from_nvme(2, 0x85), IoStatus::Miscompare);
+        let invalid_opcode = IoStatus::from_nvme(0, 0x01);
+        assert_eq!(invalid_opcode, IoStatus::Nvme { sct: 0, sc: 1 });
+        assert_eq!(invalid_opcode.errno(), libc::EIO);
+        assert_eq!(IoStatus::from_nvme(1, 0x80), IoStatus::Nvme { sct: 1, sc: 0x80 });
+    }
+
+    #[test]
+    fn block_io_types_are_the_plain_device_set() {
+        let block: Vec<IoType> = IoType::ALL.into_iter().filter(|t| t.is_block_io()).collect();
+        assert_eq!(block.len(), 10);
+        assert!(!IoType::NvmeIo.is_block_io() && !IoType::ZoneAppend.is_block_io());
+    }
 }
