@@ -1181,3 +1181,5 @@ fn register_rejects_duplicates_and_unregister_all_orders_stacks() {
         assert!(mgr.bdevs().is_empty());
     });
 }
+
+mod soundness;
