@@ -228,14 +228,17 @@ impl vbdev::BaseEvents for Mirror {
     fn base_resized(&self) {}
 }
 
+/// Parents waiting for their two children, by slot (the children's tag),
+/// with the count of children still out.
+type Waiting = Rc<RefCell<Vec<Option<(BdevIo, usize)>>>>;
+
 struct MirrorChannel {
     legs: [BdevChannel; 2],
-    /// Parents waiting for their children, and children back, by tag.
-    waiting: Rc<RefCell<Vec<Option<(BdevIo, usize)>>>>,
+    waiting: Waiting,
     early: bool,
 }
 
-struct MirrorDone(Rc<RefCell<Vec<Option<(BdevIo, usize)>>>>, bool);
+struct MirrorDone(Waiting, bool);
 
 impl IoCompletion for MirrorDone {
     fn io_done(&self, child: BdevIo) {
