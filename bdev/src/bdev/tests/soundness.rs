@@ -333,7 +333,7 @@ fn a_lent_parent_completes_only_after_its_borrowers() {
                 d2.set(true);
             });
         ch.submit(io).unwrap();
-        while a.ios.lock().unwrap().len() < 1 || b.held_now.load(Ordering::SeqCst) < 1 {
+        while a.ios.lock().unwrap().is_empty() || b.held_now.load(Ordering::SeqCst) < 1 {
             sleep_ms(1).await;
         }
         sleep_ms(20).await;
