@@ -13,6 +13,7 @@ mod pattern;
 mod repeats;
 mod report;
 mod setup;
+mod workload;
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
