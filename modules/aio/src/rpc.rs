@@ -12,7 +12,7 @@
 //! * `bdev_aio_rescan {name}` → `true`; `-19` if there is no such aio bdev.
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
+use bdevkit_jsonrpc::{self as jsonrpc, ErrorChain, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
@@ -83,7 +83,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     m.wait_for_examine(move || resp.ok(json!(name)));
                 }
                 Err(e) => {
-                    tracing::error!(filename, error = %error_chain(&e), "bdev_aio_create failed");
+                    tracing::error!(filename, error = %ErrorChain(&e), "bdev_aio_create failed");
                     resp.err(RpcError::from_errno(e.errno()));
                 }
             }
@@ -99,21 +99,9 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
     reg.register_decoded("bdev_aio_rescan", RUNTIME, move |p: AioNameParams, resp| {
         let r = crate::rescan(&m, &p.name);
         if let Err(e) = &r {
-            tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_aio_rescan failed");
+            tracing::error!(bdev = p.name, error = %ErrorChain(e), "bdev_aio_rescan failed");
         }
         resp.respond_errno(r.map(|()| true), Error::errno);
     })?;
     Ok(())
-}
-
-/// `e` and its sources, for the log.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }

@@ -12,7 +12,7 @@
 //!   `-22` for invalid values. Absent keys keep their value.
 
 use bdevkit::bdev::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME, STARTUP};
+use bdevkit_jsonrpc::{self as jsonrpc, ErrorChain, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
@@ -93,7 +93,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             match crate::create(&m, p) {
                 Ok(b) => resp.ok(json!(b.name())),
                 Err(e) => {
-                    tracing::error!(filename, error = %error_chain(&e), "bdev_uring_create failed");
+                    tracing::error!(filename, error = %ErrorChain(&e), "bdev_uring_create failed");
                     resp.err(RpcError::internal_error(CREATE_FAILED));
                 }
             }
@@ -116,7 +116,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         move |p: UringNameParams, resp| {
             let r = crate::rescan(&m, &p.name);
             if let Err(e) = &r {
-                tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_uring_rescan failed");
+                tracing::error!(bdev = p.name, error = %ErrorChain(e), "bdev_uring_rescan failed");
             }
             resp.respond_errno(r.map(|()| true), Error::errno);
         },
@@ -139,16 +139,4 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         },
     )?;
     Ok(())
-}
-
-/// `e` and its sources, for the log.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
