@@ -17,8 +17,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::Error;
-
 /// `bdev_aio_create` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -61,14 +59,6 @@ impl AioCreateParams {
     }
 }
 
-/// `bdev_aio_delete` and `bdev_aio_rescan` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AioNameParams {
-    /// Bdev name.
-    pub name: String,
-}
-
 /// Registers `bdev_aio_create`, `bdev_aio_delete` and `bdev_aio_rescan`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
@@ -89,19 +79,5 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             }
         },
     )?;
-    let m = mgr.clone();
-    reg.register_decoded("bdev_aio_delete", RUNTIME, move |p: AioNameParams, resp| {
-        crate::delete(&m, &p.name, move |r| {
-            resp.respond_errno(r.map(|()| true), Error::errno);
-        });
-    })?;
-    let m = mgr.clone();
-    reg.register_decoded("bdev_aio_rescan", RUNTIME, move |p: AioNameParams, resp| {
-        let r = crate::rescan(&m, &p.name);
-        if let Err(e) = &r {
-            tracing::error!(bdev = p.name, error = %ErrorChain(e), "bdev_aio_rescan failed");
-        }
-        resp.respond_errno(r.map(|()| true), Error::errno);
-    })?;
-    Ok(())
+    bdevkit_kfile::rpc::register_delete_rescan::<crate::AioBdev>(reg, mgr, crate::MODULE)
 }
