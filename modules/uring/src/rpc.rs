@@ -2,8 +2,11 @@
 //! Handlers run on the thread that polls the RPC server (the app thread).
 //!
 //! * `bdev_uring_create {filename, name, block_size?, uuid?}` → the name;
-//!   every failure answers SPDK's fixed -32603 "Unable to create URING
-//!   bdev." (the real cause is logged).
+//!   every failure answers SPDK's code and sentence, -32603 "Unable to
+//!   create URING bdev.", followed by the cause as the `strerror` text of
+//!   its errno, the way `bdev_aio_create` answers it (SPDK sends the
+//!   sentence alone): e.g. "Unable to create URING bdev. Permission
+//!   denied" ([`create_failed`]). The whole cause chain is logged.
 //! * `bdev_uring_delete {name}` → `true` once the bdev is gone; `-19` if
 //!   there is no such uring bdev.
 //! * `bdev_uring_rescan {name}` → `true`; `-19` if there is no such bdev.
@@ -20,8 +23,20 @@ use uuid::Uuid;
 
 use crate::{Error, UringOptions};
 
-/// SPDK's answer to every `bdev_uring_create` failure.
+/// SPDK's answer to every `bdev_uring_create` failure; ours adds the
+/// cause ([`create_failed`]).
 pub const CREATE_FAILED: &str = "Unable to create URING bdev.";
+
+/// The answer to a `bdev_uring_create` that failed with `e`: SPDK's code
+/// (-32603) and sentence ([`CREATE_FAILED`], unchanged, so clients that
+/// match its start keep working), then the `strerror` text of `e`'s errno
+/// (what `bdev_aio_create` answers): `Unable to create URING bdev.
+/// Permission denied`.
+#[must_use]
+pub fn create_failed(e: &Error) -> RpcError {
+    let cause = RpcError::from_errno(e.errno()).message;
+    RpcError::internal_error(format!("{CREATE_FAILED} {cause}"))
+}
 
 /// `bdev_uring_create` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -101,7 +116,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 Ok(b) => resp.ok(json!(b.name())),
                 Err(e) => {
                     tracing::error!(filename, error = %ErrorChain(&e), "bdev_uring_create failed");
-                    resp.err(RpcError::internal_error(CREATE_FAILED));
+                    resp.err(create_failed(&e));
                 }
             }
         },

@@ -65,30 +65,42 @@ mod tests {
         let dir = std::env::temp_dir();
         let env = URING.env("0x1");
         let create = |params: Value| URING.rpc(&env, "bdev_uring_create", params);
-        let failed = Err(RpcError::new(-32603, "Unable to create URING bdev."));
-        // SPDK answers every create failure the same way; the Rust API
-        // keeps the cause.
+        // SPDK's code and sentence for every create failure, then the
+        // cause (SPDK sends the sentence alone).
+        let failed = |cause: &str| {
+            Err(RpcError::new(
+                -32603,
+                format!("Unable to create URING bdev. {cause}"),
+            ))
+        };
         assert_eq!(
             create(json!({"filename": "/nonexistent/bdevkit", "name": "e1"})),
-            failed
+            failed("No such file or directory")
         );
         assert_eq!(
             create(json!({"filename": dir.to_string_lossy(), "name": "e2"})),
-            failed
+            failed("Is a directory")
         );
         assert_eq!(
             create(json!({"filename": odd.path(), "name": "e3"})),
-            failed
+            failed("Invalid argument")
         );
         assert_eq!(
             create(json!({"filename": f.path(), "name": "e4", "block_size": 1000})),
-            failed
+            failed("Invalid argument")
         );
         assert_eq!(
             create(json!({"filename": f.path(), "name": "e6"})),
             Ok(json!("e6"))
         );
-        assert_eq!(create(json!({"filename": f.path(), "name": "e6"})), failed);
+        assert_eq!(
+            create(json!({"filename": f.path(), "name": "e6"})),
+            failed("File exists")
+        );
+        assert_eq!(
+            create(json!({"filename": f.path(), "name": ""})),
+            failed("Invalid argument")
+        );
         assert_eq!(
             create(json!({"filename": f.path()})),
             Err(RpcError::new(-32603, "spdk_json_decode_object failed"))
@@ -111,11 +123,11 @@ mod tests {
         });
     }
 
-    /// A file the daemon may not read: the RPC answers SPDK's fixed
-    /// -32603.
+    /// A file the daemon may not read: the RPC answers SPDK's -32603 with
+    /// the cause, as aio does (errno `EACCES`).
     #[test]
     fn rpc_no_permission() {
-        let denied = RpcError::new(-32603, "Unable to create URING bdev.");
+        let denied = RpcError::new(-32603, "Unable to create URING bdev. Permission denied");
         kernel::create_without_permission(&URING, "tests::rpc_no_permission", denied);
     }
 
