@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bdevkit_jsonrpc::{Client, ClientError};
+use bdevkit_jsonrpc::{Client, ClientError, ErrorChain};
 use clap::Parser;
 use serde_json::{Map, Value};
 
@@ -119,20 +119,9 @@ impl From<ClientError> for Failure {
                 message: r.message,
             },
             ClientError::Timeout => Failure::Other("timeout while waiting for response".into()),
-            other => Failure::Other(chain(&other)),
+            other => Failure::Other(ErrorChain(&other).to_string()),
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
 
 fn main() -> ExitCode {

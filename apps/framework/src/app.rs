@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use bdevkit::bdev::{BdevManager, BdevOptions};
 use bdevkit::thread::{PollerStatus, Runtime, RuntimeHandle, RuntimeOptions, Thread, ThreadHandle};
-use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, Server, ServerOptions, RUNTIME};
+use bdevkit_jsonrpc::{
+    ErrorChain, MethodRegistry, Responder, RpcError, Server, ServerOptions, RUNTIME,
+};
 use parking_lot::{Condvar, Mutex};
 
 use crate::args::CommonArgs;
@@ -259,27 +261,6 @@ impl AppShared {
 
     fn init_phase(&self) -> InitPhase {
         self.init.lock().phase
-    }
-}
-
-/// Formats an error with its `source` chain: `a: b: c`.
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut src = self.0.source();
-        while let Some(s) = src {
-            write!(f, ": {s}")?;
-            src = s.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
     }
 }
 

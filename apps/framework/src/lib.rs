@@ -58,8 +58,10 @@ mod error;
 pub mod logging;
 pub mod rpc;
 
-pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};
+pub use app::{App, AppOptions, ModuleDef, StopHandle, StopReason};
 pub use args::{parse_size, CommonArgs};
+/// The error-chain printer, re-exported for the apps (it lives in `bdevkit-jsonrpc`).
+pub use bdevkit_jsonrpc::ErrorChain;
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
 
