@@ -57,6 +57,7 @@ pub mod config;
 mod error;
 pub mod logging;
 pub mod rpc;
+mod shared;
 
 pub use app::{App, AppOptions, ModuleDef, StopHandle, StopReason};
 pub use args::{parse_size, CommonArgs};

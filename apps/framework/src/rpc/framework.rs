@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{has_params, upgrade};
-use crate::app::{AppShared, StopReason};
 use crate::config::batch_entries;
+use crate::shared::{AppShared, StopReason};
 
 /// SPDK release whose interface we implement: major.
 pub const VERSION_MAJOR: u32 = 26;
