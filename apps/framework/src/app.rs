@@ -49,6 +49,10 @@ pub struct AppOptions {
     /// start so that they answer from the first request on (bdevperf's
     /// `perform_tests`); the app adds its methods to it. `None`: a new one.
     pub registry: Option<MethodRegistry>,
+    /// A reactor that panics ends the process with status
+    /// [`crate::REACTOR_PANIC_EXIT`] after the panic message (default).
+    /// Embedders that catch reactor deaths themselves turn it off.
+    pub exit_on_reactor_panic: bool,
 }
 
 impl Default for AppOptions {
@@ -59,6 +63,7 @@ impl Default for AppOptions {
             shutdown_timeout: Duration::from_secs(30),
             app_thread_name: "app_thread".into(),
             registry: None,
+            exit_on_reactor_panic: true,
         }
     }
 }
@@ -138,6 +143,9 @@ impl App {
             shutdown_grace: Duration::from_secs(2),
             ..RuntimeOptions::default()
         };
+        if opts.exit_on_reactor_panic {
+            crate::panic::exit_on_reactor_panic(args.rpc_socket.clone());
+        }
         let runtime = Runtime::start(rt_opts).map_err(Error::StartRuntime)?;
         let mgr = BdevManager::new(BdevOptions::default());
         for m in modules {
@@ -317,6 +325,9 @@ impl App {
             return;
         }
         self.finished = true;
+        if let Some(p) = &self.rpc_socket {
+            crate::panic::forget_socket(p);
+        }
         self.shared.stop.stop();
         let (tx, rx) = mpsc::channel::<()>();
         let sh = Arc::clone(&self.shared);

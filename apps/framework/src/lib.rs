@@ -56,6 +56,7 @@ mod args;
 pub mod config;
 mod error;
 pub mod logging;
+mod panic;
 pub mod rpc;
 mod shared;
 
@@ -65,6 +66,7 @@ pub use args::{parse_size, CommonArgs};
 pub use bdevkit_jsonrpc::ErrorChain;
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
+pub use panic::REACTOR_PANIC_EXIT;
 
 /// `bdev_tgt`'s default RPC socket.
 pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";
