@@ -28,40 +28,45 @@ fn child(socket: &str) {
     std::process::exit(0);
 }
 
-#[test]
-fn a_reactor_panic_ends_the_process_with_its_message() {
-    if let Some(socket) = std::env::var_os(CHILD) {
-        child(&socket.to_string_lossy());
-        return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reactor_panic_ends_the_process_with_its_message() {
+        if let Some(socket) = std::env::var_os(CHILD) {
+            child(&socket.to_string_lossy());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("rpc.sock");
+        let mut c = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::a_reactor_panic_ends_the_process_with_its_message",
+                "--nocapture",
+            ])
+            .env(CHILD, &socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("the process did not end after its reactor panicked");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(status.code(), Some(REACTOR_PANIC_EXIT), "{err}");
+        assert!(err.contains("reactor test panic 0xdead"), "{err}");
+        assert!(err.contains("a reactor panicked"), "{err}");
+        assert!(!socket.exists(), "the RPC socket was removed");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("rpc.sock");
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_reactor_panic_ends_the_process_with_its_message",
-            "--nocapture",
-        ])
-        .env(CHILD, &socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("the process did not end after its reactor panicked");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert_eq!(status.code(), Some(REACTOR_PANIC_EXIT), "{err}");
-    assert!(err.contains("reactor test panic 0xdead"), "{err}");
-    assert!(err.contains("a reactor panicked"), "{err}");
-    assert!(!socket.exists(), "the RPC socket was removed");
 }
