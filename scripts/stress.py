@@ -115,6 +115,8 @@ class Run:
         self.lock = threading.Lock()
         self.answered = 0
         self.made = 0
+        self.lost = 0
+        self.swaps = 0
 
     def problem(self, what):
         with self.lock:
@@ -135,15 +137,18 @@ class Run:
                 self.problem(f"a fresh client waited {time.monotonic() - t0:.1f} s")
 
     def storm(self, k):
+        """Create, stack, list and delete bdevs. A client holding an idle
+        connection may lose it to the connection abuse (the server closes
+        the longest-idle one to make room): it reconnects and goes on."""
         rnd = random.Random(k)
         c = None
         n = 0
         while not self.stop.is_set():
+            name = f"S{k}_{n}"
+            n += 1
             try:
                 if c is None:
                     c = Client(self.sock)
-                name = f"S{k}_{n}"
-                n += 1
                 ok(c.call("bdev_malloc_create",
                           {"name": name, "num_blocks": 256, "block_size": 512}))
                 ok(c.call("bdev_passthru_create",
@@ -155,45 +160,60 @@ class Run:
                 ok(c.call("bdev_get_iostat", {"name": "PT0"}))
                 # Delete the bottom: the stack above goes with it.
                 ok(c.call("bdev_malloc_delete", {"name": name}))
-                c.call("bdev_error_delete", {"name": f"EE_P{name}"})
-                c.call("bdev_passthru_delete", {"name": f"P{name}"})
                 with self.lock:
                     self.made += 1
                 if rnd.random() < 0.2:
                     c.close()
                     c = None
+            except (ConnectionError, OSError):
+                with self.lock:
+                    self.lost += 1
+                c = None
+                self.cleanup(name)
             except Exception as e:  # noqa: BLE001
                 self.problem(f"storm client {k}: {e!r}")
                 c = None
+                self.cleanup(name)
                 time.sleep(0.2)
         if c:
             c.close()
 
+    def cleanup(self, name):
+        """Deletes what a storm step may have left (bottom first: the
+        stacks above go with it; their configurations stay otherwise)."""
+        for method, victim in [("bdev_malloc_delete", name),
+                               ("bdev_error_delete", f"EE_P{name}"),
+                               ("bdev_passthru_delete", f"P{name}")]:
+            try:
+                rpc(self.sock, method, {"name": victim})
+            except (ConnectionError, OSError):
+                pass
+
     def churn(self):
         """Fail, remove and re-add raid1 members under the verify load."""
-        c = Client(self.sock, timeout=30.0)
         members = ["EE_M1", "M2"]
         steps = 0
         while not self.stop.wait(3.0):
+            failing = members[steps % 2]
+            spare = members[(steps + 1) % 2]
             try:
-                failing = members[steps % 2]
-                spare = members[(steps + 1) % 2]
                 if failing.startswith("EE_"):
                     # A failed write on the member degrades the raid1.
-                    ok(c.call("bdev_error_inject_error",
-                              {"name": failing, "io_type": "write",
-                               "error_type": "failure", "num": 1}))
+                    ok(rpc(self.sock, "bdev_error_inject_error",
+                           {"name": failing, "io_type": "write",
+                            "error_type": "failure", "num": 1}))
                     time.sleep(0.5)
-                    c.call("bdev_error_inject_error",
-                           {"name": failing, "io_type": "clear",
-                            "error_type": "failure"})
-                c.call("bdev_raid_remove_base_bdev", {"name": failing})
-                ok(c.call("bdev_raid_add_base_bdev",
-                          {"raid_bdev": "R1", "base_bdev": spare}))
+                    rpc(self.sock, "bdev_error_inject_error",
+                        {"name": failing, "io_type": "clear",
+                         "error_type": "failure"})
+                rpc(self.sock, "bdev_raid_remove_base_bdev", {"name": failing})
+                ok(rpc(self.sock, "bdev_raid_add_base_bdev",
+                       {"raid_bdev": "R1", "base_bdev": spare}, timeout=30.0))
                 steps += 1
+                with self.lock:
+                    self.swaps += 1
             except Exception as e:  # noqa: BLE001
                 self.problem(f"member churn: {e!r}")
-        c.close()
 
     def idle(self, held):
         for i in range(300):
@@ -218,8 +238,7 @@ def main():
     log = open(os.path.join(tmp, "bdevperf.log"), "w+")
     p = subprocess.Popen(
         [bdevperf, "-z", "-r", sock, "-c", cfg, "-m", "0x3", "-C", "-T", "PT0",
-         "-q", "32", "-o", "4096", "-w", "verify", "--interrupt-mode",
-         "--rpc-stall-timeout", "5"],
+         "-q", "32", "-o", "4096", "-w", "verify", "--interrupt-mode"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -301,6 +320,8 @@ def main():
             run.problem(f"bdevperf exited with {code}")
         print(f"stress: {seconds} s verify on PT0 (raid1 under churn), "
               f"{run.made} bdev stacks made and deleted, "
+              f"{run.swaps} raid1 member swaps, "
+              f"{run.lost} idle client connections closed to make room, "
               f"{run.answered} liveness answers, fds {fds0}->{fds1}, "
               f"RSS {rss0 // MIB}->{rss1 // MIB} MiB", flush=True)
         if run.problems:
