@@ -47,7 +47,9 @@ fn main() -> ExitCode {
         // The framework's own report of a failed start is what bdevperf
         // prints as its one error line; do not log it twice.
         .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("warn,bdevkit_app::config=off,bdevkit_app::app=off,bdevkit_app::shared=off")
+            tracing_subscriber::EnvFilter::new(
+                "warn,bdevkit_app::config=off,bdevkit_app::app=off,bdevkit_app::shared=off",
+            )
         });
     // Through the framework, so that `-z` users can change it with the
     // `log_*` RPCs.

@@ -15,10 +15,10 @@ use crate::bdev::bdev::Bdev;
 use crate::bdev::channel::BdevChannel;
 use crate::bdev::desc::BdevDesc;
 use crate::bdev::manager::BdevManager;
-use crate::bdev::module::ops::BdevOps;
+use crate::bdev::module::ops::{BdevOps, Done};
 use crate::bdev::types::{BdevEvent, BdevProps, ClaimType};
 use crate::error::{BoxError, Result};
-use crate::thread::{Thread, ThreadHandle};
+use crate::thread::{IoDevice, Thread, ThreadHandle};
 
 /// The base of a virtual bdev: open, claimed `exclusive_write` by the
 /// module, and remembered with the thread that opened it, where it is
@@ -182,13 +182,24 @@ impl BaseBdev {
         Ok(desc.get_io_channel()?)
     }
 
+    /// [`BaseBdev::close`], then unregisters `device` (the virtual bdev's
+    /// own per-thread state, for its control path), on the thread that
+    /// opened the base, then signals `done`: `destruct` of a virtual bdev
+    /// with an io_device of its own (delay, error).
+    pub fn close_with_device<T: 'static>(&self, device: IoDevice<T>, done: Done) {
+        self.close(move || {
+            device.unregister(|| {});
+            done.done();
+        });
+    }
+
     /// Closes the base (releasing the claim) on the thread that opened it,
     /// then runs `then` there. Call from `destruct`, once every channel of
     /// the virtual bdev is gone. If that thread has exited, the message is
     /// dropped, which closes the base too and drops `then` (a [`Done`]
     /// inside signals on drop).
     ///
-    /// [`Done`]: super::Done
+    /// [`Done`]: crate::bdev::module::Done
     pub fn close(&self, then: impl FnOnce() + Send + 'static) {
         let desc = self.desc.lock().take();
         let close = move || {
