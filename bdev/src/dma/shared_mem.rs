@@ -10,8 +10,8 @@ use super::{DmaBuf, DmaError, DEFAULT_ALIGN};
 ///
 /// Channels on different threads serve I/O to it at once, like a device,
 /// so nothing ever makes a Rust reference to its bytes: every access is a
-/// copy in the module's racy-copy layer (inline assembly), which cannot race in the language's sense. As on a
-/// device, a range written by two overlapping I/Os at the same time holds a
+/// copy in this module's racy-copy layer (inline assembly), which cannot
+/// race in the language's sense. As on a device, a range written by two overlapping I/Os at the same time holds a
 /// mix of both afterwards, and a read overlapping a write sees old bytes,
 /// new bytes or a mix — never undefined behaviour, whatever safe callers
 /// do.
