@@ -125,5 +125,10 @@ pub fn default_modules() -> Vec<ModuleDef> {
             register: bdevkit_uring::register,
             register_rpcs: bdevkit_uring::rpc::register_rpcs,
         },
+        ModuleDef {
+            name: bdevkit_nvme::MODULE,
+            register: bdevkit_nvme::register,
+            register_rpcs: bdevkit_nvme::rpc::register_rpcs,
+        },
     ]
 }
