@@ -4,6 +4,8 @@
 //! (Modules are `cfg(test)` so the workspace test lints treat them as test code.)
 
 #[cfg(test)]
+mod bdev_keys;
+#[cfg(test)]
 mod errors;
 #[cfg(test)]
 mod lifecycle;
