@@ -11,10 +11,11 @@
 //!    — whatever `CARGO_TARGET_DIR` and profile are in use.
 //!
 //! `cargo test --workspace` (and `cargo nextest run --workspace`) build
-//! both binaries before running any test, because their own packages have
+//! the binaries before running any test, because their own packages have
 //! integration tests. When running this crate alone, build them first:
-//! `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc`; a missing binary
-//! fails the test with that hint.
+//! `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc -p bdevperf` (the
+//! README test runs bdevperf too); a missing binary fails the test with
+//! that hint.
 //!
 //! # `spdk-rpc`
 //!
@@ -35,7 +36,7 @@ use serde_json::Value;
 /// something is broken.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Path of a workspace binary (`bdev_tgt`, `bdev_rpc`); see the module docs.
+/// Path of a workspace binary (`bdev_tgt`, `bdev_rpc`, `bdevperf`); see the module docs.
 ///
 /// # Panics
 /// When the binary is not there, with the command that builds it.
@@ -56,7 +57,8 @@ pub fn bin(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.is_file(),
-        "{} not found: build it first with `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc` \
+        "{} not found: build it first with \
+         `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc -p bdevperf` \
          (cargo test --workspace does), or set BDEVKIT_BIN_DIR",
         p.display()
     );
