@@ -30,7 +30,7 @@ if [[ -z "$SPDK_RPC" ]]; then
     exit 1
 fi
 
-cargo build --release --quiet -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc --manifest-path "$ROOT/Cargo.toml"
+cargo build --release --quiet --bin bdev_tgt --bin bdev_rpc --manifest-path "$ROOT/Cargo.toml"
 TGT=$TARGET/release/bdev_tgt
 RPC=$TARGET/release/bdev_rpc
 
