@@ -22,7 +22,6 @@ mod cmds;
 mod engine;
 mod sys;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -371,37 +370,4 @@ impl PciFunction for EmuFunction {
     fn vendor_id(&self) -> u16 {
         0x1b36
     }
-}
-
-static REGISTRY: OnceLock<Mutex<HashMap<String, Arc<EmuController>>>> = OnceLock::new();
-
-fn registry() -> &'static Mutex<HashMap<String, Arc<EmuController>>> {
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Starts a controller and keeps it in the process-wide list, so that an
-/// attach by address (`emu:NAME`) finds it.
-pub fn create(name: &str, opts: EmuOptions) -> Result<Arc<EmuController>> {
-    let mut r = registry().lock();
-    if r.contains_key(name) {
-        return Err(Error::InvalidArg(format!(
-            "emulated controller {name} exists"
-        )));
-    }
-    let c = Arc::new(EmuController::start(name, opts)?);
-    r.insert(name.to_string(), Arc::clone(&c));
-    Ok(c)
-}
-
-/// The listed controller `name` (address `emu:NAME` or just `NAME`).
-#[must_use]
-pub fn lookup(name: &str) -> Option<Arc<EmuController>> {
-    let n = name.strip_prefix("emu:").unwrap_or(name);
-    registry().lock().get(n).cloned()
-}
-
-/// Stops and forgets the listed controller `name`.
-pub fn destroy(name: &str) -> bool {
-    let n = name.strip_prefix("emu:").unwrap_or(name);
-    registry().lock().remove(n).is_some()
 }
