@@ -45,6 +45,10 @@ pub struct EmuCreateParams {
     /// Pin the controller thread to this CPU.
     #[serde(default)]
     pub cpu: Option<usize>,
+    /// No controller thread: the controller runs inside the driver's
+    /// register and doorbell writes (`spin` and `cpu` do not apply).
+    #[serde(default)]
+    pub inline: bool,
 }
 
 impl EmuCreateParams {
@@ -95,13 +99,24 @@ fn bare(name: &str) -> &str {
 }
 
 impl EmuRegistry {
-    /// Starts controller `name` and keeps it.
-    pub(crate) fn create(&self, name: &str, opts: EmuOptions) -> Result<Arc<EmuController>> {
+    /// Starts controller `name` and keeps it; `inline`: without a thread,
+    /// run inside the driver's register and doorbell writes.
+    pub(crate) fn create(
+        &self,
+        name: &str,
+        opts: EmuOptions,
+        inline: bool,
+    ) -> Result<Arc<EmuController>> {
         let mut m = self.map.lock();
         if m.contains_key(name) {
             return Err(Error::Exists(format!("emulated controller {name} exists")));
         }
-        let c = Arc::new(EmuController::start(name, opts).map_err(Error::Driver)?);
+        let c = if inline {
+            EmuController::start_inline(name, opts)
+        } else {
+            EmuController::start(name, opts)
+        };
+        let c = Arc::new(c.map_err(Error::Driver)?);
         m.insert(name.to_string(), Arc::clone(&c));
         Ok(c)
     }

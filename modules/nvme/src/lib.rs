@@ -42,8 +42,8 @@ pub use bdev::{NvmeBdev, NvmeChannel};
 pub use ctrlr::{AttachArgs, AttachDone, NvmeCtrlr};
 pub use emu::{EmuCreateParams, EmuNsParams};
 pub use module::{
-    attach, controller, controllers, detach, emu, emu_create, emu_delete, emu_start, module,
-    options, set_hotplug, set_options, NvmeModule,
+    attach, controller, controllers, detach, emu, emu_create, emu_delete, emu_start,
+    emu_start_inline, module, options, set_hotplug, set_options, NvmeModule,
 };
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
 pub use rpc::register_rpcs;

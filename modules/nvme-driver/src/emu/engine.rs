@@ -154,8 +154,16 @@ impl Engine {
                 continue;
             }
             idle = idle.saturating_add(1);
-            if spin || idle < IDLE_SPINS {
+            if spin {
                 std::hint::spin_loop();
+                continue;
+            }
+            if idle < IDLE_SPINS {
+                // Not pinned to a core of its own: let the driver's
+                // thread run (on a busy or small machine the two often
+                // share a core, and a spinning controller would only
+                // delay the doorbell it waits for).
+                std::thread::yield_now();
                 continue;
             }
             self.sh.sleeping.store(true, Ordering::SeqCst);
@@ -176,7 +184,7 @@ impl Engine {
     }
 
     /// One pass; true if it did anything.
-    fn step(&mut self) -> bool {
+    pub(super) fn step(&mut self) -> bool {
         if self.sh.removed.load(Ordering::Acquire) {
             return false;
         }
