@@ -35,6 +35,22 @@ const IO_TYPES: [&str; 22] = [
     "write_uncorrectable",
 ];
 
+/// The generic keys every bdev starts with, in SPDK's order (before the
+/// conditional `numa_id` and the metadata block).
+pub(crate) const LEADING_KEYS: [&str; 11] = [
+    "name",
+    "aliases",
+    "product_name",
+    "block_size",
+    "num_blocks",
+    "preferred_write_alignment",
+    "preferred_write_granularity",
+    "optimal_write_size",
+    "preferred_unmap_alignment",
+    "preferred_unmap_granularity",
+    "uuid",
+];
+
 /// What SPDK writes conditionally for one bdev.
 #[derive(Clone, Copy, Default)]
 struct Generic {
@@ -49,21 +65,7 @@ struct Generic {
 /// SPDK's generic keys (`rpc_dump_bdev_info`), then `driver_specific`'s
 /// paths, as [`paths`] writes them.
 fn expected(g: Generic, driver_specific: &[&str]) -> Vec<String> {
-    let mut k: Vec<String> = [
-        "name",
-        "aliases",
-        "product_name",
-        "block_size",
-        "num_blocks",
-        "preferred_write_alignment",
-        "preferred_write_granularity",
-        "optimal_write_size",
-        "preferred_unmap_alignment",
-        "preferred_unmap_granularity",
-        "uuid",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut k: Vec<String> = LEADING_KEYS.map(String::from).to_vec();
     if g.numa {
         k.push("numa_id".into());
     }
