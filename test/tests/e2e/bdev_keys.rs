@@ -215,6 +215,19 @@ fn every_module_writes_spdk_keys() {
             "avg_write_latency": 1, "p99_write_latency": 2}),
     );
     create(&d, "bdev_error_create", json!({"base_name": "ErrBase"}));
+    // The nvme module over its emulated controller (PCIe keys; the
+    // controller is ours, the JSON shape is SPDK's bdev_nvme).
+    create(
+        &d,
+        "bdev_nvme_emu_create",
+        json!({"name": "keys", "inline": true, "namespaces": [
+            {"nsid": 1, "kind": "ram", "block_size": 512, "num_blocks": 8192}]}),
+    );
+    create(
+        &d,
+        "bdev_nvme_attach_controller",
+        json!({"name": "Nvme0", "trtype": "PCIe", "traddr": "emu:keys"}),
+    );
 
     let on_malloc = Generic {
         numa: true,
@@ -255,6 +268,39 @@ fn every_module_writes_spdk_keys() {
                     "aio.readonly",
                     "aio.fallocate",
                     "aio.nowait",
+                ],
+            ),
+        ),
+        (
+            "Nvme0n1",
+            expected(
+                Generic::default(),
+                &[
+                    "nvme",
+                    "nvme[].pci_address",
+                    "nvme[].trid",
+                    "nvme[].trid.trtype",
+                    "nvme[].trid.traddr",
+                    "nvme[].ctrlr_data",
+                    "nvme[].ctrlr_data.cntlid",
+                    "nvme[].ctrlr_data.vendor_id",
+                    "nvme[].ctrlr_data.model_number",
+                    "nvme[].ctrlr_data.serial_number",
+                    "nvme[].ctrlr_data.firmware_revision",
+                    "nvme[].ctrlr_data.subnqn",
+                    "nvme[].ctrlr_data.oacs",
+                    "nvme[].ctrlr_data.oacs.security",
+                    "nvme[].ctrlr_data.oacs.format",
+                    "nvme[].ctrlr_data.oacs.firmware",
+                    "nvme[].ctrlr_data.oacs.ns_manage",
+                    "nvme[].ctrlr_data.multi_ctrlr",
+                    "nvme[].ctrlr_data.ana_reporting",
+                    "nvme[].vs",
+                    "nvme[].vs.nvme_version",
+                    "nvme[].ns_data",
+                    "nvme[].ns_data.id",
+                    "nvme[].ns_data.can_share",
+                    "mp_policy",
                 ],
             ),
         ),
