@@ -236,8 +236,7 @@ mod tests {
             .is_err());
 
         // A reset: a new association, and the queue connects again.
-        t.state.faults.hold_io.store(false, Ordering::Relaxed);
-        t.state.faults.close_io.store(false, Ordering::Relaxed);
+        assert!(!t.state.faults.hold_io.load(Ordering::Relaxed));
         c.disable().unwrap();
         c.enable().unwrap();
         c.reconnect_io_qpair(&mut qp).unwrap();

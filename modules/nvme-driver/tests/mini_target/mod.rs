@@ -35,7 +35,9 @@ pub struct Faults {
     pub bad_digest: AtomicBool,
     /// Stop answering I/O commands (they stay outstanding).
     pub hold_io: AtomicBool,
-    /// Close every I/O connection now (checked per command and while held).
+    /// Close the next I/O connection that looks (one that holds
+    /// commands, or the next to receive one); taking it also ends
+    /// `hold_io`, so that a reconnected queue is served.
     pub close_io: AtomicBool,
 }
 
@@ -175,8 +177,7 @@ impl Conn {
         self.rx = self.rx.connected(d, 0);
         self.tx = TxConfig { digests: d, pda: 0 };
         loop {
-            if self.qid != 0 && self.st.faults.close_io.load(Ordering::Relaxed) {
-                let _ = self.s.shutdown(std::net::Shutdown::Both);
+            if self.qid != 0 && self.take_close() {
                 return Ok(());
             }
             let (sqe, data) = match self.pending.pop_front() {
@@ -194,10 +195,9 @@ impl Conn {
                 self.st.io_cmds.fetch_add(1, Ordering::Relaxed);
             }
             if self.qid != 0 && self.st.faults.hold_io.load(Ordering::Relaxed) {
-                while !self.st.faults.close_io.load(Ordering::Relaxed) {
+                while !self.take_close() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                let _ = self.s.shutdown(std::net::Shutdown::Both);
                 return Ok(());
             }
             if sqe.opcode == 0x7f {
@@ -208,6 +208,17 @@ impl Conn {
                 self.io(&sqe, data)?;
             }
         }
+    }
+
+    /// Takes a pending `close_io` and closes this connection.
+    fn take_close(&mut self) -> bool {
+        let f = &self.st.faults;
+        if !f.close_io.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        f.hold_io.store(false, Ordering::Release);
+        let _ = self.s.shutdown(std::net::Shutdown::Both);
+        true
     }
 
     fn fabrics(&mut self, sqe: &Sqe, data: &[u8]) -> Res<()> {
