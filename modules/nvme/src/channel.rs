@@ -108,6 +108,9 @@ pub(crate) struct ChInner {
     dead: Cell<bool>,
     /// This queue's connection dropped and a reset was asked for.
     reset_asked: Cell<bool>,
+    /// The controller is lost past `fast_io_fail_timeout_sec`: I/O fails
+    /// instead of waiting for the reconnect.
+    failing: Cell<bool>,
     /// I/O handed to the admin queue or a reset, by id.
     parked: RefCell<HashMap<u64, BdevIo>>,
     next_park: Cell<u64>,
@@ -151,6 +154,7 @@ impl CtrlrChannel {
             paused: Cell::new(false),
             dead: Cell::new(false),
             reset_asked: Cell::new(false),
+            failing: Cell::new(false),
             parked: RefCell::new(HashMap::new()),
             next_park: Cell::new(1),
             timed_out: RefCell::new(Vec::new()),
@@ -227,7 +231,11 @@ impl ChInner {
             return;
         }
         if self.paused.get() {
-            self.waiting.borrow_mut().push_back(io);
+            if self.failing.get() {
+                io.complete_deferred(IoStatus::Failed);
+            } else {
+                self.waiting.borrow_mut().push_back(io);
+            }
             return;
         }
         let t = io.io_type();
@@ -566,12 +574,23 @@ impl ChInner {
         };
         self.paused.set(false);
         self.reset_asked.set(false);
+        self.failing.set(false);
         if let Err(e) = r {
             tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
             self.kill();
             return;
         }
         self.resubmit_waiting();
+    }
+
+    /// The controller is lost past `fast_io_fail_timeout_sec`: what waits
+    /// fails, and so does new I/O until the controller is back.
+    pub(crate) fn fail_fast(self: &Rc<Self>) {
+        self.failing.set(true);
+        let waiting: Vec<BdevIo> = self.waiting.borrow_mut().drain(..).collect();
+        for io in waiting {
+            io.complete(IoStatus::Failed);
+        }
     }
 
     /// The controller is gone: everything fails, now and later.

@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use crate::bdev::{ns_uuid, NsOwner, NvmeBdev};
 use crate::channel::{ChannelOwner, CtrlrChannel, Driver, ResetDone};
 use crate::options::Applied;
+use crate::reconnect::{Reconnect, ReconnectState};
 use crate::reset::{self, ResetState, Resettable};
 use crate::{Error, Result, MODULE};
 
@@ -39,6 +40,7 @@ pub struct NvmeCtrlr {
     app: ThreadHandle,
     bdevs: Mutex<Vec<(u32, String)>>,
     reset: ResetState,
+    reconnect: ReconnectState,
     removed: AtomicBool,
     detached: AtomicBool,
     me: Weak<NvmeCtrlr>,
@@ -159,6 +161,24 @@ impl Resettable for NvmeCtrlr {
     fn driver(&self) -> &Driver {
         &self.driver
     }
+    fn reconnect(&self) -> (&Reconnect, &ReconnectState) {
+        (&self.opts.reconnect, &self.reconnect)
+    }
+    fn after(&self, delay: Duration, f: Box<dyn FnOnce() + Send>) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
+        let mut f = Some(f);
+        let _ = self.app.send_msg(move || {
+            if let Ok(t) = Thread::try_current() {
+                t.register_poller("bdev_nvme_reconnect", us, move |p| {
+                    p.unregister();
+                    if let Some(f) = f.take() {
+                        f();
+                    }
+                    PollerStatus::Busy
+                });
+            }
+        });
+    }
 }
 
 impl NsOwner for NvmeCtrlr {
@@ -234,6 +254,8 @@ impl NvmeCtrlr {
         let state = if self.removed.load(Ordering::Acquire) || self.detached.load(Ordering::Acquire)
         {
             "deleting"
+        } else if self.reconnect.is_delayed() {
+            "reconnect_is_delayed"
         } else {
             self.driver.state().name()
         };
@@ -288,9 +310,9 @@ impl NvmeCtrlr {
             "traddr": self.traddr(),
             "prchk_reftag": false,
             "prchk_guard": false,
-            "ctrlr_loss_timeout_sec": 0,
-            "reconnect_delay_sec": 0,
-            "fast_io_fail_timeout_sec": 0,
+            "ctrlr_loss_timeout_sec": self.opts.reconnect.ctrlr_loss_timeout_sec,
+            "reconnect_delay_sec": self.opts.reconnect.reconnect_delay_sec,
+            "fast_io_fail_timeout_sec": self.opts.reconnect.fast_io_fail_timeout_sec,
         });
         if let Some(t) = self.driver.transport().tcp() {
             let o = t.options();
@@ -391,7 +413,7 @@ impl NvmeCtrlr {
                 self.surprise_removed();
             }
             Health::Fatal => {
-                if !self.reset.running() {
+                if !self.reset.running() && !self.reconnect.is_delayed() {
                     tracing::warn!(ctrlr = %self.name, "controller fatal status: resetting");
                     reset::start(self, None);
                 }
@@ -414,6 +436,8 @@ pub struct AttachArgs {
     pub num_io_queues: Option<u32>,
     /// NVMe/TCP: where and how to connect (`None`: PCIe).
     pub tcp: Option<TcpOptions>,
+    /// Reconnect knobs of this controller (`None`: the module options').
+    pub reconnect: Option<Reconnect>,
 }
 
 /// The duplicate-path key of a TCP controller.
@@ -549,6 +573,7 @@ fn new_ctrlr(
             app,
             bdevs: Mutex::new(Vec::new()),
             reset: ResetState::default(),
+            reconnect: ReconnectState::default(),
             removed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             me: me.clone(),

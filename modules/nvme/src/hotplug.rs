@@ -76,6 +76,7 @@ impl Hotplug {
                     traddr: bdf,
                     num_io_queues: None,
                     tcp: None,
+                    reconnect: None,
                 },
                 Box::new(move |r| {
                     me.probing.lock().retain(|x| *x != b2);

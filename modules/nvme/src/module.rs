@@ -66,7 +66,13 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
         Ok(m) => m,
         Err(e) => return done(Err(e)),
     };
-    let applied = m.options.lock().applied();
+    let mut applied = m.options.lock().applied();
+    if let Some(r) = args.reconnect {
+        if let Err(e) = r.validate() {
+            return done(Err(Error::InvalidArg(e)));
+        }
+        applied.reconnect = r;
+    }
     let target = if let Some(o) = &args.tcp {
         let mut o = o.clone();
         o.keep_alive_timeout_ms = applied.keep_alive_timeout_ms;

@@ -45,6 +45,7 @@ mod tests {
                 traddr: "emu:emu".into(),
                 num_io_queues: None,
                 tcp: None,
+                reconnect: None,
             },
             Box::new(move |r| {
                 tx.send(r.map_err(|e| e.to_string())).unwrap();

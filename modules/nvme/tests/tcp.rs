@@ -191,4 +191,166 @@ mod tests {
                 .unwrap();
         });
     }
+
+    fn with_reconnect(name: &str, t: &MiniTarget, loss: i32, delay: u32, fast: u32) -> Value {
+        let mut p = params(name, t);
+        p["ctrlr_loss_timeout_sec"] = json!(loss);
+        p["reconnect_delay_sec"] = json!(delay);
+        p["fast_io_fail_timeout_sec"] = json!(fast);
+        p
+    }
+
+    /// Takes the target down: the next I/O command is held, then its
+    /// connection dropped, and new connections are refused. Returns the
+    /// refused-connection count before.
+    fn target_down(t: &MiniTarget) -> usize {
+        let before = t.state.refused.load(Ordering::Acquire);
+        t.state.faults.down.store(true, Ordering::Release);
+        t.state.faults.hold_io.store(true, Ordering::Release);
+        t.state.faults.close_io.store(true, Ordering::Release);
+        before
+    }
+
+    /// Brings the target back once `n` more connections were refused (so
+    /// that reconnects were retried), from another thread.
+    fn target_back_after(t: &MiniTarget, before: usize, n: usize) {
+        let st = std::sync::Arc::clone(&t.state);
+        std::thread::spawn(move || {
+            while st.refused.load(Ordering::Acquire) < before + n {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            st.faults.down.store(false, Ordering::Release);
+        });
+    }
+
+    #[test]
+    fn reconnect_params_checked() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for (l, d, f) in [(-2, 1, 0), (0, 1, 0), (-1, 0, 0), (5, 6, 0), (10, 3, 2)] {
+                let e = call(
+                    &reg,
+                    "bdev_nvme_attach_controller",
+                    with_reconnect("R", &t, l, d, f),
+                )
+                .await
+                .unwrap_err();
+                assert_eq!(e.code, -22, "{l} {d} {f}: {}", e.message);
+            }
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("R", &t, -1, 1, 0),
+            )
+            .await
+            .unwrap();
+            let cfg = bdevkit_nvme::controller(&mgr, "R").unwrap().config_json();
+            assert_eq!(cfg["params"]["ctrlr_loss_timeout_sec"], -1);
+            assert_eq!(cfg["params"]["reconnect_delay_sec"], 1);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "R"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn io_waits_for_the_reconnect() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("W", &t, 60, 1, 0),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Wn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let data = conformance::pattern(8192, 21);
+            let expect = data.to_vec();
+            ch.write(0, 16, data).await.unwrap();
+            let before = target_down(&t);
+            target_back_after(&t, before, 2);
+            // Waits through two refused reconnects, then completes.
+            let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            assert!(t.state.refused.load(Ordering::Acquire) >= before + 2);
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "W"}))
+                .await
+                .unwrap();
+            assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "W"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn fast_io_fail_then_back() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("F", &t, 60, 1, 1),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Fn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            ch.write(0, 8, conformance::pattern(4096, 1)).await.unwrap();
+            target_down(&t);
+            // Lost past fast_io_fail_timeout_sec: the read fails, the
+            // controller stays (reconnecting).
+            assert!(ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.is_err());
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "F"}))
+                .await
+                .unwrap();
+            assert_ne!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            t.state.faults.down.store(false, Ordering::Release);
+            let ctrlr = bdevkit_nvme::controller(&mgr, "F").unwrap();
+            let back = bdevkit_test::env::wait_for(60, || {
+                ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+            })
+            .await;
+            assert!(back, "the controller reconnected");
+            ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
+            drop(ch);
+            drop(desc);
+            drop(ctrlr);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "F"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn lost_for_good_removes_the_controller() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("G", &t, 2, 1, 0),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Gn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            ch.write(0, 8, conformance::pattern(4096, 2)).await.unwrap();
+            target_down(&t);
+            // Waits until ctrlr_loss_timeout_sec, then fails.
+            assert!(ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.is_err());
+            drop(ch);
+            drop(desc);
+            let m2 = mgr.clone();
+            assert!(bdevkit_test::env::wait_for(60, move || m2.get("Gn1").is_none()).await);
+        });
+    }
 }

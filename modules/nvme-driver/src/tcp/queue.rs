@@ -32,6 +32,8 @@ use nvme_spec::{Cqe, Sqe, Status};
 use crate::error::{Error, Result};
 use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
 
+/// The reason of a deliberate close (disconnect, reset): not a warning.
+const CLEARED: &str = "queue cleared";
 /// Receive buffer size (one read syscall fills at most this).
 const RBUF: usize = 64 * 1024;
 /// Largest PDU header with its digest (ICResp: 128 + 4).
@@ -260,7 +262,11 @@ impl TcpQueue {
     /// Transient Transport Error.
     fn close(&mut self, why: &str) {
         if let Some(s) = self.sock.take() {
-            tracing::warn!(qid = self.qid, reason = why, "NVMe/TCP connection closed");
+            if why == CLEARED {
+                tracing::debug!(qid = self.qid, "NVMe/TCP connection closed");
+            } else {
+                tracing::warn!(qid = self.qid, reason = why, "NVMe/TCP connection closed");
+            }
             let _ = s.shutdown(std::net::Shutdown::Both);
             self.dead_reason = Some(why.to_string());
         }
@@ -734,7 +740,7 @@ impl QueueTransport for TcpQueue {
 
     fn clear(&mut self) {
         if self.sock.is_some() {
-            self.close("queue cleared");
+            self.close(CLEARED);
         }
         self.ready.clear();
         for s in self.slots.iter_mut() {

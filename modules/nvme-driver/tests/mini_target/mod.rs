@@ -39,6 +39,8 @@ pub struct Faults {
     /// commands, or the next to receive one); taking it also ends
     /// `hold_io`, so that a reconnected queue is served.
     pub close_io: AtomicBool,
+    /// Close new connections at once (the target is down).
+    pub down: AtomicBool,
 }
 
 /// The controller's state.
@@ -51,6 +53,8 @@ pub struct State {
     pub io_cmds: AtomicUsize,
     /// Connections accepted.
     pub connections: AtomicUsize,
+    /// Connections closed at once because the target was down.
+    pub refused: AtomicUsize,
 }
 
 /// A running target.
@@ -70,11 +74,17 @@ impl MiniTarget {
             ram: Mutex::new(vec![0u8; BLOCK * BLOCKS]),
             io_cmds: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
         });
         let st = Arc::clone(&state);
         std::thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(s) = s else { return };
+                if st.faults.down.load(Ordering::Acquire) {
+                    st.refused.fetch_add(1, Ordering::AcqRel);
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
                 st.connections.fetch_add(1, Ordering::Relaxed);
                 let st = Arc::clone(&st);
                 std::thread::spawn(move || {
