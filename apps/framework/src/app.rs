@@ -16,6 +16,7 @@ use crate::args::CommonArgs;
 use crate::config::{load_config, JsonConfig, LoadOptions};
 use crate::error::{Error, Result};
 use crate::rpc;
+use crate::subsystem::{fini_subsystems, Running, SubsystemCtx, SubsystemDef};
 
 /// A bdev module as the app links it: its name, how to add it to the bdev
 /// layer, and how to register its RPC methods.
@@ -138,6 +139,9 @@ pub struct AppOptions {
     /// start so that they answer from the first request on (bdevperf's
     /// `perform_tests`); the app adds its methods to it. `None`: a new one.
     pub registry: Option<MethodRegistry>,
+    /// Framework subsystems above the bdev layer, in initialisation order
+    /// (bdev_tgt: nvmf). `framework_get_subsystems` lists them after `bdev`.
+    pub subsystems: Vec<SubsystemDef>,
 }
 
 impl Default for AppOptions {
@@ -148,6 +152,7 @@ impl Default for AppOptions {
             shutdown_timeout: Duration::from_secs(30),
             app_thread_name: "app_thread".into(),
             registry: None,
+            subsystems: Vec::new(),
         }
     }
 }
@@ -181,6 +186,8 @@ pub(crate) struct AppShared {
     rpc_paused: AtomicBool,
     rpc_closing: AtomicBool,
     rpc_closed: Mutex<Option<Callback>>,
+    /// The framework subsystems above bdev, in initialisation order.
+    pub(crate) subsystems: Vec<Running>,
 }
 
 impl AppShared {
@@ -244,6 +251,14 @@ impl AppShared {
         };
         if let Err(e) = self.mgr.init_modules() {
             return finish(Err(Error::Init(e)));
+        }
+        for r in &self.subsystems {
+            if let Err(source) = r.sub.init() {
+                return finish(Err(Error::InitSubsystem {
+                    name: r.def.name.to_string(),
+                    source,
+                }));
+            }
         }
         self.registry.set_state(RUNTIME);
         match &self.config {
@@ -363,6 +378,27 @@ impl App {
         for m in modules {
             (m.register)(&mgr);
         }
+        let rt_handle = runtime.handle();
+        let ctx = SubsystemCtx {
+            registry: &registry,
+            mgr: &mgr,
+            runtime: &rt_handle,
+        };
+        let mut subsystems = Vec::with_capacity(opts.subsystems.len());
+        for def in &opts.subsystems {
+            let sub = (def.create)(&ctx).map_err(|source| Error::InitSubsystem {
+                name: def.name.to_string(),
+                source,
+            })?;
+            subsystems.push(Running { def: *def, sub });
+        }
+        let mut load_opts = LoadOptions {
+            ignore_errors: args.json_ignore_init_errors,
+            ..LoadOptions::default()
+        };
+        load_opts
+            .subsystems
+            .extend(opts.subsystems.iter().map(|d| d.name.to_string()));
         let stop = StopHandle::new();
         let shared = Arc::new(AppShared {
             mgr: mgr.clone(),
@@ -375,14 +411,12 @@ impl App {
             }),
             init_cv: Condvar::new(),
             config,
-            load_opts: LoadOptions {
-                ignore_errors: args.json_ignore_init_errors,
-                ..LoadOptions::default()
-            },
+            load_opts,
             rpc_installed: AtomicBool::new(false),
             rpc_paused: AtomicBool::new(true),
             rpc_closing: AtomicBool::new(false),
             rpc_closed: Mutex::new(None),
+            subsystems,
         });
         let mut app = App {
             shared: Arc::clone(&shared),
@@ -715,18 +749,9 @@ fn teardown(shared: &Arc<AppShared>, tx: mpsc::Sender<()>) {
     let after_rpc = move || {
         let waiters = std::mem::take(&mut sh.init.lock().waiters);
         drop(waiters);
-        let mgr = sh.mgr.clone();
-        let phase = sh.init_phase();
-        let count = mgr.bdevs().len();
-        tracing::info!(bdevs = count, "unregistering bdevs");
-        mgr.clone().unregister_all(move || {
-            if phase != InitPhase::NotStarted {
-                for m in mgr.modules() {
-                    m.fini(&mgr);
-                }
-            }
-            let _ = tx.send(());
-        });
+        let subsystems: Vec<Running> = sh.subsystems.iter().rev().cloned().collect();
+        let thread = Thread::current().map(|t| t.handle());
+        fini_subsystems(subsystems, thread, move || unregister_bdevs(&sh, tx));
     };
     if shared.rpc_installed.load(Ordering::Acquire) {
         *shared.rpc_closed.lock() = Some(Box::new(after_rpc));
@@ -734,4 +759,21 @@ fn teardown(shared: &Arc<AppShared>, tx: mpsc::Sender<()>) {
     } else {
         after_rpc();
     }
+}
+
+/// Unregisters every bdev (top of each stack first), runs module `fini`,
+/// then signals `tx`.
+fn unregister_bdevs(sh: &Arc<AppShared>, tx: mpsc::Sender<()>) {
+    let mgr = sh.mgr.clone();
+    let phase = sh.init_phase();
+    let count = mgr.bdevs().len();
+    tracing::info!(bdevs = count, "unregistering bdevs");
+    mgr.clone().unregister_all(move || {
+        if phase != InitPhase::NotStarted {
+            for m in mgr.modules() {
+                m.fini(&mgr);
+            }
+        }
+        let _ = tx.send(());
+    });
 }

@@ -521,10 +521,15 @@ impl Walk {
 /// arrays (`framework_get_config` with `with_batches: true`).
 #[must_use]
 pub fn batch_entries(entries: Vec<Value>) -> Vec<Value> {
-    const BATCHED: [&str; 3] = [
+    const BATCHED: [&str; 8] = [
         "bdev_malloc_create",
         "bdev_null_create",
         "bdev_nvme_attach_controller",
+        "nvmf_create_subsystem",
+        "nvmf_subsystem_add_host",
+        "nvmf_subsystem_add_ns",
+        "nvmf_ns_add_host",
+        "nvmf_subsystem_add_listener",
     ];
     let method = |v: &Value| v.get("method").and_then(Value::as_str).map(str::to_owned);
     let mut out: Vec<Value> = Vec::new();

@@ -88,6 +88,15 @@ pub enum Error {
     /// A bdev module failed to initialise.
     #[error("framework initialization failed")]
     Init(#[source] bdevkit::Error),
+    /// A framework subsystem (nvmf) failed to start or initialise.
+    #[error("subsystem {name} failed to initialize")]
+    InitSubsystem {
+        /// The subsystem.
+        name: String,
+        /// Why.
+        #[source]
+        source: bdevkit::error::BoxError,
+    },
     /// `framework_start_init` while initialisation runs or ran already.
     #[error("framework initialization already started")]
     InitAgain,
@@ -124,6 +133,7 @@ impl Error {
             Error::ConfigMethodNotFound { .. } => ENOENT,
             Error::ConfigTooLarge { .. } => EFBIG,
             Error::InitAgain => EALREADY,
+            Error::InitSubsystem { .. } => EIO,
             Error::RpcSocketInUse { .. } => EADDRINUSE,
             Error::AppThreadGone | Error::Stopped => ESHUTDOWN,
             Error::WouldDeadlock => EPERM,

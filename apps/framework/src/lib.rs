@@ -57,11 +57,13 @@ pub mod config;
 mod error;
 pub mod logging;
 pub mod rpc;
+mod subsystem;
 
 pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};
 pub use args::{parse_size, CommonArgs};
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
+pub use subsystem::{AppSubsystem, SubsystemCtx, SubsystemDef};
 
 /// `bdev_tgt`'s default RPC socket.
 pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";

@@ -125,16 +125,25 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
         },
     )?;
 
-    reg.register("framework_get_subsystems", RUNTIME, |params, resp| {
+    let w = Arc::downgrade(shared);
+    reg.register("framework_get_subsystems", RUNTIME, move |params, resp| {
+        let Some((sh, resp)) = upgrade(&w, resp) else {
+            return;
+        };
         if has_params(params.as_ref()) {
             return resp.err(RpcError::invalid_params(
                 "'framework_get_subsystems' requires no arguments",
             ));
         }
-        let list: Vec<Value> = crate::SUBSYSTEMS
+        let mut list: Vec<Value> = crate::SUBSYSTEMS
             .iter()
             .map(|s| json!({"subsystem": s, "depends_on": []}))
             .collect();
+        list.extend(
+            sh.subsystems
+                .iter()
+                .map(|r| json!({"subsystem": r.def.name, "depends_on": r.def.depends_on})),
+        );
         resp.ok(Value::Array(list));
     })?;
 
@@ -156,9 +165,23 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 };
                 resp.ok(Value::Array(entries));
             }
-            other => resp.err(RpcError::invalid_params(format!(
-                "Subsystem '{other}' not found"
-            ))),
+            other => {
+                match sh.subsystems.iter().find(|r| r.def.name == other) {
+                    Some(r) => {
+                        let entries = r.sub.config_json().map(|e| {
+                            if p.with_batches {
+                                batch_entries(e)
+                            } else {
+                                e
+                            }
+                        });
+                        resp.ok(entries.map_or(Value::Null, Value::Array));
+                    }
+                    None => resp.err(RpcError::invalid_params(format!(
+                        "Subsystem '{other}' not found"
+                    ))),
+                }
+            }
         }
     })?;
 
