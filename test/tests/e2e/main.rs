@@ -8,6 +8,8 @@ mod errors;
 #[cfg(test)]
 mod lifecycle;
 #[cfg(test)]
+mod nvmf_rpc;
+#[cfg(test)]
 mod spdk_rpc;
 #[cfg(test)]
 mod vbdev_rpc;
