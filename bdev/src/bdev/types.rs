@@ -458,12 +458,18 @@ mod tests {
         let invalid_opcode = IoStatus::from_nvme(0, 0x01);
         assert_eq!(invalid_opcode, IoStatus::Nvme { sct: 0, sc: 1 });
         assert_eq!(invalid_opcode.errno(), libc::EIO);
-        assert_eq!(IoStatus::from_nvme(1, 0x80), IoStatus::Nvme { sct: 1, sc: 0x80 });
+        assert_eq!(
+            IoStatus::from_nvme(1, 0x80),
+            IoStatus::Nvme { sct: 1, sc: 0x80 }
+        );
     }
 
     #[test]
     fn block_io_types_are_the_plain_device_set() {
-        let block: Vec<IoType> = IoType::ALL.into_iter().filter(|t| t.is_block_io()).collect();
+        let block: Vec<IoType> = IoType::ALL
+            .into_iter()
+            .filter(|t| t.is_block_io())
+            .collect();
         assert_eq!(block.len(), 10);
         assert!(!IoType::NvmeIo.is_block_io() && !IoType::ZoneAppend.is_block_io());
     }
