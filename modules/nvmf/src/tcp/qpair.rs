@@ -612,7 +612,7 @@ impl<S: Sock + 'static> QpInner<S> {
         self.rcfg = self.rcfg.connected(digests, 0);
         self.txcfg = TxConfig { digests, pda: hpda };
         self.phase = Phase::Ready;
-        tracing::debug!(peer = %self.peer, ?digests, hpda, "icreq");
+        tracing::info!(peer = %self.peer, ?digests, hpda, "icreq");
     }
 
     /// A malformed PDU: C2HTermReq with the parser's FES/FEI, then close.

@@ -1,7 +1,7 @@
 //! What a poll group thread keeps per subsystem: a view of its namespaces
 //! with this thread's bdev channels, shared by the group's I/O queue
 //! pairs of that subsystem. The control plane changes a view only
-//! through messages to the thread (`service.rs` walks the groups), so the
+//! through messages to the thread (`service/ns.rs` walks the groups), so the
 //! I/O path reads it without locks.
 
 use std::cell::RefCell;
