@@ -8,6 +8,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 fail=0
+# Layers: no import cycle between the files of a crate, no source file over
+# 800 lines (tests aside).
+python3 scripts/check-imports.py --quiet || fail=1
 # No sleeping or blocking file I/O on reactor threads: library code of the
 # core and the modules must not call thread::sleep (tests may).
 if grep -rn --include=*.rs "thread::sleep" bdev/src modules/*/src \

@@ -115,6 +115,41 @@ impl Error {
     }
 }
 
+/// Formats an error with its `source()` chain, `outer: inner: innermost`: how servers log a
+/// failure whose reply carries only the errno (STYLE §5: messages never repeat their source, the
+/// reporter prints the chain). The one printer of the workspace; it lives here because every
+/// crate that reports errors (modules, apps, the `bdev_rpc` client) already depends on this one.
+///
+/// ```
+/// use bdevkit_jsonrpc::ErrorChain;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("open /x")]
+/// struct Open(#[source] std::io::Error);
+///
+/// let e = Open(std::io::Error::other("denied"));
+/// assert_eq!(ErrorChain(&e).to_string(), "open /x: denied");
+/// ```
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut src = self.0.source();
+        while let Some(s) = src {
+            write!(f, ": {s}")?;
+            src = s.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// Failures seen by a [`Client`](crate::Client).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -235,6 +270,19 @@ impl RpcError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_chain_prints_every_source() {
+        let e = ClientError::Io(io::Error::other("broken pipe"));
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "rpc connection i/o failed: broken pipe"
+        );
+        assert_eq!(
+            format!("{:?}", ErrorChain(&ClientError::Timeout)),
+            "timeout while waiting for response"
+        );
+    }
 
     #[test]
     fn errno_text_is_strerror() {

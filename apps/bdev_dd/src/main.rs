@@ -68,7 +68,9 @@ fn init_logging(opts: &Opts) -> Result<()> {
     let filter = if opts.logging_asked || std::env::var_os("RUST_LOG").is_some() {
         opts.common.env_filter()?
     } else {
-        tracing_subscriber::EnvFilter::new("warn,bdevkit_app::config=off,bdevkit_app::app=off")
+        tracing_subscriber::EnvFilter::new(
+            "warn,bdevkit_app::config=off,bdevkit_app::app=off,bdevkit_app::shared=off",
+        )
     };
     let level = opts.common.log_level.as_deref().unwrap_or("warn");
     bdevkit_app::logging::init_with(filter, level, &opts.common.logflag)?;

@@ -10,10 +10,10 @@ use bdevkit_app::{AppSubsystem, SubsystemCtx, SubsystemDef};
 use bdevkit_nvmf::Target;
 use serde_json::Value;
 
-/// The subsystem definition bdev_tgt links.
+/// The subsystem definition bdev_tgt links (`nvmf` in
+/// [`bdevkit_app::SUBSYSTEMS`], after `bdev`).
 pub const NVMF: SubsystemDef = SubsystemDef {
     name: "nvmf",
-    depends_on: &["bdev"],
     create,
 };
 

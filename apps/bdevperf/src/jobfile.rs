@@ -14,7 +14,7 @@
 use anyhow::{bail, Context, Result};
 use bdevkit::thread::CpuSet;
 
-use crate::args::{parse_size, Workload};
+use crate::workload::{parse_size, Workload};
 
 /// One job section, resolved against the `[global]` before it.
 #[derive(Debug, Clone, PartialEq)]

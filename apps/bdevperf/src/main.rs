@@ -13,6 +13,7 @@ mod pattern;
 mod repeats;
 mod report;
 mod setup;
+mod workload;
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -46,7 +47,9 @@ fn main() -> ExitCode {
         // The framework's own report of a failed start is what bdevperf
         // prints as its one error line; do not log it twice.
         .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("warn,bdevkit_app::config=off,bdevkit_app::app=off")
+            tracing_subscriber::EnvFilter::new(
+                "warn,bdevkit_app::config=off,bdevkit_app::app=off,bdevkit_app::shared=off",
+            )
         });
     // Through the framework, so that `-z` users can change it with the
     // `log_*` RPCs.
@@ -124,7 +127,7 @@ fn run(opts: &Opts) -> Result<bool> {
         ..AppOptions::default()
     };
     let app = App::start_with(&args, &bdevkit_app::default_modules(), app_opts)
-        .map_err(|e| anyhow::anyhow!("{}", bdevkit_app::ErrorChain(&e)))?;
+        .map_err(|e| setup::start_error(&e, opts.rpc_socket.is_some()))?;
     let result = if let Some(perform) = perform {
         serve_perform_tests(&app, opts, &stop, &perform)
     } else {

@@ -5,6 +5,17 @@
 
 use std::cell::Cell;
 
+/// xorshift64*.
+#[inline]
+pub(crate) fn next_rand(state: &Cell<u64>) -> u64 {
+    let mut x = state.get();
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    state.set(x);
+    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
 /// A uniform `f64` in `[0, 1)` from 52 random bits (no integer-to-float
 /// cast: the bits become the mantissa of a number in `[1, 2)`).
 #[inline]
@@ -91,7 +102,7 @@ impl Zipf {
     #[inline]
     pub fn sample(&self, rng: &Cell<u64>) -> u64 {
         loop {
-            let u = self.h_n + unit(crate::job::next_rand(rng)) * (self.h_x1 - self.h_n);
+            let u = self.h_n + unit(next_rand(rng)) * (self.h_x1 - self.h_n);
             let x = self.big_h_inv(u);
             // x lies in [0.5, n + 0.5] up to rounding: truncation is the
             // rounding to the nearest rank (and cheaper than `floor`, a
@@ -299,7 +310,7 @@ mod tests {
     use super::*;
 
     fn pick(rng: &Cell<u64>, slots: usize) -> usize {
-        usize::try_from(crate::job::next_rand(rng) % slots as u64).unwrap()
+        usize::try_from(next_rand(rng) % slots as u64).unwrap()
     }
 
     fn counts(n: u64, theta: f64, samples: usize, seed: u64) -> Vec<u64> {
@@ -428,7 +439,7 @@ mod tests {
             let mut busy = vec![false; usize::try_from(slots).unwrap()];
             let rng = Cell::new(0x5151 + slots);
             for _ in 0..20_000 {
-                let r = crate::job::next_rand(&rng);
+                let r = next_rand(&rng);
                 let at = (r >> 8) % (slots + 3);
                 if r.is_multiple_of(3) {
                     m.release(at);

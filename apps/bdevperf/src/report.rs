@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use bdevkit::clock;
 use serde_json::{json, Value};
 
-use crate::args::Workload;
 use crate::job::JobSummary;
+use crate::workload::Workload;
 
 #[expect(clippy::cast_precision_loss, reason = "display arithmetic")]
 fn us(ticks: u64) -> f64 {

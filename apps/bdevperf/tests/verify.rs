@@ -138,4 +138,46 @@ mod tests {
         assert_eq!(res["status"], "finished", "{r}");
         assert_clean(&z.kill_output());
     }
+
+    /// Issue 17, bug 1: a pool smaller than the queue needs (128 I/Os, 32
+    /// cached per thread) under a raid1, whose writes take two children
+    /// each: submissions wait for free I/Os (io_wait) instead of panicking
+    /// the reactor, and verify is clean.
+    #[test]
+    fn a_tiny_io_pool_under_raid1_verify_waits_instead_of_panicking() {
+        let entries = [
+            r#"{"method":"bdev_set_options","params":{"bdev_io_pool_size":128,"bdev_io_cache_size":32}}"#.to_string(),
+            r#"{"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":4096,"block_size":4096}}"#.to_string(),
+            r#"{"method":"bdev_malloc_create","params":{"name":"M1","num_blocks":4096,"block_size":4096}}"#.to_string(),
+            r#"{"method":"bdev_raid_create","params":{"name":"R1","raid_level":"raid1","strip_size_kb":0,"base_bdevs":["M0","M1"]}}"#.to_string(),
+        ]
+        .join(",");
+        let o = run_on(
+            "tinypool",
+            &entries,
+            &["-q", "64", "-o", "4096", "-w", "verify", "-t", "2"],
+        );
+        assert_clean(&o);
+        assert!(text(&o.stdout).contains("R1"), "{}", text(&o.stdout));
+    }
+
+    /// The same with the default pool and a queue deeper than it.
+    #[test]
+    fn a_queue_deeper_than_the_pool_waits_instead_of_panicking() {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args([
+                "-q",
+                "65536",
+                "-o",
+                "4096",
+                "-w",
+                "randread",
+                "-t",
+                "1",
+                "--interrupt-mode",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    }
 }

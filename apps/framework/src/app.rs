@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use bdevkit::bdev::{BdevManager, BdevOptions};
 use bdevkit::thread::{PollerStatus, Runtime, RuntimeHandle, RuntimeOptions, Thread, ThreadHandle};
-use bdevkit_jsonrpc::{MethodRegistry, Responder, RpcError, Server, ServerOptions, RUNTIME};
+use bdevkit_jsonrpc::{MethodRegistry, Server, ServerOptions};
 use parking_lot::{Condvar, Mutex};
 
 use crate::args::CommonArgs;
 use crate::config::{load_config, JsonConfig, LoadOptions};
 use crate::error::{Error, Result};
 use crate::rpc;
-use crate::subsystem::{fini_subsystems, Running, SubsystemCtx, SubsystemDef};
+use crate::shared::{AppShared, InitPhase, InitState};
+pub use crate::shared::{StopHandle, StopReason};
+use crate::subsystem::{create_subsystems, fini_subsystems, Running, SubsystemCtx, SubsystemDef};
 
 /// A bdev module as the app links it: its name, how to add it to the bdev
 /// layer, and how to register its RPC methods.
@@ -28,97 +30,6 @@ pub struct ModuleDef {
     pub register: fn(&BdevManager),
     /// Registers the module's RPC methods (`bdevkit_<name>::rpc::register_rpcs`).
     pub register_rpcs: fn(&MethodRegistry, &BdevManager) -> Result<(), bdevkit_jsonrpc::Error>,
-}
-
-/// Why an app stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// [`StopHandle::stop`] was called.
-    Requested,
-    /// A signal arrived (SIGINT, SIGTERM), directly or via `spdk_kill_instance`.
-    Signal(i32),
-    /// `framework_start_init` failed.
-    InitFailed,
-}
-
-struct StopInner {
-    reason: Mutex<Option<StopReason>>,
-    cv: Condvar,
-}
-
-/// Requests an app's stop from anywhere: any OS thread, an RPC handler, the
-/// signal thread. Cheap to clone, `Send + Sync`. The first reason given
-/// wins; later requests are no-ops.
-#[derive(Clone)]
-pub struct StopHandle(Arc<StopInner>);
-
-impl std::fmt::Debug for StopHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StopHandle").field(&self.reason()).finish()
-    }
-}
-
-impl Default for StopHandle {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl StopHandle {
-    /// A handle nobody has stopped yet.
-    #[must_use]
-    pub fn new() -> Self {
-        StopHandle(Arc::new(StopInner {
-            reason: Mutex::new(None),
-            cv: Condvar::new(),
-        }))
-    }
-
-    /// Requests the stop ([`StopReason::Requested`]).
-    pub fn stop(&self) {
-        self.stop_with(StopReason::Requested);
-    }
-
-    /// Requests the stop with a reason.
-    pub fn stop_with(&self, reason: StopReason) {
-        let mut r = self.0.reason.lock();
-        if r.is_none() {
-            *r = Some(reason);
-            self.0.cv.notify_all();
-        }
-    }
-
-    /// Whether a stop was requested.
-    #[must_use]
-    pub fn is_stopped(&self) -> bool {
-        self.0.reason.lock().is_some()
-    }
-
-    /// Why the app stops, once it does.
-    #[must_use]
-    pub fn reason(&self) -> Option<StopReason> {
-        *self.0.reason.lock()
-    }
-
-    /// Blocks until a stop is requested.
-    pub fn wait(&self) -> StopReason {
-        let mut r = self.0.reason.lock();
-        loop {
-            if let Some(reason) = *r {
-                return reason;
-            }
-            self.0.cv.wait(&mut r);
-        }
-    }
-
-    /// Like [`StopHandle::wait`], giving up after `timeout`.
-    pub fn wait_timeout(&self, timeout: Duration) -> Option<StopReason> {
-        let mut r = self.0.reason.lock();
-        if r.is_none() {
-            let _ = self.0.cv.wait_for(&mut r, timeout);
-        }
-        *r
-    }
 }
 
 /// Start-up choices beyond the command line.
@@ -139,9 +50,14 @@ pub struct AppOptions {
     /// start so that they answer from the first request on (bdevperf's
     /// `perform_tests`); the app adds its methods to it. `None`: a new one.
     pub registry: Option<MethodRegistry>,
-    /// Framework subsystems above the bdev layer, in initialisation order
-    /// (bdev_tgt: nvmf). `framework_get_subsystems` lists them after `bdev`.
+    /// Framework subsystems above the bdev layer the app links (bdev_tgt:
+    /// nvmf), each named in [`crate::SUBSYSTEMS`]; initialised in that
+    /// table's order after `bdev`, finished in reverse.
     pub subsystems: Vec<SubsystemDef>,
+    /// A reactor that panics ends the process with status
+    /// [`crate::REACTOR_PANIC_EXIT`] after the panic message (default).
+    /// Embedders that catch reactor deaths themselves turn it off.
+    pub exit_on_reactor_panic: bool,
 }
 
 impl Default for AppOptions {
@@ -153,148 +69,8 @@ impl Default for AppOptions {
             app_thread_name: "app_thread".into(),
             registry: None,
             subsystems: Vec::new(),
+            exit_on_reactor_panic: true,
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InitPhase {
-    NotStarted,
-    Running,
-    Done,
-    Failed,
-}
-
-pub(crate) struct InitState {
-    phase: InitPhase,
-    waiters: Vec<Responder>,
-}
-
-type Callback = Box<dyn FnOnce() + Send>;
-
-/// State shared by the app, its RPC handlers and its app-thread work.
-pub(crate) struct AppShared {
-    pub(crate) mgr: BdevManager,
-    pub(crate) registry: MethodRegistry,
-    pub(crate) runtime: RuntimeHandle,
-    pub(crate) stop: StopHandle,
-    init: Mutex<InitState>,
-    init_cv: Condvar,
-    config: Option<Arc<JsonConfig>>,
-    load_opts: LoadOptions,
-    rpc_installed: AtomicBool,
-    rpc_paused: AtomicBool,
-    rpc_closing: AtomicBool,
-    rpc_closed: Mutex<Option<Callback>>,
-    /// The framework subsystems above bdev, in initialisation order.
-    pub(crate) subsystems: Vec<Running>,
-}
-
-impl AppShared {
-    /// `framework_wait_init`: answers `true` once initialised.
-    pub(crate) fn wait_init_rpc(&self, resp: Responder) {
-        let mut st = self.init.lock();
-        match st.phase {
-            InitPhase::Done => {
-                drop(st);
-                resp.ok(serde_json::Value::Bool(true));
-            }
-            InitPhase::Failed => {
-                drop(st);
-                resp.err(RpcError::internal_error("framework_initialization failed"));
-            }
-            InitPhase::NotStarted | InitPhase::Running => st.waiters.push(resp),
-        }
-    }
-
-    /// Initialises the framework (SPDK's subsystem init) on the app thread:
-    /// pauses the RPC server, runs every module's init, switches to RUNTIME,
-    /// replays the RUNTIME part of the `--json` config, resumes the server,
-    /// then calls `done` on the app thread.
-    pub(crate) fn start_init(self: &Arc<Self>, done: impl FnOnce(Result<()>) + Send + 'static) {
-        {
-            let mut st = self.init.lock();
-            if st.phase != InitPhase::NotStarted {
-                drop(st);
-                return done(Err(Error::InitAgain));
-            }
-            st.phase = InitPhase::Running;
-        }
-        self.rpc_paused.store(true, Ordering::Release);
-        let me = Arc::clone(self);
-        let finish = move |r: Result<()>| {
-            me.rpc_paused.store(false, Ordering::Release);
-            let waiters = {
-                let mut st = me.init.lock();
-                st.phase = if r.is_ok() {
-                    InitPhase::Done
-                } else {
-                    InitPhase::Failed
-                };
-                me.init_cv.notify_all();
-                std::mem::take(&mut st.waiters)
-            };
-            for w in waiters {
-                if r.is_ok() {
-                    w.ok(serde_json::Value::Bool(true));
-                } else {
-                    w.err(RpcError::internal_error("framework_initialization failed"));
-                }
-            }
-            match &r {
-                Ok(()) => tracing::info!("framework initialized"),
-                Err(e) => {
-                    tracing::error!(error = %ErrorChain(e), "framework initialization failed")
-                }
-            }
-            done(r);
-        };
-        if let Err(e) = self.mgr.init_modules() {
-            return finish(Err(Error::Init(e)));
-        }
-        for r in &self.subsystems {
-            if let Err(source) = r.sub.init() {
-                return finish(Err(Error::InitSubsystem {
-                    name: r.def.name.to_string(),
-                    source,
-                }));
-            }
-        }
-        self.registry.set_state(RUNTIME);
-        match &self.config {
-            Some(cfg) => load_config(
-                &self.registry,
-                Arc::clone(cfg),
-                self.load_opts.clone(),
-                finish,
-            ),
-            None => finish(Ok(())),
-        }
-    }
-
-    fn init_phase(&self) -> InitPhase {
-        self.init.lock().phase
-    }
-}
-
-/// Formats an error with its `source` chain: `a: b: c`.
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut src = self.0.source();
-        while let Some(s) = src {
-            write!(f, ": {s}")?;
-            src = s.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
     }
 }
 
@@ -373,6 +149,9 @@ impl App {
             shutdown_grace: Duration::from_secs(2),
             ..RuntimeOptions::default()
         };
+        if opts.exit_on_reactor_panic {
+            crate::panic::exit_on_reactor_panic(args.rpc_socket.clone());
+        }
         let runtime = Runtime::start(rt_opts).map_err(Error::StartRuntime)?;
         let mgr = BdevManager::new(BdevOptions::default());
         for m in modules {
@@ -384,21 +163,14 @@ impl App {
             mgr: &mgr,
             runtime: &rt_handle,
         };
-        let mut subsystems = Vec::with_capacity(opts.subsystems.len());
-        for def in &opts.subsystems {
-            let sub = (def.create)(&ctx).map_err(|source| Error::InitSubsystem {
-                name: def.name.to_string(),
-                source,
-            })?;
-            subsystems.push(Running { def: *def, sub });
-        }
+        let subsystems = create_subsystems(&opts.subsystems, &ctx)?;
         let mut load_opts = LoadOptions {
             ignore_errors: args.json_ignore_init_errors,
             ..LoadOptions::default()
         };
         load_opts
             .subsystems
-            .extend(opts.subsystems.iter().map(|d| d.name.to_string()));
+            .extend(subsystems.iter().map(|r| r.info.name.to_string()));
         let stop = StopHandle::new();
         let shared = Arc::new(AppShared {
             mgr: mgr.clone(),
@@ -571,6 +343,9 @@ impl App {
             return;
         }
         self.finished = true;
+        if let Some(p) = &self.rpc_socket {
+            crate::panic::forget_socket(p);
+        }
         self.shared.stop.stop();
         let (tx, rx) = mpsc::channel::<()>();
         let sh = Arc::clone(&self.shared);

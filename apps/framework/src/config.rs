@@ -291,6 +291,7 @@ pub struct LoadOptions {
     /// Log error answers and carry on (`--json-ignore-init-errors`).
     pub ignore_errors: bool,
     /// Subsystems this application has; others are skipped with a notice.
+    /// Default: `bdev`, the framework's own (an app adds those it links).
     pub subsystems: Vec<String>,
 }
 
@@ -298,7 +299,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             ignore_errors: false,
-            subsystems: crate::SUBSYSTEMS.iter().map(|s| (*s).to_string()).collect(),
+            subsystems: vec![crate::BDEV_SUBSYSTEM.to_string()],
         }
     }
 }

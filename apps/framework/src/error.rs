@@ -97,6 +97,18 @@ pub enum Error {
         #[source]
         source: bdevkit::error::BoxError,
     },
+    /// An app links a subsystem that [`crate::SUBSYSTEMS`] does not list
+    /// (or `bdev`, or one twice).
+    #[error("subsystem {0} is not one the framework lists (or it is linked twice)")]
+    UnknownSubsystem(String),
+    /// An app links a subsystem without one it depends on.
+    #[error("subsystem {name} depends on {missing}, which the app does not link")]
+    SubsystemDependency {
+        /// The subsystem.
+        name: String,
+        /// The dependency the app lacks.
+        missing: String,
+    },
     /// `framework_start_init` while initialisation runs or ran already.
     #[error("framework initialization already started")]
     InitAgain,
@@ -134,6 +146,7 @@ impl Error {
             Error::ConfigTooLarge { .. } => EFBIG,
             Error::InitAgain => EALREADY,
             Error::InitSubsystem { .. } => EIO,
+            Error::UnknownSubsystem(_) | Error::SubsystemDependency { .. } => EINVAL,
             Error::RpcSocketInUse { .. } => EADDRINUSE,
             Error::AppThreadGone | Error::Stopped => ESHUTDOWN,
             Error::WouldDeadlock => EPERM,

@@ -56,21 +56,57 @@ mod args;
 pub mod config;
 mod error;
 pub mod logging;
+mod panic;
 pub mod rpc;
+mod shared;
 mod subsystem;
 
-pub use app::{App, AppOptions, ErrorChain, ModuleDef, StopHandle, StopReason};
+pub use app::{App, AppOptions, ModuleDef, StopHandle, StopReason};
 pub use args::{parse_size, CommonArgs};
+/// The error-chain printer, re-exported for the apps (it lives in `bdevkit-jsonrpc`).
+pub use bdevkit_jsonrpc::ErrorChain;
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
+pub use panic::REACTOR_PANIC_EXIT;
 pub use subsystem::{AppSubsystem, SubsystemCtx, SubsystemDef};
 
 /// `bdev_tgt`'s default RPC socket.
 pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";
 
-/// Subsystems this framework has (`framework_get_subsystems`); config
-/// entries of other subsystems are skipped with a notice.
-pub const SUBSYSTEMS: &[&str] = &["bdev"];
+/// A subsystem of the framework, as `framework_get_subsystems` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subsystem {
+    /// Its name: `framework_get_config NAME`, the `subsystem` of a config
+    /// file's entry.
+    pub name: &'static str,
+    /// The subsystems it needs, initialised before it (SPDK's
+    /// `SPDK_SUBSYSTEM_DEPEND`); only ones this list has.
+    pub depends_on: &'static [&'static str],
+}
+
+/// The framework's own subsystem, which every app has.
+pub const BDEV_SUBSYSTEM: &str = "bdev";
+
+/// The subsystems this framework knows, in initialisation order (each
+/// after those it depends on). `bdev` is the framework's own; an app links
+/// each other one with a [`SubsystemDef`] of that name in
+/// [`AppOptions::subsystems`] (bdev_tgt links `nvmf`, bdevperf none). For
+/// the subsystems an app has, in this order, `framework_get_subsystems`
+/// lists them with these dependencies, `framework_get_config` answers their
+/// config (`null` for one without a config writer, as SPDK), and config
+/// file entries are replayed; entries of the others are skipped with a
+/// notice, so a bdev_tgt config loads into bdevperf. A new subsystem is one
+/// line here plus its [`SubsystemDef`].
+pub const SUBSYSTEMS: &[Subsystem] = &[
+    Subsystem {
+        name: BDEV_SUBSYSTEM,
+        depends_on: &[],
+    },
+    Subsystem {
+        name: "nvmf",
+        depends_on: &[BDEV_SUBSYSTEM],
+    },
+];
 
 /// The bdev modules an app links by default, in registration order. Add a
 /// new module here (one line) once its crate exists.
@@ -122,5 +158,34 @@ pub fn default_modules() -> Vec<ModuleDef> {
             register: bdevkit_uring::register,
             register_rpcs: bdevkit_uring::rpc::register_rpcs,
         },
+        ModuleDef {
+            name: bdevkit_nvme::MODULE,
+            register: bdevkit_nvme::register,
+            register_rpcs: bdevkit_nvme::rpc::register_rpcs,
+        },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SUBSYSTEMS;
+
+    #[test]
+    fn subsystems_come_after_what_they_depend_on() {
+        for (i, s) in SUBSYSTEMS.iter().enumerate() {
+            assert!(
+                SUBSYSTEMS[i + 1..].iter().all(|o| o.name != s.name),
+                "{} listed twice",
+                s.name
+            );
+            for d in s.depends_on {
+                assert!(
+                    SUBSYSTEMS[..i].iter().any(|o| o.name == *d),
+                    "{} depends on {d}, which is not listed before it",
+                    s.name
+                );
+            }
+        }
+        assert_eq!(SUBSYSTEMS[0].name, super::BDEV_SUBSYSTEM);
+    }
 }

@@ -6,9 +6,10 @@
 //! dependencies, saved by `framework_get_config NAME`, and finished at
 //! shutdown before the bdevs are unregistered (reverse order).
 //!
-//! The framework knows no subsystem: an app passes their
-//! [`SubsystemDef`]s in [`crate::AppOptions::subsystems`] (bdev_tgt passes
-//! nvmf), so a test or bdevperf builds an app without them.
+//! [`crate::SUBSYSTEMS`] names every subsystem and its dependencies; an
+//! app links the implementations it wants as [`SubsystemDef`]s in
+//! [`crate::AppOptions::subsystems`] (bdev_tgt passes nvmf), so a test or
+//! bdevperf builds an app without them.
 
 use std::sync::Arc;
 
@@ -17,6 +18,9 @@ use bdevkit::error::BoxError;
 use bdevkit::thread::{RuntimeHandle, ThreadHandle};
 use bdevkit_jsonrpc::MethodRegistry;
 use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::Subsystem;
 
 /// What a subsystem is created with.
 #[derive(Debug)]
@@ -47,13 +51,12 @@ pub trait AppSubsystem: Send + Sync {
     fn fini(&self, done: Box<dyn FnOnce() + Send>);
 }
 
-/// A subsystem an app links: its name, dependencies and constructor.
+/// A subsystem an app links: its name and constructor (its dependencies
+/// are in [`crate::SUBSYSTEMS`]).
 #[derive(Clone, Copy)]
 pub struct SubsystemDef {
-    /// Name (`nvmf`): `framework_get_subsystems`, config file sections.
+    /// Name (`nvmf`), one of [`crate::SUBSYSTEMS`] other than `bdev`.
     pub name: &'static str,
-    /// Subsystems it needs initialised first (`["bdev"]`).
-    pub depends_on: &'static [&'static str],
     /// Creates the subsystem and registers its RPCs (at app start).
     pub create: fn(&SubsystemCtx<'_>) -> Result<Arc<dyn AppSubsystem>, BoxError>,
 }
@@ -62,16 +65,58 @@ impl std::fmt::Debug for SubsystemDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubsystemDef")
             .field("name", &self.name)
-            .field("depends_on", &self.depends_on)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-/// A created subsystem with its definition.
+/// A created subsystem with its table entry.
 #[derive(Clone)]
 pub(crate) struct Running {
-    pub def: SubsystemDef,
+    pub info: &'static Subsystem,
     pub sub: Arc<dyn AppSubsystem>,
+}
+
+/// Creates the subsystems of `defs` in [`crate::SUBSYSTEMS`]' order
+/// (initialisation order). A name the table lacks, `bdev` (the
+/// framework's own), a name given twice, or a subsystem whose dependency
+/// the app does not link, fails.
+pub(crate) fn create_subsystems(
+    defs: &[SubsystemDef],
+    ctx: &SubsystemCtx<'_>,
+) -> Result<Vec<Running>> {
+    let mut picked: Vec<(usize, &SubsystemDef)> = Vec::with_capacity(defs.len());
+    for def in defs {
+        let pos = crate::SUBSYSTEMS
+            .iter()
+            .position(|s| s.name == def.name)
+            .filter(|_| def.name != crate::BDEV_SUBSYSTEM)
+            .ok_or_else(|| Error::UnknownSubsystem(def.name.to_string()))?;
+        if picked.iter().any(|(p, _)| *p == pos) {
+            return Err(Error::UnknownSubsystem(def.name.to_string()));
+        }
+        picked.push((pos, def));
+    }
+    picked.sort_by_key(|(p, _)| *p);
+    let mut out: Vec<Running> = Vec::with_capacity(picked.len());
+    for (pos, def) in picked {
+        let info = &crate::SUBSYSTEMS[pos];
+        if let Some(missing) = info
+            .depends_on
+            .iter()
+            .find(|d| **d != crate::BDEV_SUBSYSTEM && !out.iter().any(|r| r.info.name == **d))
+        {
+            return Err(Error::SubsystemDependency {
+                name: def.name.to_string(),
+                missing: (*missing).to_string(),
+            });
+        }
+        let sub = (def.create)(ctx).map_err(|source| Error::InitSubsystem {
+            name: def.name.to_string(),
+            source,
+        })?;
+        out.push(Running { info, sub });
+    }
+    Ok(out)
 }
 
 /// Finishes `subs` one after another (SPDK: reverse initialisation
@@ -85,7 +130,7 @@ pub(crate) fn fini_subsystems(
         return then();
     }
     let r = subs.remove(0);
-    tracing::info!(subsystem = r.def.name, "finishing subsystem");
+    tracing::info!(subsystem = r.info.name, "finishing subsystem");
     r.sub.fini(Box::new(move || {
         let t = thread.clone();
         let next = move || fini_subsystems(subs, thread, then);

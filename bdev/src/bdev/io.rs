@@ -331,6 +331,16 @@ impl Drop for MgmtChannel {
 /// thread. Dropping it returns it to the pool. Data buffers are owned
 /// ([`DmaBuf`]): moved in with the request and taken back with
 /// [`BdevIo::take_buf`] after completion.
+///
+/// An I/O never leaves its thread (it is `!Send`), which is what lets
+/// several I/Os describe the same memory safely:
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// fn elsewhere(io: bdevkit::bdev::BdevIo) {
+///     send(io);
+/// }
+/// ```
 // The box is wrapped in `ManuallyDrop` so that `Drop` can move it back into
 // the pool: a plain `Option<Box<_>>` would cost a check on every accessor.
 pub struct BdevIo(ManuallyDrop<Box<IoInner>>);

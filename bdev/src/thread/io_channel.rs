@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::lwthread::{Thread, ThreadHandle};
+use super::channels::ChannelAny;
+use super::lwthread::{Thread, ThreadHandle, ThreadInner};
 use crate::error::{BoxError, Error, Result};
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
@@ -73,7 +74,7 @@ struct ChannelInner<T: 'static> {
     thread_id: u64,
     /// The owning thread (same OS thread: `Rc`-based channels cannot leave
     /// it), whose channel map holds this channel.
-    owner: std::rc::Weak<super::lwthread::ThreadInner>,
+    owner: std::rc::Weak<ThreadInner>,
 }
 
 /// This thread's channel for an [`IoDevice`]: a reference-counted handle
@@ -129,12 +130,6 @@ impl<T> IoChannel<T> {
     }
 }
 
-/// What a thread's channel map holds: any channel, with its device's name
-/// (for `thread_get_io_channels`).
-pub(crate) trait ChannelAny: Any {
-    fn device_name(&self) -> &str;
-}
-
 impl<T: 'static> ChannelAny for ChannelInner<T> {
     fn device_name(&self) -> &str {
         &self.device.name
@@ -144,7 +139,7 @@ impl<T: 'static> ChannelAny for ChannelInner<T> {
 impl<T: 'static> Drop for ChannelInner<T> {
     fn drop(&mut self) {
         if let Some(t) = self.owner.upgrade() {
-            t.channels.borrow_mut().remove(&self.device.id);
+            t.channels.remove(self.device.id);
         }
         let done = {
             let mut st = self.device.state.lock();
@@ -234,13 +229,7 @@ impl ChannelWalk {
         let _ = t.send_msg(move || {
             let mut guard = guard;
             let Some(walk) = guard.0.take() else { return };
-            let ch = Thread::current().and_then(|th| {
-                th.0.channels
-                    .borrow()
-                    .get(&walk.device_id)
-                    .and_then(std::rc::Weak::upgrade)
-                    .map(|rc| rc as Rc<dyn Any>)
-            });
+            let ch = Thread::current().and_then(|th| th.0.channels.get(walk.device_id));
             match ch {
                 Some(ch) => {
                     let visit = Arc::clone(&walk.visit);
@@ -301,13 +290,7 @@ impl<T: 'static> IoDevice<T> {
     /// The calling thread's channel, created on first use.
     pub fn get_channel(&self) -> Result<IoChannel<T>> {
         let th = Thread::try_current()?;
-        let existing =
-            th.0.channels
-                .borrow()
-                .get(&self.shared.id)
-                .and_then(std::rc::Weak::upgrade)
-                .map(|rc| rc as Rc<dyn Any>);
-        if let Some(rc) = existing {
+        if let Some(rc) = th.0.channels.get(self.shared.id) {
             let inner = rc
                 .downcast::<ChannelInner<T>>()
                 .map_err(|_| Error::ChannelType(self.shared.name.clone()))?;
@@ -337,7 +320,7 @@ impl<T: 'static> IoDevice<T> {
         });
         let weak: std::rc::Weak<dyn ChannelAny> =
             Rc::downgrade(&(Rc::clone(&inner) as Rc<dyn ChannelAny>));
-        th.0.channels.borrow_mut().insert(self.shared.id, weak);
+        th.0.channels.insert(self.shared.id, weak);
         Ok(IoChannel(inner))
     }
 

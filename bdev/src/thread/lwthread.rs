@@ -4,27 +4,30 @@
 //! A [`Thread`] lives on one reactor and never moves, so everything it owns
 //! may use `Rc`/`RefCell`. Other OS threads reach it through a
 //! [`ThreadHandle`] and [`ThreadHandle::send_msg`].
+//!
+//! The parts a thread is built from sit in the files below this one:
+//! `shared.rs` (what other OS threads see: identity, message queue,
+//! counters), `poller.rs` (the poller set), `executor.rs` (task slots),
+//! `channels.rs` (the channel map). This file holds the thread itself, its
+//! poll loop, the current-thread state and [`ThreadHandle`].
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::os::fd::RawFd;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak as ArcWeak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
-use crossbeam_queue::SegQueue;
-
+use super::channels::ChannelMap;
 use super::cpuset::CpuSet;
-use super::runtime::{ReactorShared, RuntimeHandle, RuntimeShared};
+use super::executor::{LocalTask, Tasks};
+use super::poller::{self, Poller, PollerHost, PollerInfo, PollerState, PollerStatus, Pollers};
+use super::reactor::TOKEN_USER;
+use super::shared::ThreadShared;
 use crate::clock;
 use crate::error::{Error, Result};
-
-/// A message: a closure run once on the target thread.
-pub(crate) type Msg = Box<dyn FnOnce() + Send>;
 
 /// Most messages run per thread per loop iteration, so pollers keep running
 /// under a message flood.
@@ -38,81 +41,10 @@ thread_local! {
     static CURRENT_ID: Cell<u64> = const { Cell::new(0) };
 }
 
-static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
-
-/// What a poller reports after a run: whether it found work. Feeds the
-/// busy/idle tick counters and lets an idle reactor sleep in interrupt mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollerStatus {
-    /// The poller did work.
-    Busy,
-    /// Nothing to do.
-    Idle,
-}
-
-impl From<bool> for PollerStatus {
-    fn from(busy: bool) -> Self {
-        if busy {
-            PollerStatus::Busy
-        } else {
-            PollerStatus::Idle
-        }
-    }
-}
-
-/// The part of a thread that other OS threads can see.
-pub(crate) struct ThreadShared {
-    pub(crate) id: u64,
-    pub(crate) name: String,
-    pub(crate) cpumask: CpuSet,
-    msgs: SegQueue<Msg>,
-    /// Messages pushed / popped so far: an idle thread's poll checks for
-    /// messages with one load instead of probing the queue.
-    pushed: AtomicU64,
-    popped: AtomicU64,
-    pub(crate) reactor: Arc<ReactorShared>,
-    pub(crate) runtime: ArcWeak<RuntimeShared>,
-    exited: AtomicBool,
-    pub(crate) busy_ticks: AtomicU64,
-    pub(crate) idle_ticks: AtomicU64,
-    pub(crate) active_pollers: AtomicU32,
-    pub(crate) timed_pollers: AtomicU32,
-    pub(crate) paused_pollers: AtomicU32,
-    pub(crate) created_ticks: u64,
-}
-
-impl ThreadShared {
-    pub(crate) fn new(
-        name: String,
-        cpumask: CpuSet,
-        reactor: Arc<ReactorShared>,
-        runtime: ArcWeak<RuntimeShared>,
-    ) -> Arc<Self> {
-        Arc::new(ThreadShared {
-            id: NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed),
-            name,
-            cpumask,
-            msgs: SegQueue::new(),
-            pushed: AtomicU64::new(0),
-            popped: AtomicU64::new(0),
-            reactor,
-            runtime,
-            exited: AtomicBool::new(false),
-            busy_ticks: AtomicU64::new(0),
-            idle_ticks: AtomicU64::new(0),
-            active_pollers: AtomicU32::new(0),
-            timed_pollers: AtomicU32::new(0),
-            paused_pollers: AtomicU32::new(0),
-            created_ticks: clock::ticks(),
-        })
-    }
-
-    #[inline]
-    pub(crate) fn has_msgs(&self) -> bool {
-        self.pushed.load(Ordering::SeqCst) != self.popped.load(Ordering::Relaxed)
-    }
-}
-
+// Defined here, not in `shared.rs` with the state it wraps: the methods of
+// a type are compiled with the module that defines it, and this one's
+// `send_boxed` has `SegQueue::push` inlined only in the poll loop's codegen
+// unit (+16 instructions per message otherwise; see `shared.rs`).
 /// A `Send + Sync` handle to a lightweight thread: send it messages from
 /// anywhere.
 #[derive(Clone)]
@@ -251,174 +183,6 @@ impl ThreadHandle {
     }
 }
 
-/// Poller lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PollerState {
-    Running,
-    Paused,
-    Unregistered,
-}
-
-type PollerFn = Box<dyn FnMut(&Poller) -> PollerStatus>;
-
-struct PollerEntry {
-    id: u64,
-    name: String,
-    period_ticks: u64,
-    period_us: u64,
-    state: Cell<PollerState>,
-    f: RefCell<Option<PollerFn>>,
-    run_count: Cell<u64>,
-    busy_count: Cell<u64>,
-    in_heap: Cell<bool>,
-    thread: Weak<ThreadInner>,
-}
-
-/// A registered poller. Cloning the handle does not duplicate the poller;
-/// dropping every handle does **not** unregister it (as in SPDK): call
-/// [`Poller::unregister`], also from inside the poller itself.
-#[derive(Clone)]
-pub struct Poller(Rc<PollerEntry>);
-
-impl fmt::Debug for Poller {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Poller")
-            .field("id", &self.0.id)
-            .field("name", &self.0.name)
-            .field("state", &self.0.state.get())
-            .finish()
-    }
-}
-
-/// A snapshot of one poller, for `thread_get_pollers`.
-#[derive(Debug, Clone)]
-pub struct PollerInfo {
-    /// Poller name.
-    pub name: String,
-    /// Poller id (unique per thread).
-    pub id: u64,
-    /// `"running"`, `"paused"` or `"waiting"` (timed and not due).
-    pub state: &'static str,
-    /// Times it ran.
-    pub run_count: u64,
-    /// Times it reported busy.
-    pub busy_count: u64,
-    /// Period in microseconds (0 = active).
-    pub period_us: u64,
-}
-
-impl Poller {
-    /// Stops and removes the poller. Idempotent. The closure is dropped now,
-    /// or right after it returns when called from inside it.
-    pub fn unregister(&self) {
-        let e = &self.0;
-        if e.state.get() == PollerState::Unregistered {
-            return;
-        }
-        let was_paused = e.state.get() == PollerState::Paused;
-        e.state.set(PollerState::Unregistered);
-        if let Some(t) = e.thread.upgrade() {
-            t.poller_removed(e.period_ticks > 0, was_paused);
-        }
-        // If the closure is running, `try_borrow_mut` fails and the poll loop
-        // drops it when the call returns.
-        let f = e.f.try_borrow_mut().ok().and_then(|mut f| f.take());
-        drop(f);
-    }
-
-    /// Pauses the poller (it stays registered).
-    pub fn pause(&self) {
-        if self.0.state.get() == PollerState::Running {
-            self.0.state.set(PollerState::Paused);
-            if let Some(t) = self.0.thread.upgrade() {
-                t.shared.paused_pollers.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Resumes a paused poller.
-    pub fn resume(&self) {
-        if self.0.state.get() == PollerState::Paused {
-            self.0.state.set(PollerState::Running);
-            if let Some(t) = self.0.thread.upgrade() {
-                t.shared.paused_pollers.fetch_sub(1, Ordering::Relaxed);
-                if self.0.period_ticks > 0 && !self.0.in_heap.get() {
-                    t.schedule_timed(&self.0, clock::ticks());
-                }
-            }
-        }
-    }
-
-    /// Whether the poller is still registered.
-    #[must_use]
-    pub fn is_registered(&self) -> bool {
-        self.0.state.get() != PollerState::Unregistered
-    }
-
-    /// Whether the poller is paused.
-    #[must_use]
-    pub fn is_paused(&self) -> bool {
-        self.0.state.get() == PollerState::Paused
-    }
-
-    /// The poller's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    /// How many times the poller ran.
-    #[must_use]
-    pub fn run_count(&self) -> u64 {
-        self.0.run_count.get()
-    }
-}
-
-/// A timed poller's place in the deadline heap (min-heap by deadline).
-struct TimedSlot {
-    deadline: u64,
-    seq: u64,
-    entry: Rc<PollerEntry>,
-}
-
-impl PartialEq for TimedSlot {
-    fn eq(&self, o: &Self) -> bool {
-        self.deadline == o.deadline && self.seq == o.seq
-    }
-}
-impl Eq for TimedSlot {}
-impl PartialOrd for TimedSlot {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for TimedSlot {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // Reversed: BinaryHeap is a max-heap.
-        (o.deadline, o.seq).cmp(&(self.deadline, self.seq))
-    }
-}
-
-#[derive(Default)]
-struct Pollers {
-    active: Vec<Rc<PollerEntry>>,
-    timed: BinaryHeap<TimedSlot>,
-    /// Registered (not yet unregistered) pollers, active and timed.
-    live: usize,
-    next_id: u64,
-    next_seq: u64,
-    dirty: bool,
-}
-
-type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
-
-#[derive(Default)]
-struct Tasks {
-    slots: Vec<(u32, Option<LocalTask>)>,
-    free: Vec<u32>,
-    live: usize,
-}
-
 struct TaskWaker {
     thread: ThreadHandle,
     key: u64,
@@ -447,7 +211,7 @@ pub(crate) struct ThreadInner {
     pub(crate) shared: Arc<ThreadShared>,
     handle: ThreadHandle,
     pollers: RefCell<Pollers>,
-    pub(crate) channels: RefCell<HashMap<u64, Weak<dyn super::io_channel::ChannelAny>>>,
+    pub(super) channels: ChannelMap,
     tasks: RefCell<Tasks>,
     exiting: Cell<bool>,
     busy_ticks: Cell<u64>,
@@ -500,7 +264,7 @@ impl Thread {
             handle: ThreadHandle(Arc::clone(&shared)),
             shared,
             pollers: RefCell::new(Pollers::default()),
-            channels: RefCell::new(HashMap::new()),
+            channels: ChannelMap::default(),
             tasks: RefCell::new(Tasks::default()),
             exiting: Cell::new(false),
             busy_ticks: Cell::new(0),
@@ -550,16 +314,6 @@ impl Thread {
         &self.0.shared.name
     }
 
-    /// The runtime this thread belongs to.
-    pub fn runtime(&self) -> Result<RuntimeHandle> {
-        self.0
-            .shared
-            .runtime
-            .upgrade()
-            .map(RuntimeHandle)
-            .ok_or(Error::RuntimeStopped)
-    }
-
     /// Registers a poller. `period_us == 0` makes an active poller (runs
     /// every loop iteration); otherwise it runs every `period_us` at a fixed
     /// rate: a run delayed by the OS is made up for (up to 10 missed
@@ -570,37 +324,7 @@ impl Thread {
         period_us: u64,
         f: impl FnMut(&Poller) -> PollerStatus + 'static,
     ) -> Poller {
-        let period_ticks = if period_us == 0 {
-            0
-        } else {
-            clock::us_to_ticks(period_us).max(1)
-        };
-        let mut ps = self.0.pollers.borrow_mut();
-        ps.next_id += 1;
-        let entry = Rc::new(PollerEntry {
-            id: ps.next_id,
-            name: name.into(),
-            period_ticks,
-            period_us,
-            state: Cell::new(PollerState::Running),
-            f: RefCell::new(Some(Box::new(f))),
-            run_count: Cell::new(0),
-            busy_count: Cell::new(0),
-            in_heap: Cell::new(false),
-            thread: Rc::downgrade(&self.0),
-        });
-        ps.live += 1;
-        if period_ticks == 0 {
-            ps.active.push(Rc::clone(&entry));
-            self.0.shared.active_pollers.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.0.shared.timed_pollers.fetch_add(1, Ordering::Relaxed);
-        }
-        drop(ps);
-        if period_ticks > 0 {
-            self.0.schedule_timed(&entry, clock::ticks());
-        }
-        Poller(entry)
+        poller::register(&self.0, name.into(), period_us, Box::new(f))
     }
 
     /// Runs `f` on this thread in a later loop iteration (a local, non-`Send`
@@ -649,7 +373,7 @@ impl Thread {
             .shared
             .reactor
             .epoll
-            .add(fd, super::runtime::TOKEN_USER)
+            .add(fd, TOKEN_USER)
             .map_err(Error::Epoll)?;
         self.0.fds.borrow_mut().push(fd);
         Ok(InterruptFd {
@@ -660,21 +384,8 @@ impl Thread {
 
     /// Spawns a local (non-`Send`) future on this thread.
     pub fn spawn_local(&self, fut: impl Future<Output = ()> + 'static) {
-        let key = {
-            let mut tasks = self.0.tasks.borrow_mut();
-            tasks.live += 1;
-            let boxed: LocalTask = Box::pin(fut);
-            if let Some(idx) = tasks.free.pop() {
-                let slot = &mut tasks.slots[idx as usize];
-                slot.0 = slot.0.wrapping_add(1);
-                slot.1 = Some(boxed);
-                (u64::from(slot.0) << 32) | u64::from(idx)
-            } else {
-                let idx = u32::try_from(tasks.slots.len()).expect("invariant: < 2^32 tasks");
-                tasks.slots.push((0, Some(boxed)));
-                u64::from(idx)
-            }
-        };
+        let boxed: LocalTask = Box::pin(fut);
+        let key = self.0.tasks.borrow_mut().insert(boxed);
         let waker = Arc::new(TaskWaker {
             thread: self.handle(),
             key,
@@ -684,27 +395,16 @@ impl Thread {
     }
 
     fn poll_task(&self, key: u64, waker: &Arc<TaskWaker>) {
-        let idx = (key & 0xffff_ffff) as usize;
-        let gen = (key >> 32) as u32;
-        let task = {
-            let mut tasks = self.0.tasks.borrow_mut();
-            match tasks.slots.get_mut(idx) {
-                Some(slot) if slot.0 == gen => slot.1.take(),
-                _ => None,
-            }
-        };
+        let task = self.0.tasks.borrow_mut().take(key);
         let Some(mut task) = task else { return };
         let w = Waker::from(Arc::clone(waker));
         let mut cx = Context::from_waker(&w);
         let done = self.enter(|| task.as_mut().poll(&mut cx).is_ready());
         let mut tasks = self.0.tasks.borrow_mut();
         if done {
-            tasks.live -= 1;
-            tasks
-                .free
-                .push(u32::try_from(idx).expect("invariant: < 2^32 tasks"));
-        } else if let Some(slot) = tasks.slots.get_mut(idx) {
-            slot.1 = Some(task);
+            tasks.finish(key);
+        } else {
+            tasks.put_back(key, task);
         }
     }
 
@@ -717,60 +417,21 @@ impl Thread {
     /// Snapshots of this thread's pollers.
     #[must_use]
     pub fn pollers(&self) -> Vec<PollerInfo> {
-        let ps = self.0.pollers.borrow();
-        let mut out: Vec<PollerInfo> = ps
-            .active
-            .iter()
-            .chain(ps.timed.iter().map(|s| &s.entry))
-            .filter(|e| e.state.get() != PollerState::Unregistered)
-            .map(|e| PollerInfo {
-                name: e.name.clone(),
-                id: e.id,
-                state: match e.state.get() {
-                    PollerState::Paused => "paused",
-                    _ if e.period_ticks > 0 => "waiting",
-                    _ => "running",
-                },
-                run_count: e.run_count.get(),
-                busy_count: e.busy_count.get(),
-                period_us: e.period_us,
-            })
-            .collect();
-        out.sort_by_key(|p| p.id);
-        out.dedup_by_key(|p| p.id);
-        out
+        self.0.pollers.borrow().infos()
     }
 
     /// Device names and reference counts of the I/O channels held on this
     /// thread, ordered by device id (`thread_get_io_channels`).
     #[must_use]
     pub fn io_channels(&self) -> Vec<(String, usize)> {
-        let mut v: Vec<(u64, String, usize)> = self
-            .0
-            .channels
-            .borrow()
-            .iter()
-            .filter_map(|(id, w)| {
-                let n = w.strong_count();
-                // `n` counts the map's own upgrade too, so read it first.
-                w.upgrade().map(|c| (*id, c.device_name().to_string(), n))
-            })
-            .collect();
-        v.sort_by_key(|(id, _, _)| *id);
-        v.into_iter().map(|(_, name, n)| (name, n)).collect()
+        self.0.channels.names_and_refs()
     }
 
     /// Device ids and reference counts of the I/O channels held on this
     /// thread.
     #[must_use]
     pub fn io_channel_refs(&self) -> Vec<(u64, usize)> {
-        self.0
-            .channels
-            .borrow()
-            .iter()
-            .map(|(id, w)| (*id, w.strong_count()))
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        self.0.channels.refs()
     }
 
     /// One loop iteration for this thread (messages, active pollers, due
@@ -819,12 +480,7 @@ impl Thread {
             && self.0.pollers.borrow().live == 0
             && self.0.tasks.borrow().live == 0
             && !self.has_pending_msgs()
-            && self
-                .0
-                .channels
-                .borrow()
-                .values()
-                .all(|w| w.strong_count() == 0)
+            && self.0.channels.all_released()
     }
 
     /// Marks the thread exited and drops what it still holds (pollers,
@@ -833,17 +489,7 @@ impl Thread {
     pub(crate) fn finish(&self) {
         self.0.shared.exited.store(true, Ordering::Release);
         self.enter(|| {
-            let (active, timed) = {
-                let mut ps = self.0.pollers.borrow_mut();
-                (
-                    std::mem::take(&mut ps.active),
-                    std::mem::take(&mut ps.timed),
-                )
-            };
-            for e in active.iter().chain(timed.iter().map(|s| &s.entry)) {
-                Poller(Rc::clone(e)).unregister();
-            }
-            drop((active, timed));
+            poller::unregister_all(&self.0.pollers);
             let tasks = std::mem::take(&mut *self.0.tasks.borrow_mut());
             drop(tasks);
             while let Some(m) = self.0.shared.msgs.pop() {
@@ -859,34 +505,17 @@ impl Thread {
     }
 }
 
+impl PollerHost for ThreadInner {
+    fn pollers(&self) -> &RefCell<Pollers> {
+        &self.pollers
+    }
+
+    fn shared(&self) -> &ThreadShared {
+        &self.shared
+    }
+}
+
 impl ThreadInner {
-    fn poller_removed(&self, timed: bool, was_paused: bool) {
-        let mut ps = self.pollers.borrow_mut();
-        ps.live = ps.live.saturating_sub(1);
-        ps.dirty = true;
-        drop(ps);
-        if timed {
-            self.shared.timed_pollers.fetch_sub(1, Ordering::Relaxed);
-        } else {
-            self.shared.active_pollers.fetch_sub(1, Ordering::Relaxed);
-        }
-        if was_paused {
-            self.shared.paused_pollers.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    fn schedule_timed(&self, e: &Rc<PollerEntry>, now: u64) {
-        let mut ps = self.pollers.borrow_mut();
-        ps.next_seq += 1;
-        let seq = ps.next_seq;
-        ps.timed.push(TimedSlot {
-            deadline: now.saturating_add(e.period_ticks),
-            seq,
-            entry: Rc::clone(e),
-        });
-        e.in_heap.set(true);
-    }
-
     #[inline]
     fn run_poller(handle: &Poller) -> bool {
         let e = &handle.0;
@@ -988,7 +617,7 @@ impl ThreadInner {
                         } else {
                             now
                         };
-                        self.schedule_timed(e, base);
+                        poller::schedule_timed(&self.pollers, e, base);
                     }
                 }
                 PollerState::Paused | PollerState::Unregistered => {}
@@ -1005,7 +634,7 @@ impl ThreadInner {
                 .iter()
                 .any(|s| s.entry.state.get() == PollerState::Unregistered)
             {
-                let kept: Vec<TimedSlot> = std::mem::take(&mut ps.timed)
+                let kept: Vec<poller::TimedSlot> = std::mem::take(&mut ps.timed)
                     .into_iter()
                     .filter(|s| s.entry.state.get() != PollerState::Unregistered)
                     .collect();

@@ -22,17 +22,27 @@
 //! rt.shutdown();
 //! ```
 
+// Layers, each file importing only from the ones listed before it:
+// `cpuset`, `sys`; `reactor` (what a reactor shares with its threads);
+// `shared` (what other OS threads see of a thread); `poller`, `executor`,
+// `channels` (the sets a thread owns); `lwthread` (the thread, its poll
+// loop and `ThreadHandle`); `io_channel`; `runtime` (reactors and their
+// loop).
+mod channels;
 mod cpuset;
+mod executor;
 mod io_channel;
 mod lwthread;
+mod poller;
+mod reactor;
 mod runtime;
+mod shared;
 mod sys;
 
 pub use cpuset::{CpuSet, CpuSetParseError, MAX_CPUS};
 pub use io_channel::{ChannelStep, IoChannel, IoDevice};
-pub use lwthread::{
-    current_thread_id, InterruptFd, Poller, PollerInfo, PollerStatus, Thread, ThreadHandle,
-};
+pub use lwthread::{current_thread_id, InterruptFd, Thread, ThreadHandle};
+pub use poller::{Poller, PollerInfo, PollerStatus};
 pub use runtime::{
     thread_stats, ReactorStats, Runtime, RuntimeHandle, RuntimeOptions, ThreadStats,
 };

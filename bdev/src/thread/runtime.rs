@@ -1,24 +1,26 @@
 //! Reactors: one pinned OS thread per core of the core mask, each running
 //! the loop "drain messages, run pollers, run due timed pollers" over the
 //! lightweight threads placed on it.
+//!
+//! The top layer of the `thread` module: it builds reactors
+//! (`reactor.rs`), places threads on them (`handle.rs`) and runs them
+//! (`lwthread.rs`).
 
-use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 
 use super::cpuset::CpuSet;
-use super::lwthread::{Thread, ThreadHandle, ThreadShared};
+use super::lwthread::{Thread, ThreadHandle};
+use super::reactor::{TOKEN_TIMER, TOKEN_WAKE};
+use super::shared::{Reactor, ThreadShared};
 use super::sys::{self, Epoll, EventFd, TimerFd};
 use crate::clock;
 use crate::error::{Error, Result};
-
-pub(crate) const TOKEN_WAKE: u64 = 1;
-pub(crate) const TOKEN_TIMER: u64 = 2;
-pub(crate) const TOKEN_USER: u64 = 3;
 
 /// How a runtime is started.
 #[derive(Debug, Clone)]
@@ -62,42 +64,8 @@ impl RuntimeOptions {
     }
 }
 
-pub(crate) struct ReactorShared {
-    pub(crate) index: usize,
-    pub(crate) core: u32,
-    pub(crate) epoll: Epoll,
-    wake: EventFd,
-    timer: TimerFd,
-    sleeping: AtomicBool,
-    incoming: SegQueue<Arc<ThreadShared>>,
-    pub(crate) thread_count: AtomicUsize,
-    pub(crate) busy_ticks: AtomicU64,
-    pub(crate) idle_ticks: AtomicU64,
-    pub(crate) tid: AtomicI32,
-    pub(crate) in_interrupt: bool,
-    /// Set when the reactor's OS thread ended by a panic.
-    dead: AtomicBool,
-}
-
-impl ReactorShared {
-    pub(crate) fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    pub(crate) fn wake_if_sleeping(&self) {
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.wake.notify();
-        }
-    }
-
-    fn wake(&self) {
-        self.wake.notify();
-    }
-}
-
 pub(crate) struct RuntimeShared {
-    pub(crate) reactors: Vec<Arc<ReactorShared>>,
+    pub(crate) reactors: Vec<Arc<Reactor>>,
     pub(crate) threads: Mutex<Vec<ThreadHandle>>,
     stop: AtomicBool,
     app_thread: ThreadHandle,
@@ -212,8 +180,9 @@ impl RuntimeHandle {
         Ok(self.place(name.into(), mask.and(&self.0.opts.cpumask), reactor))
     }
 
-    fn place(&self, name: String, mask: CpuSet, reactor: &Arc<ReactorShared>) -> ThreadHandle {
-        let shared = ThreadShared::new(name, mask, Arc::clone(reactor), Arc::downgrade(&self.0));
+    fn place(&self, name: String, mask: CpuSet, reactor: &Arc<Reactor>) -> ThreadHandle {
+        let runtime: Weak<dyn Any + Send + Sync> = Arc::<RuntimeShared>::downgrade(&self.0);
+        let shared = ThreadShared::new(name, mask, Arc::clone(reactor), runtime);
         let handle = ThreadHandle(Arc::clone(&shared));
         reactor.thread_count.fetch_add(1, Ordering::Relaxed);
         self.0.threads.lock().push(handle.clone());
@@ -287,6 +256,19 @@ impl RuntimeHandle {
     #[must_use]
     pub fn is_stopping(&self) -> bool {
         self.0.stop.load(Ordering::Acquire)
+    }
+}
+
+impl Thread {
+    /// The runtime this thread belongs to.
+    pub fn runtime(&self) -> Result<RuntimeHandle> {
+        self.0
+            .shared
+            .runtime
+            .upgrade()
+            .and_then(|rt| rt.downcast::<RuntimeShared>().ok())
+            .map(RuntimeHandle)
+            .ok_or(Error::RuntimeStopped)
     }
 }
 
@@ -417,30 +399,24 @@ impl Runtime {
             let timer = TimerFd::new().map_err(Error::Epoll)?;
             epoll.add(wake.fd(), TOKEN_WAKE).map_err(Error::Epoll)?;
             epoll.add(timer.fd(), TOKEN_TIMER).map_err(Error::Epoll)?;
-            reactors.push(Arc::new(ReactorShared {
+            reactors.push(Arc::new(Reactor::new(
                 index,
                 core,
                 epoll,
                 wake,
                 timer,
-                sleeping: AtomicBool::new(false),
-                incoming: SegQueue::new(),
-                thread_count: AtomicUsize::new(0),
-                busy_ticks: AtomicU64::new(0),
-                idle_ticks: AtomicU64::new(0),
-                tid: AtomicI32::new(0),
-                in_interrupt: opts.interrupt_mode,
-                dead: AtomicBool::new(false),
-            }));
+                opts.interrupt_mode,
+            )));
         }
         let first = Arc::clone(&reactors[0]);
         let app_mask = CpuSet::single(first.core);
-        let shared = Arc::new_cyclic(|weak| {
+        let shared = Arc::new_cyclic(|weak: &Weak<RuntimeShared>| {
+            let runtime: Weak<dyn Any + Send + Sync> = weak.clone();
             let app = ThreadShared::new(
                 opts.app_thread_name.clone(),
                 app_mask,
                 Arc::clone(&first),
-                weak.clone(),
+                runtime,
             );
             RuntimeShared {
                 reactors,
@@ -519,7 +495,7 @@ impl Drop for Runtime {
 
 /// Marks the reactor dead if its thread unwinds, so that callers blocked on
 /// it (`run_sync`, `block_on`) fail instead of waiting forever.
-struct DeathWatch<'a>(&'a ReactorShared);
+struct DeathWatch<'a>(&'a Reactor);
 
 impl Drop for DeathWatch<'_> {
     fn drop(&mut self) {
@@ -535,7 +511,7 @@ impl Drop for DeathWatch<'_> {
 // closure (after unrelated changes elsewhere), bdevperf's null randread lost
 // 8% with the same instruction count per I/O.
 #[inline(never)]
-fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
+fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<Reactor>) {
     let _watch = DeathWatch(r);
     r.tid.store(sys::gettid(), Ordering::Relaxed);
     if rt.opts.pin_reactors {
@@ -630,7 +606,7 @@ fn reactor_main(rt: &Arc<RuntimeShared>, r: &Arc<ReactorShared>) {
     }
 }
 
-fn finish_thread(rt: &RuntimeShared, r: &ReactorShared, t: &Thread) {
+fn finish_thread(rt: &RuntimeShared, r: &Reactor, t: &Thread) {
     Thread::leave();
     t.finish();
     r.thread_count.fetch_sub(1, Ordering::Relaxed);
@@ -639,7 +615,7 @@ fn finish_thread(rt: &RuntimeShared, r: &ReactorShared, t: &Thread) {
 
 fn sleep(
     rt: &RuntimeShared,
-    r: &ReactorShared,
+    r: &Reactor,
     threads: &[Thread],
     tokens: &mut Vec<u64>,
     stopping: bool,

@@ -520,6 +520,23 @@ fn stats_count_pollers_and_ticks() {
 }
 
 #[test]
+fn a_thread_reaches_its_runtime() {
+    let r = rt("0x1");
+    let t = r.handle().spawn_thread("worker", None).unwrap();
+    for h in [r.app_thread(), t] {
+        let (cores, interrupt) = h
+            .run_sync(|| {
+                let rt = Thread::current().unwrap().runtime().unwrap();
+                (rt.cores(), rt.interrupt_mode())
+            })
+            .unwrap();
+        assert_eq!(cores, vec![0]);
+        assert!(interrupt);
+    }
+    r.shutdown();
+}
+
+#[test]
 fn spawn_thread_outside_mask_fails() {
     let r = rt("0x1");
     let err = r.handle().spawn_thread("x", Some(&CpuSet::single(1)));

@@ -47,7 +47,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use bdevkit::bdev::{BdevManager, BdevOptions};
+//! use bdevkit::bdev::module::{BdevManager, BdevOptions};
 //! use bdevkit_aio::AioCreateParams;
 //!
 //! let mgr = BdevManager::new(BdevOptions::default());
@@ -59,35 +59,49 @@
 //! ```
 #![warn(missing_docs)]
 
-mod error;
 mod group;
 mod helper;
 pub mod rpc;
 mod sys;
 
-use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::module::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BoxError, IoType};
-use bdevkit::thread::IoChannel;
+use bdevkit::thread::{IoChannel, IoDevice};
+use bdevkit_kfile::{Disk, Kind};
 use serde_json::{json, Value};
-use uuid::Uuid;
 
-pub use error::{Error, Result};
+pub use bdevkit_kfile::{Error, KfileBdev, Result};
 pub use rpc::AioCreateParams;
 
-use bdevkit_kfile::Kind;
-use group::{AioGroup, Target};
+use group::{AioGroup, FindGroup, Target};
 
 /// Module name.
 pub const MODULE: &str = "aio";
 /// `product_name` of aio bdevs.
 pub const PRODUCT_NAME: &str = "AIO disk";
 
-/// The aio module.
-#[derive(Debug, Default)]
-pub struct AioModule;
+/// The aio module, one per [`BdevManager`]: it owns the io_device whose
+/// per-thread channel is the thread's group (AIO context and poller), so
+/// the bdevs of two managers in one process never share a context.
+#[derive(Debug)]
+pub struct AioModule {
+    groups: IoDevice<AioGroup>,
+}
+
+impl AioModule {
+    fn new() -> Arc<AioModule> {
+        Arc::new_cyclic(|me: &Weak<AioModule>| {
+            let me = me.clone();
+            let find: FindGroup = Arc::new(move || me.upgrade()?.groups.get_channel().ok());
+            AioModule {
+                groups: IoDevice::register("bdev_aio_group", move || {
+                    group::create(Arc::clone(&find))
+                }),
+            }
+        })
+    }
+}
 
 impl BdevModule for AioModule {
     fn name(&self) -> &'static str {
@@ -97,40 +111,23 @@ impl BdevModule for AioModule {
 
 /// Adds the aio module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(AioModule));
+    mgr.register_module(AioModule::new());
 }
 
 /// One aio bdev.
 #[derive(Debug)]
 pub struct AioBdev {
     params: AioCreateParams,
-    file: File,
-    kind: Kind,
-    direct: bool,
-    block_size: u32,
-    block_shift: u32,
+    disk: Disk,
     rw_flags: i32,
     fallocate: bool,
     readonly: bool,
-    uuid: Uuid,
-    device_backed: bool,
+    groups: IoDevice<AioGroup>,
 }
 
-impl AioBdev {
-    /// The backing file's path.
-    #[must_use]
-    pub fn filename(&self) -> &str {
-        &self.params.filename
-    }
-
-    /// Whether the file was opened with `O_DIRECT`.
-    #[must_use]
-    pub fn is_direct(&self) -> bool {
-        self.direct
-    }
-
-    fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+impl KfileBdev for AioBdev {
+    fn disk(&self) -> &Disk {
+        &self.disk
     }
 }
 
@@ -144,7 +141,7 @@ pub struct AioChannel {
 
 impl Drop for AioChannel {
     fn drop(&mut self) {
-        self.group.forget_fd(self.target.fd);
+        group::forget_fd(&self.group, self.target.file);
     }
 }
 
@@ -153,19 +150,20 @@ impl BdevOps for AioBdev {
 
     fn create_channel(&self) -> std::result::Result<AioChannel, BoxError> {
         Ok(AioChannel {
-            group: group::device().get_channel()?,
+            group: self.groups.get_channel()?,
             target: Target {
-                fd: self.fd(),
-                block_shift: self.block_shift,
+                file: self.disk.fd(),
+                block_shift: self.disk.geometry.block_shift,
                 rw_flags: self.rw_flags,
-                solo: self.device_backed,
+                solo: self.disk.device_backed,
+                extra: (),
             },
         })
     }
 
     #[inline]
     fn submit(&self, ch: &AioChannel, io: BdevIo) {
-        ch.group.submit(io, ch.target);
+        group::submit(&ch.group, io, ch.target);
     }
 
     fn io_type_supported(&self, io_type: IoType) -> bool {
@@ -201,7 +199,7 @@ impl BdevOps for AioBdev {
         m.insert("filename".into(), json!(p.filename));
         m.insert("readonly".into(), json!(self.readonly));
         m.insert("fallocate".into(), json!(self.fallocate));
-        m.insert("uuid".into(), json!(self.uuid.to_string()));
+        m.insert("uuid".into(), json!(self.disk.uuid.to_string()));
         m.insert("nowait".into(), json!(p.nowait.unwrap_or(false)));
         Some(json!({"method": "bdev_aio_create", "params": m}))
     }
@@ -212,84 +210,41 @@ impl BdevOps for AioBdev {
 /// for a taken name, `EINVAL` for a bad block size or a size that is not
 /// a multiple of it, `ENOTSUP` for `nowait` on a file.
 pub fn create(mgr: &BdevManager, params: AioCreateParams) -> Result<Bdev> {
-    if params.name.is_empty() {
-        return Err(Error::EmptyName);
-    }
-    if mgr.get(&params.name).is_some() {
-        return Err(Error::Exists(params.name));
-    }
+    let module = mgr
+        .module_as::<AioModule>(MODULE)
+        .ok_or(Error::NotRegistered(MODULE))?;
     let readonly = params.readonly.unwrap_or(false);
-    let backing = bdevkit_kfile::open(&params.filename, readonly)?;
+    let backing = bdevkit_kfile::open_new(mgr, &params.name, &params.filename, readonly)?;
     let nowait = params.nowait.unwrap_or(false);
     if nowait && backing.kind != Kind::Block {
         return Err(Error::NowaitNotBlockDevice(params.filename));
     }
-    let geometry = backing.geometry(&params.filename, params.block_size.unwrap_or(0))?;
-    let (block_size, block_shift, num_blocks) = (
-        geometry.block_size,
-        geometry.block_shift,
-        geometry.num_blocks,
-    );
-    let mut props = bdevkit_kfile::props(&params.name, PRODUCT_NAME, geometry);
-    let uuid = params.uuid.unwrap_or_else(Uuid::new_v4);
-    props.uuid = Some(uuid);
+    let disk = backing.into_disk(&params.filename, params.block_size, params.uuid)?;
+    let (direct, g) = (disk.direct, disk.geometry);
+    let name = params.name.clone();
     let bdev = AioBdev {
         fallocate: params.fallocate.unwrap_or(false),
         readonly,
-        uuid,
         params,
-        file: backing.file,
-        kind: backing.kind,
-        direct: backing.direct,
-        block_size,
-        block_shift,
+        disk,
         rw_flags: if nowait { libc::RWF_NOWAIT } else { 0 },
-        device_backed: backing.device_backed,
+        groups: module.groups.clone(),
     };
-    let b = mgr
-        .register_bdev(MODULE, props, Arc::new(bdev))
-        .map_err(|e| match e {
-            bdevkit::Error::Exists(n) => Error::Exists(n),
-            e => Error::Register(e),
-        })?;
-    tracing::info!(bdev = %b.name(), direct = backing.direct, block_size, num_blocks, "aio bdev created");
+    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
+    tracing::info!(bdev = %b.name(), direct, block_size = g.block_size, num_blocks = g.num_blocks, "aio bdev created");
     Ok(b)
-}
-
-fn find(mgr: &BdevManager, name: &str) -> Result<(Bdev, Arc<AioBdev>)> {
-    let b = mgr
-        .get(name)
-        .filter(|b| b.module_name() == MODULE && !b.is_removing())
-        .ok_or_else(|| Error::NotFound(name.to_string()))?;
-    let a = b
-        .ops_as::<AioBdev>()
-        .ok_or_else(|| Error::NotFound(name.to_string()))?;
-    Ok((b, a))
 }
 
 /// Deletes the aio bdev `name`; `done` gets the outcome on the calling
 /// thread (at once with `ENODEV` when there is no such bdev). Every I/O in
 /// flight completes before the bdev is destructed and its file closed.
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    let n = name.to_string();
-    mgr.unregister_by_name(name, MODULE, move |r| {
-        done(r.map_err(|_| Error::NotFound(n)));
-    });
+    bdevkit_kfile::delete(mgr, MODULE, name, done);
 }
 
 /// Re-reads the size of the aio bdev `name`'s file: a new size is
 /// announced to descriptor holders (a resize event), size 0 hot-removes the
 /// bdev. Shrinking while descriptors are open fails with `EBUSY` (as SPDK).
 pub fn rescan(mgr: &BdevManager, name: &str) -> Result<()> {
-    let (b, a) = find(mgr, name)?;
-    bdevkit_kfile::rescan(
-        mgr,
-        name,
-        &b,
-        &a.file,
-        a.kind,
-        &a.params.filename,
-        a.block_size,
-    )?;
-    Ok(())
+    bdevkit_kfile::rescan::<AioBdev>(mgr, MODULE, name)
 }

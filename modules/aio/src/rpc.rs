@@ -12,12 +12,10 @@
 //! * `bdev_aio_rescan {name}` → `true`; `-19` if there is no such aio bdev.
 
 use bdevkit::bdev::module::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
+use bdevkit_jsonrpc::{self as jsonrpc, ErrorChain, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
-
-use crate::Error;
 
 /// `bdev_aio_create` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -61,14 +59,6 @@ impl AioCreateParams {
     }
 }
 
-/// `bdev_aio_delete` and `bdev_aio_rescan` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AioNameParams {
-    /// Bdev name.
-    pub name: String,
-}
-
 /// Registers `bdev_aio_create`, `bdev_aio_delete` and `bdev_aio_rescan`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     let m = mgr.clone();
@@ -83,37 +73,11 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     m.wait_for_examine(move || resp.ok(json!(name)));
                 }
                 Err(e) => {
-                    tracing::error!(filename, error = %error_chain(&e), "bdev_aio_create failed");
+                    tracing::error!(filename, error = %ErrorChain(&e), "bdev_aio_create failed");
                     resp.err(RpcError::from_errno(e.errno()));
                 }
             }
         },
     )?;
-    let m = mgr.clone();
-    reg.register_decoded("bdev_aio_delete", RUNTIME, move |p: AioNameParams, resp| {
-        crate::delete(&m, &p.name, move |r| {
-            resp.respond_errno(r.map(|()| true), Error::errno);
-        });
-    })?;
-    let m = mgr.clone();
-    reg.register_decoded("bdev_aio_rescan", RUNTIME, move |p: AioNameParams, resp| {
-        let r = crate::rescan(&m, &p.name);
-        if let Err(e) = &r {
-            tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_aio_rescan failed");
-        }
-        resp.respond_errno(r.map(|()| true), Error::errno);
-    })?;
-    Ok(())
-}
-
-/// `e` and its sources, for the log.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
+    bdevkit_kfile::rpc::register_delete_rescan::<crate::AioBdev>(reg, mgr, crate::MODULE)
 }

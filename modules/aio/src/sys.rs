@@ -16,8 +16,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bdevkit::bdev::module::{BdevIo, IoVec};
-use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
+use bdevkit::bdev::module::{BdevIo, IoStatus, IoVec};
+use bdevkit_kfile::slots::{self, Next, Op, Slot, Slots, Target};
 
 // ---- kernel ABI (include/uapi/linux/aio_abi.h) ----
 
@@ -113,6 +113,10 @@ pub(crate) struct Table {
     queued: Vec<u32>,
     ptrs: Vec<*mut Iocb>,
     events: Box<[IoEvent]>,
+    /// Completions of one [`Table::reap`] as `(slot, result)`.
+    reaped: Vec<(u32, i64)>,
+    /// Slots of one [`Table::reap`] queued again.
+    again: Vec<u32>,
     resfd: Option<RawFd>,
     in_kernel: u32,
 }
@@ -144,6 +148,8 @@ impl Table {
             queued: Vec::with_capacity(n),
             ptrs: Vec::with_capacity(n),
             events: vec![IoEvent::default(); n].into_boxed_slice(),
+            reaped: Vec::with_capacity(n),
+            again: Vec::with_capacity(n),
             resfd,
             in_kernel: 0,
         })
@@ -159,43 +165,17 @@ impl Table {
         self.queued.len()
     }
 
-    /// Whether a slot is free.
-    pub(crate) fn has_free(&self) -> bool {
-        self.slots.has_free()
-    }
-
     /// The slot `idx`.
     pub(crate) fn slot(&self, idx: u32) -> &Slot<RawFd> {
         self.slots.get(idx)
     }
 
-    /// Takes a free slot for `io` and queues the request: `op` on `fd` at
-    /// byte `offset` over the I/O's data segments. Gives the I/O back when
-    /// no slot is free.
-    pub(crate) fn prep(
-        &mut self,
-        io: BdevIo,
-        op: Op,
-        fd: RawFd,
-        offset: u64,
-        rw_flags: i32,
-        solo: bool,
-    ) -> Result<u32, BdevIo> {
-        let idx = self.slots.prep(io, op, fd, offset, rw_flags, solo)?;
+    /// Takes a free slot for `io` and queues its request on the bdev `t`
+    /// ([`Slots::prep`]). Gives the I/O back when no slot is free.
+    pub(crate) fn prep(&mut self, io: BdevIo, t: &Target<RawFd>) -> Result<(), BdevIo> {
+        let idx = self.slots.prep(io, t)?;
         self.fill_iocb(idx, false);
-        Ok(idx)
-    }
-
-    /// Slot `idx` (reaped) transferred `n` more bytes: what that means.
-    pub(crate) fn transferred(&mut self, idx: u32, n: u64) -> Transfer {
-        self.slots.transferred(idx, n)
-    }
-
-    /// Queues slot `idx` again for what is left after its `done` bytes (a
-    /// short transfer), with `rw_flags`. The slot must be reaped.
-    pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
-        self.slots.requeue_rest(idx, rw_flags);
-        self.fill_iocb(idx, true);
+        Ok(())
     }
 
     fn fill_iocb(&mut self, idx: u32, use_rest: bool) {
@@ -289,9 +269,16 @@ impl Table {
         out
     }
 
-    /// Collects finished requests as `(slot, result)` (bytes or `-errno`)
-    /// without a system call when the ring layout is known.
-    pub(crate) fn reap(&mut self, out: &mut Vec<(u32, i64)>) -> usize {
+    /// Collects finished requests (without a system call when the ring
+    /// layout is known) and decides what each means
+    /// ([`slots::finish_all`], errors by `on_error`): finished I/Os go to
+    /// `batch`; the rest of a short transfer, and requests `on_error`
+    /// retries, are queued again. Returns the number of events read.
+    pub(crate) fn reap(
+        &mut self,
+        batch: &mut Vec<(BdevIo, IoStatus)>,
+        on_error: impl Fn(i32, i32) -> Next,
+    ) -> usize {
         if self.in_kernel == 0 {
             return 0;
         }
@@ -306,9 +293,21 @@ impl Table {
             };
             if self.slots.complete(idx) {
                 self.in_kernel -= 1;
-                out.push((idx, ev.res));
+                self.reaped.push((idx, ev.res));
             }
         }
+        let mut again = std::mem::take(&mut self.again);
+        slots::finish_all(
+            &mut self.slots,
+            &mut self.reaped,
+            batch,
+            &mut again,
+            on_error,
+        );
+        for idx in again.drain(..) {
+            self.fill_iocb(idx, true);
+        }
+        self.again = again;
         n
     }
 

@@ -1,6 +1,9 @@
 //! The aio module end to end: conformance and verify on tmpfs and on the
 //! root disk, durability of flush, the RPC handlers' errors, delete with
-//! I/O in flight, read-only bdevs, rescan, end of file inside the bdev.
+//! I/O in flight, read-only bdevs, rescan, end of file inside the bdev,
+//! `ENOSPC`, and a block device (a loop device with 4 KiB logical sectors
+//! over a tmpfs file; needs root and the loop driver, skips with the
+//! reason otherwise).
 //! What every kernel-file module does alike runs from
 //! `bdevkit_test::kernel`; the aio-specific checks are here.
 
@@ -10,11 +13,11 @@ mod common;
 mod tests {
     use std::fs;
 
-    use bdevkit::bdev::{Bdev, IoType};
+    use bdevkit::bdev::module::{Bdev, BdevManager, IoType};
     use bdevkit::dma::DmaBuf;
-    use bdevkit_aio::AioCreateParams;
+    use bdevkit_aio::{AioCreateParams, KfileBdev as _};
     use bdevkit_jsonrpc::RpcError;
-    use bdevkit_test::kernel;
+    use bdevkit_test::kernel::{self, Backend};
     use serde_json::{json, Value};
 
     use super::common::AIO;
@@ -33,16 +36,13 @@ mod tests {
     fn rpc_create_result_info_and_config() {
         let f = AIO.temp_file("/dev/shm", 1 << 20);
         let env = AIO.env("0x1");
-        let r = AIO.rpc(
+        let b = AIO.rpc_create(
             &env,
-            "bdev_aio_create",
-            json!({"filename": f.path(), "name": "aio_rpc", "readonly": false,
-                   "fallocate": true, "nowait": false}),
+            "aio_rpc",
+            &f.path(),
+            json!({"readonly": false, "fallocate": true, "nowait": false}),
         );
-        assert_eq!(r, Ok(json!("aio_rpc")));
-        let b = env.mgr().get("aio_rpc").unwrap();
-        assert_eq!(b.block_size(), 512);
-        assert_eq!(b.num_blocks(), 2048);
+        assert_eq!((b.block_size(), b.num_blocks()), (512, 2048));
         assert_eq!(
             b.dump_info_json(),
             json!({"aio": {"filename": f.path(), "block_size_override": false,
@@ -62,14 +62,8 @@ mod tests {
             ],
         );
         // A block size override is saved and reported.
-        let r = AIO.rpc(
-            &env,
-            "bdev_aio_create",
-            json!({"filename": f.path(), "name": "aio_rpc4k", "block_size": 4096}),
-        );
-        assert_eq!(r, Ok(json!("aio_rpc4k")));
-        let b = env.mgr().get("aio_rpc4k").unwrap();
-        assert_eq!(b.block_size(), 4096);
+        let b = AIO.rpc_create(&env, "aio_rpc4k", &f.path(), json!({"block_size": 4096}));
+        assert_eq!((b.block_size(), b.num_blocks()), (4096, 256));
         assert_eq!(
             b.dump_info_json()["aio"]["block_size_override"],
             json!(true)
@@ -127,29 +121,14 @@ mod tests {
             create(json!({"filename": f.path(), "name": "e7", "bogus": 1})),
             Err(RpcError::new(-32603, "spdk_json_decode_object failed"))
         );
-        assert_eq!(
-            AIO.rpc(&env, "bdev_aio_delete", json!({"name": "nope"})),
-            Err(RpcError::new(-19, "No such device"))
-        );
-        assert_eq!(
-            AIO.rpc(&env, "bdev_aio_rescan", json!({"name": "nope"})),
-            Err(RpcError::new(-19, "No such device"))
-        );
     }
 
     /// Opening a file the daemon may not read answers SPDK's errno style:
     /// -13 "Permission denied".
     #[test]
     fn rpc_no_permission() {
-        kernel::as_nobody(&AIO, "tests::rpc_no_permission", |path| {
-            let env = AIO.env("0x1");
-            let r = AIO.rpc(
-                &env,
-                "bdev_aio_create",
-                json!({"filename": path, "name": "np"}),
-            );
-            assert_eq!(r, Err(RpcError::new(-13, "Permission denied")));
-        });
+        let denied = RpcError::new(-13, "Permission denied");
+        kernel::create_without_permission(&AIO, "tests::rpc_no_permission", denied);
     }
 
     #[test]
@@ -176,6 +155,26 @@ mod tests {
             let got = ch.read(0, 1, DmaBuf::new(512).unwrap()).await.unwrap();
             assert!(got.iter().all(|b| *b == 7));
             ch.flush(0, 1).await.unwrap();
+        });
+    }
+
+    /// A block device, created with `nowait` (allowed there: `EAGAIN`
+    /// completions are retried without it) and without `fallocate` (a
+    /// loop device refuses punching holes).
+    #[test]
+    fn loop_device_with_4k_sectors() {
+        fn create_nowait(mgr: &BdevManager, name: &str, path: &str, bs: Option<u32>) -> Bdev {
+            let mut p = AioCreateParams::new(name, path);
+            p.block_size = bs;
+            p.nowait = Some(true);
+            bdevkit_aio::create(mgr, p).unwrap_or_else(|e| panic!("create {name}: {e}"))
+        }
+        let nowait = Backend {
+            create: create_nowait,
+            ..AIO
+        };
+        kernel::loop_device_with_4k_sectors(&nowait, |b| {
+            assert_eq!(b.dump_info_json()["aio"]["nowait"], true);
         });
     }
 }

@@ -9,9 +9,7 @@ use std::rc::{Rc, Weak as RcWeak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::module::vbdev::{
-    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
-};
+use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
     Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
     IoType, ModuleIo, Result,
@@ -22,7 +20,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::rpc::{DelayCreateParams, LatencyType};
-use crate::{MODULE, PRODUCT_NAME};
+use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
 
 /// Period of each channel's completion poller (while it holds I/O): the
 /// granularity of the added latency.
@@ -35,6 +33,11 @@ const P99_ONE_IN: u64 = 100;
 impl VbdevConfig for DelayCreateParams {
     const MODULE: &'static str = MODULE;
     const CREATE_METHOD: &'static str = "bdev_delay_create";
+    type Attached = Bdev;
+
+    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, self, base)
+    }
 
     fn base_name(&self) -> &str {
         &self.base_bdev_name
@@ -50,74 +53,59 @@ impl VbdevConfig for DelayCreateParams {
     }
 }
 
-/// The delay module: the configurations, attached or waiting.
-#[derive(Debug, Default)]
-pub struct DelayModule {
-    configs: VbdevConfigs<DelayCreateParams>,
+/// The delay module: its configurations in a [`VbdevModule`], whose
+/// `BdevModule` examines and emits the saved config.
+pub type DelayModule = VbdevModule<DelayCreateParams>;
+
+pub(crate) fn create(
+    module: &DelayModule,
+    mgr: &BdevManager,
+    params: DelayCreateParams,
+) -> Result<String> {
+    if params.name.is_empty() || params.base_bdev_name.is_empty() {
+        return Err(Error::InvalidArg("names must not be empty".into()));
+    }
+    if params.p99_read_latency < params.avg_read_latency
+        || params.p99_write_latency < params.avg_write_latency
+    {
+        return Err(Error::InvalidArg(
+            "a p99 latency is less than its average latency".into(),
+        ));
+    }
+    let name = params.name.clone();
+    module.configure(mgr, params)?;
+    Ok(name)
 }
 
-/// Examine and the saved config (one `bdev_delay_create` per
-/// configuration, with the latencies in force and the UUID the bdev got)
-/// come with [`VbdevModule`].
-impl VbdevModule for DelayModule {
-    type Config = DelayCreateParams;
-    type Attached = Bdev;
-
-    fn configs(&self) -> &VbdevConfigs<DelayCreateParams> {
-        &self.configs
-    }
-
-    fn attach(&self, mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bdev> {
-        attach(mgr, cfg, base)
-    }
+pub(crate) fn delete(
+    module: &DelayModule,
+    mgr: &BdevManager,
+    name: &str,
+    done: impl FnOnce(Result<()>) + Send + 'static,
+) {
+    module.configs().delete(mgr, name, done);
 }
 
-impl DelayModule {
-    pub(crate) fn create(&self, mgr: &BdevManager, params: DelayCreateParams) -> Result<String> {
-        if params.name.is_empty() || params.base_bdev_name.is_empty() {
-            return Err(Error::InvalidArg("names must not be empty".into()));
-        }
-        if params.p99_read_latency < params.avg_read_latency
-            || params.p99_write_latency < params.avg_write_latency
-        {
-            return Err(Error::InvalidArg(
-                "a p99 latency is less than its average latency".into(),
-            ));
-        }
-        let name = params.name.clone();
-        self.configure(mgr, params)?;
-        Ok(name)
-    }
-
-    pub(crate) fn delete(
-        &self,
-        mgr: &BdevManager,
-        name: &str,
-        done: impl FnOnce(Result<()>) + Send + 'static,
-    ) {
-        self.configs.delete(mgr, name, done);
-    }
-
-    pub(crate) fn update_latency(
-        &self,
-        mgr: &BdevManager,
-        name: &str,
-        latency_type: LatencyType,
-        latency_us: u64,
-    ) -> Result<()> {
-        let bdev = mgr
-            .get(name)
-            .filter(|b| !b.is_removing())
-            .and_then(|b| b.ops_as::<DelayBdev>())
-            .ok_or_else(|| Error::NotFound(name.to_string()))?;
-        bdev.latencies.set(latency_type, latency_us);
-        // The configuration follows, so a re-attach or a saved config
-        // keeps the new value.
-        self.configs
-            .update(name, |c| *c.latency_mut(latency_type) = latency_us);
-        tracing::info!(bdev = %name, ?latency_type, latency_us, "delay latency updated");
-        Ok(())
-    }
+pub(crate) fn update_latency(
+    module: &DelayModule,
+    mgr: &BdevManager,
+    name: &str,
+    latency_type: LatencyType,
+    latency_us: u64,
+) -> Result<()> {
+    let bdev = mgr
+        .get(name)
+        .filter(|b| !b.is_removing())
+        .and_then(|b| b.ops_as::<DelayBdev>())
+        .ok_or_else(|| Error::NotFound(name.to_string()))?;
+    bdev.latencies.set(latency_type, latency_us);
+    // The configuration follows, so a re-attach or a saved config
+    // keeps the new value.
+    module
+        .configs()
+        .update(name, |c| *c.latency_mut(latency_type) = latency_us);
+    tracing::info!(bdev = %name, ?latency_type, latency_us, "delay latency updated");
+    Ok(())
 }
 
 fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bdev> {
@@ -133,7 +121,6 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
         DelayBdev {
             name: name.clone(),
             base: base_bdev,
-            configured_uuid: cfg.uuid.is_some(),
             mgr: mgr.clone(),
             latencies,
             device: IoDevice::register(format!("delay_{name}"), move || {
@@ -144,7 +131,10 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
     });
     link.bind(&delay);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
-    props.uuid = cfg.uuid;
+    props.uuid = Some(
+        cfg.uuid
+            .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
+    );
     props.optimal_io_boundary = base.props().optimal_io_boundary;
     let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&delay))?;
     tracing::info!(bdev = %name, base = %base.name(), "delay bdev created");
@@ -191,7 +181,6 @@ pub struct DelayBdev {
     name: String,
     /// The open, claimed base (closed in `destruct`).
     base: BaseBdev,
-    configured_uuid: bool,
     /// Held to unregister itself when the base goes (a cycle through the
     /// registry that unregistering breaks).
     mgr: BdevManager,
@@ -313,21 +302,17 @@ impl BdevOps for DelayBdev {
     /// Closes the base, then drops the `IoDevice`, on the thread that
     /// opened the base.
     fn destruct(&self, done: Done) {
-        let device = self.device.clone();
-        self.base.close(move || {
-            device.unregister(|| {});
-            done.done();
-        });
+        self.base.close_with_device(self.device.clone(), done);
     }
 
     fn dump_info_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("name".into(), json!(self.name));
         m.insert("base_bdev_name".into(), json!(self.base.bdev().name()));
-        if self.configured_uuid {
-            if let Some(b) = self.own_bdev() {
-                m.insert("uuid".into(), json!(b.uuid().to_string()));
-            }
+        // SPDK writes the UUID whenever it is not null: always, since
+        // every delay bdev has one (configured or derived from the base's).
+        if let Some(b) = self.own_bdev() {
+            m.insert("uuid".into(), json!(b.uuid().to_string()));
         }
         for (k, t) in [
             ("avg_read_latency", LatencyType::AvgRead),

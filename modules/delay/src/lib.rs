@@ -24,9 +24,8 @@
 mod bdev;
 pub mod rpc;
 
-use std::sync::Arc;
-
-use bdevkit::bdev::module::{BdevManager, Error, Result};
+use bdevkit::bdev::module::{BdevManager, Result};
+use uuid::Uuid;
 
 pub use bdev::{DelayBdev, DelayChannel, DelayModule};
 pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyType};
@@ -35,15 +34,13 @@ pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyTy
 pub const MODULE: &str = "delay";
 /// `product_name` of delay bdevs.
 pub const PRODUCT_NAME: &str = "delay";
+/// Namespace of the name-based (v5, SHA-1) UUID a delay bdev gets when
+/// none is configured: `v5(NAMESPACE_UUID, base bdev UUID bytes)`, as SPDK.
+pub const NAMESPACE_UUID: Uuid = Uuid::from_u128(0x4009_b574_6430_4f1b_bc40_ace8_1109_1027);
 
 /// Adds the delay module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(DelayModule::default()));
-}
-
-fn module(mgr: &BdevManager) -> Result<Arc<DelayModule>> {
-    mgr.module_as::<DelayModule>(MODULE)
-        .ok_or_else(|| Error::InvalidArg("the delay module is not registered".into()))
+    DelayModule::register(mgr);
 }
 
 /// `bdev_delay_create`: records the configuration and builds the bdev now
@@ -51,15 +48,15 @@ fn module(mgr: &BdevManager) -> Result<Arc<DelayModule>> {
 /// bdevkit thread. `EINVAL` when a p99 latency is below its average,
 /// `EEXIST` for a duplicate name, `EPERM` for a claimed base.
 pub fn create(mgr: &BdevManager, params: DelayCreateParams) -> Result<String> {
-    module(mgr)?.create(mgr, params)
+    bdev::create(&*DelayModule::of(mgr)?, mgr, params)
 }
 
 /// `bdev_delay_delete`: forgets the configuration and unregisters the bdev;
 /// `done` gets the outcome on the calling thread (`ENODEV` when there is
 /// no such delay bdev or configuration).
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match module(mgr) {
-        Ok(m) => m.delete(mgr, name, done),
+    match DelayModule::of(mgr) {
+        Ok(m) => bdev::delete(&m, mgr, name, done),
         Err(e) => done(Err(e)),
     }
 }
@@ -73,5 +70,5 @@ pub fn update_latency(
     latency_type: LatencyType,
     latency_us: u64,
 ) -> Result<()> {
-    module(mgr)?.update_latency(mgr, name, latency_type, latency_us)
+    bdev::update_latency(&*DelayModule::of(mgr)?, mgr, name, latency_type, latency_us)
 }

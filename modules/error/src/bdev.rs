@@ -12,9 +12,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::module::vbdev::{
-    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
-};
+use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
     Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
     IoType, ModuleIo, Result,
@@ -30,6 +28,11 @@ use crate::{MODULE, NAME_PREFIX, PRODUCT_NAME};
 impl VbdevConfig for ErrorCreateParams {
     const MODULE: &'static str = MODULE;
     const CREATE_METHOD: &'static str = "bdev_error_create";
+    type Attached = Bdev;
+
+    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, self, base)
+    }
 
     fn base_name(&self) -> &str {
         &self.base_name
@@ -40,52 +43,38 @@ impl VbdevConfig for ErrorCreateParams {
     }
 }
 
-/// The error module: one configuration per base bdev.
-#[derive(Debug, Default)]
-pub struct ErrorModule {
-    configs: VbdevConfigs<ErrorCreateParams>,
+/// The error module: its configurations in a [`VbdevModule`], whose
+/// `BdevModule` examines and emits the saved config.
+pub type ErrorModule = VbdevModule<ErrorCreateParams>;
+
+pub(crate) fn create(
+    module: &ErrorModule,
+    mgr: &BdevManager,
+    params: ErrorCreateParams,
+) -> Result<()> {
+    if params.base_name.is_empty() {
+        return Err(Error::InvalidArg("base_name must not be empty".into()));
+    }
+    module.configure(mgr, params)?;
+    Ok(())
 }
 
-/// Examine and the saved config come with [`VbdevModule`].
-impl VbdevModule for ErrorModule {
-    type Config = ErrorCreateParams;
-    type Attached = Bdev;
-
-    fn configs(&self) -> &VbdevConfigs<ErrorCreateParams> {
-        &self.configs
-    }
-
-    fn attach(&self, mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bdev> {
-        attach(mgr, cfg, base)
-    }
-}
-
-impl ErrorModule {
-    pub(crate) fn create(&self, mgr: &BdevManager, params: ErrorCreateParams) -> Result<()> {
-        if params.base_name.is_empty() {
-            return Err(Error::InvalidArg("base_name must not be empty".into()));
-        }
-        self.configure(mgr, params)?;
-        Ok(())
-    }
-
-    pub(crate) fn delete(
-        &self,
-        mgr: &BdevManager,
-        name: &str,
-        done: impl FnOnce(Result<()>) + Send + 'static,
-    ) {
-        let bdev = mgr
-            .get(name)
-            .filter(|b| b.module_name() == MODULE && !b.is_removing());
-        let Some((bdev, eb)) = bdev.and_then(|b| b.ops_as::<ErrorBdev>().map(|e| (b, e))) else {
-            return done(Err(Error::NotFound(name.to_string())));
-        };
-        self.configs.remove(name);
-        // Held I/Os would keep the bdev's channels (and so the bdev) alive.
-        eb.abort_pending();
-        mgr.unregister(&bdev, move || done(Ok(())));
-    }
+pub(crate) fn delete(
+    module: &ErrorModule,
+    mgr: &BdevManager,
+    name: &str,
+    done: impl FnOnce(Result<()>) + Send + 'static,
+) {
+    let bdev = mgr
+        .get(name)
+        .filter(|b| b.module_name() == MODULE && !b.is_removing());
+    let Some((bdev, eb)) = bdev.and_then(|b| b.ops_as::<ErrorBdev>().map(|e| (b, e))) else {
+        return done(Err(Error::NotFound(name.to_string())));
+    };
+    module.configs().remove(name);
+    // Held I/Os would keep the bdev's channels (and so the bdev) alive.
+    eb.abort_pending();
+    mgr.unregister(&bdev, move || done(Ok(())));
 }
 
 fn error_name(base: &str) -> String {
@@ -483,11 +472,7 @@ impl BdevOps for ErrorBdev {
     /// Closes the base, then drops the `IoDevice`, on the thread that
     /// opened the base.
     fn destruct(&self, done: Done) {
-        let device = self.device.clone();
-        self.base.close(move || {
-            device.unregister(|| {});
-            done.done();
-        });
+        self.base.close_with_device(self.device.clone(), done);
     }
 
     fn dump_info_json(&self) -> Value {

@@ -48,27 +48,22 @@ pub const NAME_PREFIX: &str = "EE_";
 
 /// Adds the error module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(ErrorModule::default()));
-}
-
-fn module(mgr: &BdevManager) -> Result<Arc<ErrorModule>> {
-    mgr.module_as::<ErrorModule>(MODULE)
-        .ok_or_else(|| Error::InvalidArg("the error module is not registered".into()))
+    ErrorModule::register(mgr);
 }
 
 /// `bdev_error_create`: records the configuration and creates
 /// `EE_<base_name>` now if the base exists, else when it appears. Call on
 /// a bdevkit thread. `EEXIST` when the base already has one.
 pub fn create(mgr: &BdevManager, params: ErrorCreateParams) -> Result<()> {
-    module(mgr)?.create(mgr, params)
+    bdev::create(&*ErrorModule::of(mgr)?, mgr, params)
 }
 
 /// `bdev_error_delete`: forgets the configuration, aborts held I/O and
 /// unregisters the bdev; `done` gets the outcome on the calling thread
 /// (`ENODEV` when `name` is not an error bdev).
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match module(mgr) {
-        Ok(m) => m.delete(mgr, name, done),
+    match ErrorModule::of(mgr) {
+        Ok(m) => bdev::delete(&m, mgr, name, done),
         Err(e) => done(Err(e)),
     }
 }

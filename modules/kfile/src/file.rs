@@ -1,12 +1,11 @@
-//! Opening the backing file or block device, its geometry (block size,
-//! number of blocks, the bdev properties that follow from them), and
-//! rescanning its size.
+//! Opening the backing file or block device, and its geometry (block
+//! size, number of blocks, the bdev properties that follow from them).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
-use bdevkit::bdev::module::{Bdev, BdevManager, BdevProps};
+use bdevkit::bdev::module::BdevProps;
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -184,45 +183,6 @@ pub fn props(name: &str, product_name: &str, g: Geometry) -> BdevProps {
     // IOV_MAX: the kernel refuses longer iovec arrays.
     props.max_num_segments = 1024;
     props
-}
-
-/// Re-reads the size of `bdev`'s backing file (`file` of `kind` at
-/// `path`, blocks of `block_size` bytes): a new size is announced to
-/// descriptor holders (a resize event), size 0 hot-removes the bdev (as
-/// SPDK). `name` is what the caller asked for (the name or an alias).
-///
-/// # Errors
-/// [`Error::Size`] when the size cannot be read, and
-/// [`Error::ShrinkWhileOpen`] (`EBUSY`) for a smaller size while
-/// descriptors are open.
-pub fn rescan(
-    mgr: &BdevManager,
-    name: &str,
-    bdev: &Bdev,
-    file: &File,
-    kind: Kind,
-    path: &str,
-    block_size: u32,
-) -> Result<()> {
-    let size = size(file, kind).map_err(|source| Error::Size {
-        path: path.to_string(),
-        source,
-    })?;
-    let blocks = size / u64::from(block_size);
-    let old = bdev.num_blocks();
-    if blocks == old {
-        return Ok(());
-    }
-    if blocks == 0 {
-        tracing::info!(bdev = %bdev.name(), "backing file is empty; removing bdev");
-        mgr.unregister(bdev, || {});
-        return Ok(());
-    }
-    if blocks < old && bdev.open_descriptors() > 0 {
-        return Err(Error::ShrinkWhileOpen(name.to_string()));
-    }
-    bdev.notify_resize(blocks);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,17 +4,24 @@
 //! # Model
 //!
 //! A kernel-file bdev opens a regular file or a block device once, at
-//! creation ([`open`]: `O_DIRECT` where the file system takes it), derives
-//! its geometry from the file ([`Backing::geometry`], [`props`]) and can
-//! later pick up a new size ([`rescan`]). Its I/O goes through a kernel
+//! creation ([`open_new`], [`open`]: `O_DIRECT` where the file system
+//! takes it), derives its geometry from the file ([`Backing::geometry`],
+//! [`props`]), keeps it as a [`Disk`] and can later pick up a new size
+//! ([`rescan`]). Registering, deleting and rescanning a bdev by name, the
+//! errors of those steps and their RPCs (`bdev_<module>_delete`,
+//! `bdev_<module>_rescan`: [`rpc`]) are the same for every such module and
+//! written here once. Its I/O goes through a kernel
 //! context per thread (the module's own: an AIO context, an io_uring
 //! ring), whose requests live in an in-flight table ([`slots::Slots`]) of
 //! preallocated slots: a slot owns the [`BdevIo`](bdevkit::bdev::BdevIo),
 //! so its buffers, from submission until the kernel reports the completion
-//! (the ownership rule is in [`slots`]). The module keeps everything that
-//! talks to its kernel interface (building, submitting and reaping
-//! requests) and its error type, which wraps [`Error`] without changing
-//! its message or errno.
+//! (the ownership rule is in [`slots`]), and what a completion means for
+//! it ([`slots::finish_all`]: done, or queued again for the rest). The
+//! thread's context, its FIFO of waiting I/Os, its poller and its eventfd
+//! form a [`group::Group`]. The module keeps everything that talks to its
+//! kernel interface (building, submitting and reaping requests: its
+//! [`group::Engine`]) and its error type, which wraps [`Error`] without
+//! changing its message or errno.
 //!
 //! The few system calls std does not wrap are here too, safe to call:
 //! block device geometry, [`fallocate`] and [`fdatasync`] (blocking: for a
@@ -51,13 +58,17 @@
 //! ```
 #![warn(missing_docs)]
 
+mod disk;
 mod error;
 mod file;
+pub mod group;
+pub mod rpc;
 pub mod slots;
 mod sys;
 
+pub use disk::{check_name, delete, open_new, register, rescan, Disk, KfileBdev};
 pub use error::{Error, Result};
-pub use file::{choose_block_size, open, props, rescan, size, Backing, Geometry, Kind};
+pub use file::{choose_block_size, open, props, size, Backing, Geometry, Kind};
 pub use sys::{
     blockdev_geometry, clear_nonblock, eventfd, eventfd_drain, eventfd_signal, fallocate,
     fdatasync, seek_data, seek_hole,

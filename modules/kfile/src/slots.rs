@@ -19,7 +19,24 @@
 //! Nothing here allocates after [`Slots::new`]: the slots, the free list
 //! and each slot's `rest` vector keep their capacity.
 
-use bdevkit::bdev::module::{BdevIo, IoVec, ModuleIo};
+use bdevkit::bdev::module::{BdevIo, IoStatus, IoType, IoVec, ModuleIo};
+
+/// What a module's group needs per I/O about its bdev, copied into each
+/// request (no reference counting per I/O): the bdev channel holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<F, X = ()> {
+    /// How the module names the file (a descriptor, a registered index).
+    pub file: F,
+    /// log2 of the block size.
+    pub block_shift: u32,
+    /// `RWF_*` flags of reads and writes (`RWF_NOWAIT`).
+    pub rw_flags: i32,
+    /// Device-backed file: hand each request to the kernel in a system
+    /// call of its own.
+    pub solo: bool,
+    /// What else the module needs (which ring, ...).
+    pub extra: X,
+}
 
 /// What a slot is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,22 +192,22 @@ impl<F: Copy> Slots<F> {
         self.slots.get(idx as usize).map(|s| s.state)
     }
 
-    /// Takes a free slot for `io` and records the request: `op` on `file`
-    /// at byte `offset` over the I/O's segments. The slot is
+    /// Takes a free slot for `io` and records its request on the bdev
+    /// described by `t`: a read or write at the I/O's byte offset over its
+    /// segments with `t`'s flags, anything else (a module prepares only
+    /// flushes besides them) as a flush. The slot is
     /// [`SlotState::Queued`]. Gives the I/O back when no slot is free.
     ///
     /// # Errors
     /// The I/O, when every slot is in use.
     #[inline]
-    pub fn prep(
-        &mut self,
-        io: BdevIo,
-        op: Op,
-        file: F,
-        offset: u64,
-        rw_flags: i32,
-        solo: bool,
-    ) -> Result<u32, BdevIo> {
+    pub fn prep<X>(&mut self, io: BdevIo, t: &Target<F, X>) -> Result<u32, BdevIo> {
+        let (op, rw_flags) = match io.io_type() {
+            IoType::Read => (Op::Read, t.rw_flags),
+            IoType::Write => (Op::Write, t.rw_flags),
+            _ => (Op::Flush, 0),
+        };
+        let offset = io.offset_blocks() << t.block_shift;
         let Some(idx) = self.free.pop() else {
             return Err(io);
         };
@@ -203,12 +220,12 @@ impl<F: Copy> Slots<F> {
         s.io = Some(io);
         s.state = SlotState::Queued;
         s.op = op;
-        s.file = file;
+        s.file = t.file;
         s.offset = offset;
         s.len = len;
         s.done = 0;
         s.rw_flags = rw_flags;
-        s.solo = solo;
+        s.solo = t.solo;
         Ok(idx)
     }
 
@@ -309,6 +326,59 @@ impl<F: Copy> Slots<F> {
         for s in self.slots.iter_mut() {
             if let Some(io) = s.io.take() {
                 std::mem::forget(io);
+            }
+        }
+    }
+}
+
+/// What a failed completion means, as the module's kernel interface
+/// decides it ([`finish_all`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The I/O is done with this status.
+    Done(IoStatus),
+    /// Queue the rest of the request again, with these `RWF_*` flags.
+    Again(i32),
+}
+
+/// Decides what each reaped completion `(slot, result)` means and drains
+/// `reaped`: the I/Os that are done are taken from their slots into
+/// `batch` with their status; the others are queued again
+/// ([`Slots::requeue_rest`]) and their indexes pushed to `again`, for the
+/// module to build their kernel requests. A result is the bytes
+/// transferred or `-errno`; `on_error(errno, rw_flags)` decides an error.
+/// A request is done when every byte is transferred (or for a flush); a
+/// short transfer is queued again for the rest, and end of file inside
+/// the bdev (the file shrank: nothing transferred) fails with `EIO` rather
+/// than resubmitting forever. Every slot in `reaped` must be reaped
+/// ([`Slots::complete`]).
+#[inline]
+pub fn finish_all<F: Copy>(
+    slots: &mut Slots<F>,
+    reaped: &mut Vec<(u32, i64)>,
+    batch: &mut Vec<(BdevIo, IoStatus)>,
+    again: &mut Vec<u32>,
+    on_error: impl Fn(i32, i32) -> Next,
+) {
+    for (idx, res) in reaped.drain(..) {
+        let flags = slots.get(idx).rw_flags;
+        let next = match u64::try_from(res) {
+            Err(_) => on_error(i32::try_from(-res).unwrap_or(libc::EIO), flags),
+            Ok(n) => match slots.transferred(idx, n) {
+                Transfer::Complete => Next::Done(IoStatus::Success),
+                Transfer::EndOfFile => Next::Done(IoStatus::Errno(libc::EIO)),
+                Transfer::Partial => Next::Again(flags),
+            },
+        };
+        match next {
+            Next::Done(status) => {
+                if let Some(io) = slots.take(idx) {
+                    batch.push((io, status));
+                }
+            }
+            Next::Again(flags) => {
+                slots.requeue_rest(idx, flags);
+                again.push(idx);
             }
         }
     }

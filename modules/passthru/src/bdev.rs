@@ -15,9 +15,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use bdevkit::bdev::module::vbdev::{
-    self, BaseBdev, StackedBdev, VbdevConfig, VbdevConfigs, VbdevModule,
-};
+use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
     Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, Error, IoStatus,
     IoType, ModuleIo, Result,
@@ -32,11 +30,17 @@ use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
 // The module: configurations and examine
 // ---------------------------------------------------------------------------
 
-/// What [`VbdevConfigs`] needs to know about a configuration: its base,
-/// its name, and how a saved config recreates it.
+/// What the module needs to know about a configuration: its base, its
+/// name, how a saved config recreates it, and how it attaches.
 impl VbdevConfig for PassthruCreateParams {
     const MODULE: &'static str = MODULE;
     const CREATE_METHOD: &'static str = "bdev_passthru_create";
+    type Attached = Bdev;
+
+    /// Builds the passthru bdev on `base` (below).
+    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Bdev> {
+        attach(mgr, self, base)
+    }
 
     fn base_name(&self) -> &str {
         &self.base_bdev_name
@@ -54,63 +58,33 @@ impl VbdevConfig for PassthruCreateParams {
     }
 }
 
-/// The passthru module: the configurations (`bdev_passthru_create` calls
-/// still in force), whether or not their base exists yet.
+/// The passthru module: its configurations (`bdev_passthru_create` calls
+/// still in force), whether or not their base exists yet, in a
+/// [`VbdevModule`], whose `BdevModule` does the rest: it examines (every
+/// new bdev is offered to the configurations waiting for it, by name or
+/// alias, so a passthru configured before its base attaches when the base
+/// registers), and its saved config is one `bdev_passthru_create` per
+/// configuration, attached or waiting, so that a replay recreates all of
+/// them in any order.
 ///
 /// The module never stores the [`BdevManager`]: the manager owns the
 /// module, so that would be a reference cycle. Every hook gets the manager
-/// as an argument instead.
-#[derive(Debug, Default)]
-pub struct PassthruModule {
-    /// A locked list of configurations. The lock is never held while a
-    /// bdev registers: registration examines the new bdev, which may call
-    /// back into this module.
-    configs: VbdevConfigs<PassthruCreateParams>,
-}
+/// as an argument instead. The configurations' lock is never held while a
+/// bdev registers: registration examines the new bdev, which may call back
+/// into this module.
+pub type PassthruModule = VbdevModule<PassthruCreateParams>;
 
-/// The module: what [`VbdevModule`] needs — the configurations and how one
-/// attaches — and the module's whole `BdevModule` follows from it: it
-/// examines (every new bdev is offered to the configurations waiting for
-/// it, by name or alias, so a passthru configured before its base attaches
-/// when the base registers), and its saved config is one
-/// `bdev_passthru_create` per configuration, attached or waiting, so that
-/// a replay recreates all of them in any order.
-impl VbdevModule for PassthruModule {
-    type Config = PassthruCreateParams;
-    type Attached = Bdev;
-
-    fn configs(&self) -> &VbdevConfigs<PassthruCreateParams> {
-        &self.configs
+/// `bdev_passthru_create`: records the configuration, then attaches at once
+/// if the base exists (`configure`). A base that is missing, or going
+/// away, leaves the configuration waiting for examine; any other failure
+/// forgets it again.
+pub(crate) fn create(mgr: &BdevManager, params: PassthruCreateParams) -> Result<String> {
+    if params.name.is_empty() || params.base_bdev_name.is_empty() {
+        return Err(Error::InvalidArg("names must not be empty".into()));
     }
-
-    fn attach(&self, mgr: &BdevManager, cfg: &PassthruCreateParams, base: &Bdev) -> Result<Bdev> {
-        attach(mgr, cfg, base)
-    }
-}
-
-impl PassthruModule {
-    /// Records the configuration, then attaches at once if the base exists
-    /// (`configure`). A base that is missing, or going away, leaves the
-    /// configuration waiting for examine; any other failure forgets it
-    /// again.
-    pub(crate) fn create(&self, mgr: &BdevManager, params: PassthruCreateParams) -> Result<String> {
-        if params.name.is_empty() || params.base_bdev_name.is_empty() {
-            return Err(Error::InvalidArg("names must not be empty".into()));
-        }
-        let name = params.name.clone();
-        self.configure(mgr, params)?;
-        Ok(name)
-    }
-
-    /// Forgets the configuration and unregisters the bdev (if it exists).
-    pub(crate) fn delete(
-        &self,
-        mgr: &BdevManager,
-        name: &str,
-        done: impl FnOnce(Result<()>) + Send + 'static,
-    ) {
-        self.configs.delete(mgr, name, done);
-    }
+    let name = params.name.clone();
+    PassthruModule::of(mgr)?.configure(mgr, params)?;
+    Ok(name)
 }
 
 // ---------------------------------------------------------------------------

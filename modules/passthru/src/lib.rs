@@ -52,7 +52,7 @@
 mod bdev;
 pub mod rpc;
 
-use bdevkit::bdev::module::{BdevManager, Error, Result};
+use bdevkit::bdev::module::{BdevManager, Result};
 use uuid::Uuid;
 
 pub use bdev::{PassthruBdev, PassthruChannel, PassthruModule};
@@ -68,13 +68,7 @@ pub const NAMESPACE_UUID: Uuid = Uuid::from_u128(0x7e25_812e_c8c0_4d3f_8599_16d7
 
 /// Adds the passthru module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(std::sync::Arc::new(PassthruModule::default()));
-}
-
-/// The registered module's state.
-fn module(mgr: &BdevManager) -> Result<std::sync::Arc<PassthruModule>> {
-    mgr.module_as::<PassthruModule>(MODULE)
-        .ok_or_else(|| Error::InvalidArg("the passthru module is not registered".into()))
+    PassthruModule::register(mgr);
 }
 
 /// `bdev_passthru_create`: records the configuration and builds the bdev
@@ -85,15 +79,15 @@ fn module(mgr: &BdevManager) -> Result<std::sync::Arc<PassthruModule>> {
 /// claimed by someone else (`EPERM`), the name is taken by another bdev
 /// (`EEXIST`).
 pub fn create(mgr: &BdevManager, params: PassthruCreateParams) -> Result<String> {
-    module(mgr)?.create(mgr, params)
+    bdev::create(mgr, params)
 }
 
 /// `bdev_passthru_delete`: forgets the configuration and unregisters the
 /// bdev; `done` gets the outcome on the calling thread once the bdev is
 /// gone (`ENODEV` when there is neither a configuration nor a bdev).
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match module(mgr) {
-        Ok(m) => m.delete(mgr, name, done),
+    match PassthruModule::of(mgr) {
+        Ok(m) => m.configs().delete(mgr, name, done),
         Err(e) => done(Err(e)),
     }
 }

@@ -31,9 +31,9 @@ use bdevkit::thread::{IoChannel, IoDevice};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+use crate::config::{RaidLevel, PRODUCT_NAME};
 use crate::map::{ConcatMap, Raid0Map};
 use crate::raid::Raid;
-use crate::{RaidLevel, PRODUCT_NAME};
 
 /// Marks a child whose parent waits in the slot table.
 const SLAB_TAG: u64 = 1 << 63;

@@ -48,6 +48,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// Layers, each file importing only from the ones listed before it:
+// `config` (levels, states, limits, params), `map` (address maps), `raid`
+// (the shared raid state), `io` (the bdev and its I/O path), `rebuild`,
+// `control` (creation, examine, member events, deletion); then this file's
+// public functions and the RPC handlers of `rpc` on top.
+mod config;
+mod control;
 mod io;
 pub mod map;
 mod raid;
@@ -59,94 +66,13 @@ use std::sync::Arc;
 use bdevkit::bdev::module::{BdevManager, Error, Result};
 use serde_json::Value;
 
-pub use io::{RaidBdev, RaidChannel};
-pub use raid::{Raid, RaidModule, RebuildProgress, MAX_MEMBERS, MAX_NAME_LEN};
-pub use rpc::{
-    RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams,
-    RaidRemoveBaseBdevParams, RaidSetOptionsParams,
+pub use config::{
+    RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams, RaidLevel,
+    RaidRemoveBaseBdevParams, RaidSetOptionsParams, RaidState, MAX_MEMBERS, MAX_NAME_LEN, MODULE,
+    PRODUCT_NAME,
 };
-
-/// Module name (also the RPC infix).
-pub const MODULE: &str = "raid";
-/// `product_name` of raid bdevs.
-pub const PRODUCT_NAME: &str = "Raid Volume";
-
-/// Raid levels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RaidLevel {
-    /// Striping (`raid0`, `0`).
-    Raid0,
-    /// Mirroring (`raid1`, `1`).
-    Raid1,
-    /// Members end to end (`concat`).
-    Concat,
-    /// `raid5f`: accepted by the RPC decoder as SPDK's is, but this build
-    /// has no raid5f module, so creating one fails with `EINVAL` (as an
-    /// SPDK build without raid5f does).
-    Raid5f,
-}
-
-impl RaidLevel {
-    /// SPDK's name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            RaidLevel::Raid0 => "raid0",
-            RaidLevel::Raid1 => "raid1",
-            RaidLevel::Concat => "concat",
-            RaidLevel::Raid5f => "raid5f",
-        }
-    }
-
-    /// Parses SPDK's names (`raid0`, `0`, `raid1`, `1`, `raid5f`, `5f`,
-    /// `concat`), case-insensitively.
-    #[must_use]
-    pub fn parse(s: &str) -> Option<RaidLevel> {
-        match s.to_ascii_lowercase().as_str() {
-            "raid0" | "0" => Some(RaidLevel::Raid0),
-            "raid1" | "1" => Some(RaidLevel::Raid1),
-            "concat" => Some(RaidLevel::Concat),
-            "raid5f" | "5f" => Some(RaidLevel::Raid5f),
-            _ => None,
-        }
-    }
-
-    /// Fewest members a raid of this level takes.
-    #[must_use]
-    pub fn min_members(self) -> usize {
-        match self {
-            RaidLevel::Raid0 | RaidLevel::Concat => 1,
-            RaidLevel::Raid1 => 2,
-            RaidLevel::Raid5f => 3,
-        }
-    }
-}
-
-/// Raid states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RaidState {
-    /// Every member present and operational; the bdev is registered.
-    Online,
-    /// Waiting for members; no bdev yet.
-    Configuring,
-    /// raid1 serving from some of its members (one was removed or failed).
-    Degraded,
-    /// Lost a member it cannot do without, or being deleted.
-    Offline,
-}
-
-impl RaidState {
-    /// The state as `bdev_raid_get_bdevs` reports it (SPDK has no
-    /// degraded state: a degraded raid1 is online).
-    #[must_use]
-    pub fn spdk_name(self) -> &'static str {
-        match self {
-            RaidState::Online | RaidState::Degraded => "online",
-            RaidState::Configuring => "configuring",
-            RaidState::Offline => "offline",
-        }
-    }
-}
+pub use io::{RaidBdev, RaidChannel};
+pub use raid::{Raid, RaidModule, RebuildProgress};
 
 /// Adds the raid module to `mgr`.
 pub fn register(mgr: &BdevManager) {

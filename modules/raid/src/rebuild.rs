@@ -24,9 +24,9 @@ use bdevkit::dma::DmaBuf;
 use bdevkit::thread::{PollerStatus, Thread};
 use parking_lot::Mutex;
 
+use crate::config::RaidState;
 use crate::io::RaidBdev;
 use crate::raid::{Raid, RebuildProgress};
-use crate::RaidState;
 
 /// How often a quiesce checks whether the window's writes drained.
 const DRAIN_POLL_US: u64 = 100;

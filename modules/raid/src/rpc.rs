@@ -14,126 +14,16 @@
 
 use bdevkit::bdev::module::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, decode_params, MethodRegistry, RpcError, RUNTIME, STARTUP};
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::json;
-use uuid::Uuid;
 
-use crate::{RaidLevel, MAX_MEMBERS};
-
-impl Serialize for RaidLevel {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for RaidLevel {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        RaidLevel::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown raid level {s}")))
-    }
-}
-
-/// `bdev_raid_create` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidCreateParams {
-    /// Raid name (at most 63 characters).
-    pub name: String,
-    /// Strip size in KiB: a power of two for raid0/concat, absent or 0 for
-    /// raid1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strip_size_kb: Option<u32>,
-    /// Level.
-    pub raid_level: RaidLevel,
-    /// Member bdev names, in order (they may not exist yet).
-    pub base_bdevs: Vec<String>,
-    /// UUID (generated when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<Uuid>,
-    /// Store the configuration on the members: not supported (only
-    /// `false` is accepted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub superblock: Option<bool>,
-}
-
-impl RaidCreateParams {
-    /// Params for a raid without superblock.
-    #[must_use]
-    pub fn new(
-        name: impl Into<String>,
-        raid_level: RaidLevel,
-        strip_size_kb: u32,
-        base_bdevs: &[&str],
-    ) -> Self {
-        RaidCreateParams {
-            name: name.into(),
-            strip_size_kb: (strip_size_kb != 0).then_some(strip_size_kb),
-            raid_level,
-            base_bdevs: base_bdevs.iter().map(|s| (*s).to_string()).collect(),
-            uuid: None,
-            superblock: None,
-        }
-    }
-}
-
-/// `bdev_raid_delete` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidDeleteParams {
-    /// Raid name.
-    pub name: String,
-    /// Wipe the superblock (no superblocks here: ignored).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clear_sb: Option<bool>,
-}
-
-/// `bdev_raid_add_base_bdev` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidAddBaseBdevParams {
-    /// The raid.
-    pub raid_bdev: String,
-    /// The bdev to add.
-    pub base_bdev: String,
-}
-
-/// `bdev_raid_remove_base_bdev` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidRemoveBaseBdevParams {
-    /// The member bdev to take out of its raid.
-    pub name: String,
-}
-
-/// `bdev_raid_get_bdevs` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidGetBdevsParams {
-    /// `all`, `online`, `configuring` or `offline`.
-    pub category: String,
-}
-
-/// `bdev_raid_set_options` params (also what `save_config` emits).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RaidSetOptionsParams {
-    /// Background process window in KiB (default 1024, not 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process_window_size_kb: Option<u32>,
-    /// Background process bandwidth cap in MiB/s (default 0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process_max_bandwidth_mb_sec: Option<u32>,
-}
-
-impl Default for RaidSetOptionsParams {
-    fn default() -> Self {
-        RaidSetOptionsParams {
-            process_window_size_kb: Some(1024),
-            process_max_bandwidth_mb_sec: Some(0),
-        }
-    }
-}
+use crate::config::MAX_MEMBERS;
+// The params are defined with the other configuration types, at the bottom
+// of the crate (the raid state stores some of them); they keep their paths
+// here.
+pub use crate::config::{
+    RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams,
+    RaidRemoveBaseBdevParams, RaidSetOptionsParams,
+};
 
 fn decode_failed() -> RpcError {
     RpcError::new(RpcError::PARSE_ERROR, "spdk_json_decode_object failed")

@@ -4,9 +4,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bdevkit::bdev::module::vbdev::{
-    self, BaseBdev, BaseEvents, VbdevConfig, VbdevConfigs, VbdevModule,
-};
+use bdevkit::bdev::module::vbdev::{self, BaseBdev, BaseEvents, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
     Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, Error, IoStatus,
     IoType, ModuleIo, Result,
@@ -24,6 +22,11 @@ const MIB: u64 = 1024 * 1024;
 impl VbdevConfig for SplitCreateParams {
     const MODULE: &'static str = MODULE;
     const CREATE_METHOD: &'static str = "bdev_split_create";
+    type Attached = Vec<String>;
+
+    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Vec<String>> {
+        attach(mgr, self, base)
+    }
 
     fn base_name(&self) -> &str {
         &self.base_bdev
@@ -53,60 +56,37 @@ impl VbdevConfig for SplitCreateParams {
     }
 }
 
-/// The split module: one configuration per base bdev.
-#[derive(Debug, Default)]
-pub struct SplitModule {
-    configs: VbdevConfigs<SplitCreateParams>,
+/// The split module: its configurations in a [`VbdevModule`], whose
+/// `BdevModule` examines and emits the saved config.
+pub type SplitModule = VbdevModule<SplitCreateParams>;
+
+pub(crate) fn create(
+    module: &SplitModule,
+    mgr: &BdevManager,
+    params: SplitCreateParams,
+) -> Result<Vec<String>> {
+    if params.split_count == 0 {
+        return Err(Error::InvalidArg("split_count must not be 0".into()));
+    }
+    if params.base_bdev.is_empty() {
+        return Err(Error::InvalidArg("base_bdev must not be empty".into()));
+    }
+    Ok(module.configure(mgr, params)?.unwrap_or_default())
 }
 
-/// Examine and the saved config come with [`VbdevModule`].
-impl VbdevModule for SplitModule {
-    type Config = SplitCreateParams;
-    type Attached = Vec<String>;
-
-    fn configs(&self) -> &VbdevConfigs<SplitCreateParams> {
-        &self.configs
+pub(crate) fn delete(
+    module: &SplitModule,
+    mgr: &BdevManager,
+    base_bdev: &str,
+    done: impl FnOnce() + Send + 'static,
+) -> Result<()> {
+    if !module.configs().remove(base_bdev) {
+        return Err(Error::NotFound(format!(
+            "split configuration for {base_bdev}"
+        )));
     }
-
-    fn attach(
-        &self,
-        mgr: &BdevManager,
-        cfg: &SplitCreateParams,
-        base: &Bdev,
-    ) -> Result<Vec<String>> {
-        attach(mgr, cfg, base)
-    }
-}
-
-impl SplitModule {
-    pub(crate) fn create(
-        &self,
-        mgr: &BdevManager,
-        params: SplitCreateParams,
-    ) -> Result<Vec<String>> {
-        if params.split_count == 0 {
-            return Err(Error::InvalidArg("split_count must not be 0".into()));
-        }
-        if params.base_bdev.is_empty() {
-            return Err(Error::InvalidArg("base_bdev must not be empty".into()));
-        }
-        Ok(self.configure(mgr, params)?.unwrap_or_default())
-    }
-
-    pub(crate) fn delete(
-        &self,
-        mgr: &BdevManager,
-        base_bdev: &str,
-        done: impl FnOnce() + Send + 'static,
-    ) -> Result<()> {
-        if !self.configs.remove(base_bdev) {
-            return Err(Error::NotFound(format!(
-                "split configuration for {base_bdev}"
-            )));
-        }
-        unregister_parts(mgr, parts_of(mgr, base_bdev), done);
-        Ok(())
-    }
+    unregister_parts(mgr, parts_of(mgr, base_bdev), done);
+    Ok(())
 }
 
 /// The registered parts of the configuration for `base_bdev`.

@@ -23,9 +23,7 @@
 mod bdev;
 pub mod rpc;
 
-use std::sync::Arc;
-
-use bdevkit::bdev::module::{BdevManager, Error, Result};
+use bdevkit::bdev::module::{BdevManager, Result};
 
 pub use bdev::{SplitBdev, SplitChannel, SplitModule};
 pub use rpc::{SplitCreateParams, SplitDeleteParams};
@@ -37,12 +35,7 @@ pub const PRODUCT_NAME: &str = "Split Disk";
 
 /// Adds the split module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(SplitModule::default()));
-}
-
-fn module(mgr: &BdevManager) -> Result<Arc<SplitModule>> {
-    mgr.module_as::<SplitModule>(MODULE)
-        .ok_or_else(|| Error::InvalidArg("the split module is not registered".into()))
+    SplitModule::register(mgr);
 }
 
 /// `bdev_split_create`: records the configuration and splits the base now
@@ -53,7 +46,7 @@ fn module(mgr: &BdevManager) -> Result<Arc<SplitModule>> {
 /// configuration for this base exists (`EEXIST`), the base is claimed
 /// (`EPERM`).
 pub fn create(mgr: &BdevManager, params: SplitCreateParams) -> Result<Vec<String>> {
-    module(mgr)?.create(mgr, params)
+    bdev::create(&*SplitModule::of(mgr)?, mgr, params)
 }
 
 /// `bdev_split_delete`: forgets the configuration of `base_bdev` and
@@ -65,5 +58,5 @@ pub fn delete(
     base_bdev: &str,
     done: impl FnOnce() + Send + 'static,
 ) -> Result<()> {
-    module(mgr)?.delete(mgr, base_bdev, done)
+    bdev::delete(&*SplitModule::of(mgr)?, mgr, base_bdev, done)
 }

@@ -3,7 +3,8 @@
 //! # Design
 //!
 //! * **One ring per thread**, shared by every uring bdev with a channel on
-//!   that thread (SPDK's group channel): an io_device whose per-thread
+//!   that thread (SPDK's group channel): an io_device of the module
+//!   instance whose per-thread
 //!   channel owns the ring, its in-flight table and one active poller; each
 //!   bdev channel holds the group's channel and its file's index in the
 //!   ring's **registered file table** (no file lookup per request).
@@ -45,7 +46,9 @@
 //!   size, SQPOLL (a kernel thread submits; no system call per poll) and
 //!   IOPOLL (a second, polled ring per thread for `O_DIRECT` block devices
 //!   whose driver polls; probed per bdev at creation). Unsupported options
-//!   fall back with an `info!` line.
+//!   fall back with an `info!` line. The options belong to the module
+//!   instance of one [`BdevManager`], and so do
+//!   the threads' rings: two managers in one process keep their own.
 //! * **Interrupt mode**: the rings signal the group's eventfd
 //!   (`register_eventfd`), which is in the reactor's wake-up set.
 //!
@@ -57,7 +60,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use bdevkit::bdev::{BdevManager, BdevOptions};
+//! use bdevkit::bdev::module::{BdevManager, BdevOptions};
 //! use bdevkit_uring::UringCreateParams;
 //!
 //! let mgr = BdevManager::new(BdevOptions::default());
@@ -69,36 +72,67 @@
 //! ```
 #![warn(missing_docs)]
 
-mod error;
 mod group;
+mod options;
 mod probe;
 pub mod rpc;
 mod sys;
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BoxError, IoType};
-use bdevkit::thread::IoChannel;
+use bdevkit::thread::{IoChannel, IoDevice};
+use bdevkit_kfile::{Disk, Kind};
+use parking_lot::Mutex;
 use serde_json::{json, Value};
-use uuid::Uuid;
 
-pub use error::{Error, Result};
-pub use probe::{options, set_options, UringOptions};
+pub use bdevkit_kfile::{Error, KfileBdev, Result};
+pub use options::{UringOptions, DEFAULT_SQPOLL_IDLE_MS, DEFAULT_SQ_ENTRIES};
 pub use rpc::UringCreateParams;
 
-use bdevkit_kfile::Kind;
 use group::{Target, UringGroup};
+use options::SharedOptions;
 
 /// Module name.
 pub const MODULE: &str = "uring";
 /// `product_name` of uring bdevs.
 pub const PRODUCT_NAME: &str = "URING bdev";
 
-/// The uring module.
-#[derive(Debug, Default)]
-pub struct UringModule;
+/// The uring module, one per [`BdevManager`]: its options and the
+/// io_device whose per-thread channel is the thread's ring group, so two
+/// managers in one process keep their own options and rings.
+#[derive(Debug)]
+pub struct UringModule {
+    options: SharedOptions,
+    groups: IoDevice<UringGroup>,
+}
+
+impl UringModule {
+    fn new() -> UringModule {
+        let options = Arc::new(Mutex::new(UringOptions::default()));
+        let o = Arc::clone(&options);
+        UringModule {
+            groups: IoDevice::register("bdev_uring_group", move || group::create(Arc::clone(&o))),
+            options,
+        }
+    }
+
+    /// The current options.
+    #[must_use]
+    pub fn options(&self) -> UringOptions {
+        *self.options.lock()
+    }
+
+    /// Replaces the options (validated). Rings built from now on use them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`].
+    pub fn set_options(&self, o: UringOptions) -> Result<()> {
+        o.validate().map_err(Error::InvalidOptions)?;
+        *self.options.lock() = o;
+        Ok(())
+    }
+}
 
 impl BdevModule for UringModule {
     fn name(&self) -> &'static str {
@@ -109,7 +143,7 @@ impl BdevModule for UringModule {
     /// defaults (SPDK has no such method; a default config stays loadable
     /// by SPDK).
     fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        let o = options();
+        let o = self.options();
         if o == UringOptions::default() {
             return Vec::new();
         }
@@ -119,11 +153,35 @@ impl BdevModule for UringModule {
 
 /// Adds the uring module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(UringModule));
+    mgr.register_module(Arc::new(UringModule::new()));
 }
 
-/// Whether io_uring can be used in this process (probed once); the reason
-/// when not. Tests use it to skip.
+/// The uring module registered with `mgr`.
+fn module(mgr: &BdevManager) -> Result<Arc<UringModule>> {
+    mgr.module_as::<UringModule>(MODULE)
+        .ok_or(Error::NotRegistered(MODULE))
+}
+
+/// The options of `mgr`'s uring module.
+///
+/// # Errors
+/// When the module is not registered with `mgr` (`EINVAL`).
+pub fn options(mgr: &BdevManager) -> Result<UringOptions> {
+    Ok(module(mgr)?.options())
+}
+
+/// Replaces the options of `mgr`'s uring module
+/// ([`UringModule::set_options`]).
+///
+/// # Errors
+/// [`Error::InvalidOptions`], or the module is not registered with `mgr`
+/// (both `EINVAL`).
+pub fn set_options(mgr: &BdevManager, o: UringOptions) -> Result<()> {
+    module(mgr)?.set_options(o)
+}
+
+/// Whether io_uring can be used in this process (probed once: a property
+/// of the kernel); the reason when not. Tests use it to skip.
 pub fn available() -> std::result::Result<(), String> {
     probe::base_setup().map(|_| ())
 }
@@ -132,34 +190,23 @@ pub fn available() -> std::result::Result<(), String> {
 #[derive(Debug)]
 pub struct UringBdev {
     params: UringCreateParams,
-    file: File,
-    kind: Kind,
-    direct: bool,
-    block_size: u32,
-    block_shift: u32,
-    uuid: Uuid,
+    disk: Disk,
     polled: bool,
     punts: bool,
-    device_backed: bool,
+    groups: IoDevice<UringGroup>,
 }
 
 impl UringBdev {
-    /// The backing file's path.
-    #[must_use]
-    pub fn filename(&self) -> &str {
-        &self.params.filename
-    }
-
-    /// Whether the file was opened with `O_DIRECT`.
-    #[must_use]
-    pub fn is_direct(&self) -> bool {
-        self.direct
-    }
-
     /// Whether the bdev uses the threads' IOPOLL rings.
     #[must_use]
     pub fn is_polled(&self) -> bool {
         self.polled
+    }
+}
+
+impl KfileBdev for UringBdev {
+    fn disk(&self) -> &Disk {
+        &self.disk
     }
 }
 
@@ -173,7 +220,7 @@ pub struct UringChannel {
 
 impl Drop for UringChannel {
     fn drop(&mut self) {
-        self.group.detach(&self.target);
+        group::detach(&self.group, &self.target);
     }
 }
 
@@ -181,20 +228,21 @@ impl BdevOps for UringBdev {
     type Channel = UringChannel;
 
     fn create_channel(&self) -> std::result::Result<UringChannel, BoxError> {
-        let group = group::device().get_channel()?;
-        let target = group.attach(
-            self.file.as_raw_fd(),
+        let group = self.groups.get_channel()?;
+        let target = group::attach(
+            &group,
+            self.disk.fd(),
             self.polled,
-            self.block_shift,
+            self.disk.geometry.block_shift,
             self.punts,
-            self.device_backed,
+            self.disk.device_backed,
         )?;
         Ok(UringChannel { group, target })
     }
 
     #[inline]
     fn submit(&self, ch: &UringChannel, io: BdevIo) {
-        ch.group.submit(io, ch.target);
+        group::submit(&ch.group, io, ch.target);
     }
 
     fn io_type_supported(&self, io_type: IoType) -> bool {
@@ -211,101 +259,99 @@ impl BdevOps for UringBdev {
             "method": "bdev_uring_create",
             "params": {
                 "name": self.params.name,
-                "block_size": self.block_size,
+                "block_size": self.disk.geometry.block_size,
                 "filename": self.params.filename,
-                "uuid": self.uuid.to_string(),
+                "uuid": self.disk.uuid.to_string(),
             }
         }))
     }
 }
 
 /// Creates a uring bdev over `params.filename` (call on a bdevkit thread,
-/// normally the app thread).
+/// normally the app thread). Fails with the open error's errno, `EEXIST`
+/// for a taken name, `EINVAL` for a bad block size or a size that is not
+/// a multiple of it, `ENOSYS` where io_uring cannot be used.
 pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
-    if params.name.is_empty() {
-        return Err(Error::EmptyName);
-    }
-    if mgr.get(&params.name).is_some() {
-        return Err(Error::Exists(params.name));
-    }
-    let base = probe::base_setup().map_err(Error::Unavailable)?;
-    let backing = bdevkit_kfile::open(&params.filename, false)?;
-    let geometry = backing.geometry(&params.filename, params.block_size.unwrap_or(0))?;
-    let (block_size, block_shift, num_blocks) = (
-        geometry.block_size,
-        geometry.block_shift,
-        geometry.num_blocks,
-    );
-    let polled = options().iopoll
-        && backing.kind == Kind::Block
-        && backing.direct
-        && match sys::probe_iopoll(backing.file.as_raw_fd(), block_size, base) {
+    let module = module(mgr)?;
+    bdevkit_kfile::check_name(mgr, &params.name)?;
+    let base = probe::base_setup().map_err(|reason| Error::Unavailable {
+        interface: "io_uring",
+        reason,
+    })?;
+    let disk = bdevkit_kfile::open(&params.filename, false)?.into_disk(
+        &params.filename,
+        params.block_size,
+        params.uuid,
+    )?;
+    let g = disk.geometry;
+    let polled = module.options().iopoll
+        && disk.kind == Kind::Block
+        && disk.direct
+        && match sys::probe_iopoll(disk.fd(), g.block_size, base) {
             Ok(()) => true,
             Err(e) => {
                 tracing::info!(path = params.filename, error = %e, "polled I/O not supported; using the plain ring");
                 false
             }
         };
-    let punts = !sys::supports_nowait(backing.file.as_raw_fd(), block_size);
-    let uuid = params.uuid.unwrap_or_else(Uuid::new_v4);
-    let mut props = bdevkit_kfile::props(&params.name, PRODUCT_NAME, geometry);
-    props.uuid = Some(uuid);
+    let punts = !sys::supports_nowait(disk.fd(), g.block_size);
+    let (direct, name) = (disk.direct, params.name.clone());
     let bdev = UringBdev {
         params,
-        file: backing.file,
-        kind: backing.kind,
-        direct: backing.direct,
-        block_size,
-        block_shift,
-        uuid,
+        disk,
         polled,
         punts,
-        device_backed: backing.device_backed,
+        groups: module.groups.clone(),
     };
-    let b = mgr
-        .register_bdev(MODULE, props, Arc::new(bdev))
-        .map_err(|e| match e {
-            bdevkit::Error::Exists(n) => Error::Exists(n),
-            e => Error::Register(e),
-        })?;
-    tracing::info!(bdev = %b.name(), direct = backing.direct, polled, io_wq = punts, block_size, num_blocks, "uring bdev created");
+    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
+    tracing::info!(bdev = %b.name(), direct, polled, io_wq = punts, block_size = g.block_size, num_blocks = g.num_blocks, "uring bdev created");
     Ok(b)
-}
-
-fn find(mgr: &BdevManager, name: &str) -> Result<(Bdev, Arc<UringBdev>)> {
-    let b = mgr
-        .get(name)
-        .filter(|b| b.module_name() == MODULE && !b.is_removing())
-        .ok_or_else(|| Error::NotFound(name.to_string()))?;
-    let u = b
-        .ops_as::<UringBdev>()
-        .ok_or_else(|| Error::NotFound(name.to_string()))?;
-    Ok((b, u))
 }
 
 /// Deletes the uring bdev `name`; `done` gets the outcome on the calling
 /// thread (at once with `ENODEV` when there is no such bdev). Every I/O in
 /// flight completes before the bdev is destructed and its file closed.
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    let n = name.to_string();
-    mgr.unregister_by_name(name, MODULE, move |r| {
-        done(r.map_err(|_| Error::NotFound(n)));
-    });
+    bdevkit_kfile::delete(mgr, MODULE, name, done);
 }
 
 /// Re-reads the size of the uring bdev `name`'s file: a new size is
 /// announced to descriptor holders (a resize event), size 0 hot-removes the
 /// bdev. Shrinking while descriptors are open fails with `EBUSY` (as SPDK).
 pub fn rescan(mgr: &BdevManager, name: &str) -> Result<()> {
-    let (b, u) = find(mgr, name)?;
-    bdevkit_kfile::rescan(
-        mgr,
-        name,
-        &b,
-        &u.file,
-        u.kind,
-        &u.params.filename,
-        u.block_size,
-    )?;
-    Ok(())
+    bdevkit_kfile::rescan::<UringBdev>(mgr, MODULE, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use bdevkit::bdev::BdevOptions;
+
+    use super::*;
+
+    /// Two managers on one thread: each module instance has its own group
+    /// on the thread, whose ring is built from that instance's options.
+    #[test]
+    fn two_managers_on_one_thread_have_their_own_rings() {
+        if let Err(e) = available() {
+            println!("skipped: io_uring not available: {e}");
+            return;
+        }
+        let env = bdevkit_test::TestEnv::with_modules("0x1", &[register]);
+        let entries = env.run(|a| async move {
+            let b = BdevManager::new(BdevOptions::default());
+            register(&b);
+            let with = |sq_entries| UringOptions {
+                sq_entries,
+                ..UringOptions::default()
+            };
+            set_options(&a, with(16)).unwrap();
+            set_options(&b, with(64)).unwrap();
+            let ring = |m: &BdevManager| {
+                let g = module(m).unwrap().groups.get_channel().unwrap();
+                g.with(|e| e.plain_entries())
+            };
+            (ring(&a), ring(&b))
+        });
+        assert_eq!(entries, (Some(16), Some(64)));
+    }
 }

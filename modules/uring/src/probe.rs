@@ -1,104 +1,16 @@
-//! Module options and kernel feature probes, each done once per process and
-//! cached: which ring setup flags the kernel takes, and whether SQPOLL and
-//! IOPOLL work. Every fallback is logged once at `info`.
+//! Kernel feature probes, each done once per process and cached: which
+//! ring setup flags the kernel takes, and whether SQPOLL works. They
+//! describe the kernel, not configuration, so unlike the module's options
+//! ([`crate::UringOptions`], per module instance) they may be process-wide:
+//! every manager in the process runs on the same kernel. Every fallback is
+//! logged once at `info`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-
+use crate::options::UringOptions;
 use crate::sys::{Ring, RingSetup};
-
-/// Default SQ entries of a thread's ring (SPDK's uring module uses 512).
-pub const DEFAULT_SQ_ENTRIES: u32 = 512;
-/// Default SQPOLL idle time before the kernel thread sleeps.
-pub const DEFAULT_SQPOLL_IDLE_MS: u32 = 1000;
-
-/// Options of the uring module (`bdev_uring_set_options`; a bdevkit
-/// extension, SPDK has no such RPC). They apply to rings created after the
-/// change, i.e. to threads that get their first uring channel later, and
-/// `iopoll` to bdevs created later.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct UringOptions {
-    /// SQ entries (and in-flight requests) per thread ring: a power of two
-    /// in 8..=4096.
-    pub sq_entries: u32,
-    /// A kernel thread polls the submission queue (`IORING_SETUP_SQPOLL`):
-    /// no system call to submit, at the cost of a busy kernel thread per
-    /// ring. That thread inherits the reactor's CPU affinity, so it only
-    /// pays when the reactor's core is not the only one it may use (on one
-    /// core, tmpfs 4 KiB randread fell from ~400K to ~8K IOPS). Off by
-    /// default.
-    pub sqpoll: bool,
-    /// How long the SQPOLL thread spins idle before sleeping.
-    pub sqpoll_idle_ms: u32,
-    /// Block devices opened with `O_DIRECT` whose driver serves polled I/O
-    /// (NVMe with poll queues) use a second, `IORING_SETUP_IOPOLL` ring per
-    /// thread; others keep the plain ring. Off by default.
-    pub iopoll: bool,
-    /// In poll mode, a thread's poller that finds nothing to do while
-    /// requests to a file without non-blocking reads (tmpfs; probed per
-    /// bdev with `preadv2(RWF_NOWAIT)`) are in the kernel yields the CPU
-    /// (`sched_yield`, which returns at once when nothing else is runnable
-    /// there). The kernel serves such files in io-wq worker threads that
-    /// inherit the reactor's CPU; spinning would starve them. On by
-    /// default.
-    #[serde(default = "default_true")]
-    pub idle_yield: bool,
-}
-
-fn default_true() -> bool {
-    true
-}
-
-impl Default for UringOptions {
-    fn default() -> Self {
-        UringOptions {
-            sq_entries: DEFAULT_SQ_ENTRIES,
-            sqpoll: false,
-            sqpoll_idle_ms: DEFAULT_SQPOLL_IDLE_MS,
-            iopoll: false,
-            idle_yield: true,
-        }
-    }
-}
-
-impl UringOptions {
-    /// Checks the values.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(8..=4096).contains(&self.sq_entries) || !self.sq_entries.is_power_of_two() {
-            return Err(format!(
-                "sq_entries {} is not a power of two in 8..=4096",
-                self.sq_entries
-            ));
-        }
-        Ok(())
-    }
-}
-
-static OPTIONS: Mutex<UringOptions> = Mutex::new(UringOptions {
-    sq_entries: DEFAULT_SQ_ENTRIES,
-    sqpoll: false,
-    sqpoll_idle_ms: DEFAULT_SQPOLL_IDLE_MS,
-    iopoll: false,
-    idle_yield: true,
-});
-
-/// The current options.
-#[must_use]
-pub fn options() -> UringOptions {
-    *OPTIONS.lock()
-}
-
-/// Replaces the options (validated).
-pub fn set_options(o: UringOptions) -> Result<(), String> {
-    o.validate()?;
-    *OPTIONS.lock() = o;
-    Ok(())
-}
 
 static BASE: OnceLock<Result<RingSetup, String>> = OnceLock::new();
 static NO_SQPOLL: AtomicBool = AtomicBool::new(false);
@@ -106,7 +18,7 @@ static NO_SQPOLL: AtomicBool = AtomicBool::new(false);
 /// The best setup flags this kernel takes, probed once: `SINGLE_ISSUER |
 /// DEFER_TASKRUN | SUBMIT_ALL | TASKRUN_FLAG` (6.1+), else `COOP_TASKRUN |
 /// SUBMIT_ALL | TASKRUN_FLAG`, else none. An error when io_uring cannot be used at all.
-pub fn base_setup() -> Result<RingSetup, String> {
+pub(crate) fn base_setup() -> Result<RingSetup, String> {
     BASE.get_or_init(|| {
         let tiers = [
             RingSetup {
@@ -147,12 +59,10 @@ pub fn base_setup() -> Result<RingSetup, String> {
     .clone()
 }
 
-/// Builds a thread's ring from the current options: the plain ring
-/// (`polled == false`, with SQPOLL if asked and supported) or the IOPOLL
-/// ring.
-pub(crate) fn build_ring(polled: bool) -> io::Result<Ring> {
+/// Builds a thread's ring with options `o`: the plain ring (`polled ==
+/// false`, with SQPOLL if asked and supported) or the IOPOLL ring.
+pub(crate) fn build_ring(polled: bool, o: &UringOptions) -> io::Result<Ring> {
     let base = base_setup().map_err(|e| io::Error::other(format!("io_uring unavailable: {e}")))?;
-    let o = options();
     let mut setup = base;
     setup.entries = o.sq_entries;
     if polled {

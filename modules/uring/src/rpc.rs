@@ -2,25 +2,41 @@
 //! Handlers run on the thread that polls the RPC server (the app thread).
 //!
 //! * `bdev_uring_create {filename, name, block_size?, uuid?}` → the name;
-//!   every failure answers SPDK's fixed -32603 "Unable to create URING
-//!   bdev." (the real cause is logged).
+//!   every failure answers SPDK's code and sentence, -32603 "Unable to
+//!   create URING bdev.", followed by the cause as the `strerror` text of
+//!   its errno, the way `bdev_aio_create` answers it (SPDK sends the
+//!   sentence alone): e.g. "Unable to create URING bdev. Permission
+//!   denied" ([`create_failed`]). The whole cause chain is logged.
 //! * `bdev_uring_delete {name}` → `true` once the bdev is gone; `-19` if
 //!   there is no such uring bdev.
 //! * `bdev_uring_rescan {name}` → `true`; `-19` if there is no such bdev.
 //! * `bdev_uring_set_options {sq_entries?, sqpoll?, sqpoll_idle_ms?,
 //!   iopoll?, idle_yield?}` → `true` (bdevkit extension, see [`crate::UringOptions`]);
-//!   `-22` for invalid values. Absent keys keep their value.
+//!   `-22` for invalid values. Absent keys keep their value. The options
+//!   are the module instance's: they apply to this manager only.
 
 use bdevkit::bdev::module::BdevManager;
-use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME, STARTUP};
+use bdevkit_jsonrpc::{self as jsonrpc, ErrorChain, MethodRegistry, RpcError, RUNTIME, STARTUP};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::Error;
+use crate::{Error, UringOptions};
 
-/// SPDK's answer to every `bdev_uring_create` failure.
+/// SPDK's answer to every `bdev_uring_create` failure; ours adds the
+/// cause ([`create_failed`]).
 pub const CREATE_FAILED: &str = "Unable to create URING bdev.";
+
+/// The answer to a `bdev_uring_create` that failed with `e`: SPDK's code
+/// (-32603) and sentence ([`CREATE_FAILED`], unchanged, so clients that
+/// match its start keep working), then the `strerror` text of `e`'s errno
+/// (what `bdev_aio_create` answers): `Unable to create URING bdev.
+/// Permission denied`.
+#[must_use]
+pub fn create_failed(e: &Error) -> RpcError {
+    let cause = RpcError::from_errno(e.errno()).message;
+    RpcError::internal_error(format!("{CREATE_FAILED} {cause}"))
+}
 
 /// `bdev_uring_create` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -52,14 +68,6 @@ impl UringCreateParams {
     }
 }
 
-/// `bdev_uring_delete` and `bdev_uring_rescan` params.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct UringNameParams {
-    /// Bdev name.
-    pub name: String,
-}
-
 /// `bdev_uring_set_options` params: every key optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -81,6 +89,20 @@ pub struct UringSetOptionsParams {
     pub idle_yield: Option<bool>,
 }
 
+impl UringSetOptionsParams {
+    /// `o` with the keys given here replaced.
+    #[must_use]
+    pub fn apply(&self, o: UringOptions) -> UringOptions {
+        UringOptions {
+            sq_entries: self.sq_entries.unwrap_or(o.sq_entries),
+            sqpoll: self.sqpoll.unwrap_or(o.sqpoll),
+            sqpoll_idle_ms: self.sqpoll_idle_ms.unwrap_or(o.sqpoll_idle_ms),
+            iopoll: self.iopoll.unwrap_or(o.iopoll),
+            idle_yield: self.idle_yield.unwrap_or(o.idle_yield),
+        }
+    }
+}
+
 /// Registers `bdev_uring_create`, `bdev_uring_delete`, `bdev_uring_rescan`
 /// and `bdev_uring_set_options`.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
@@ -93,62 +115,24 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             match crate::create(&m, p) {
                 Ok(b) => resp.ok(json!(b.name())),
                 Err(e) => {
-                    tracing::error!(filename, error = %error_chain(&e), "bdev_uring_create failed");
-                    resp.err(RpcError::internal_error(CREATE_FAILED));
+                    tracing::error!(filename, error = %ErrorChain(&e), "bdev_uring_create failed");
+                    resp.err(create_failed(&e));
                 }
             }
         },
     )?;
+    bdevkit_kfile::rpc::register_delete_rescan::<crate::UringBdev>(reg, mgr, crate::MODULE)?;
     let m = mgr.clone();
-    reg.register_decoded(
-        "bdev_uring_delete",
-        RUNTIME,
-        move |p: UringNameParams, resp| {
-            crate::delete(&m, &p.name, move |r| {
-                resp.respond_errno(r.map(|()| true), Error::errno);
-            });
-        },
-    )?;
-    let m = mgr.clone();
-    reg.register_decoded(
-        "bdev_uring_rescan",
-        RUNTIME,
-        move |p: UringNameParams, resp| {
-            let r = crate::rescan(&m, &p.name);
-            if let Err(e) = &r {
-                tracing::error!(bdev = p.name, error = %error_chain(e), "bdev_uring_rescan failed");
-            }
-            resp.respond_errno(r.map(|()| true), Error::errno);
-        },
-    )?;
     reg.register_decoded(
         "bdev_uring_set_options",
         STARTUP | RUNTIME,
         move |p: UringSetOptionsParams, resp| {
-            let mut o = crate::options();
-            o.sq_entries = p.sq_entries.unwrap_or(o.sq_entries);
-            o.sqpoll = p.sqpoll.unwrap_or(o.sqpoll);
-            o.sqpoll_idle_ms = p.sqpoll_idle_ms.unwrap_or(o.sqpoll_idle_ms);
-            o.iopoll = p.iopoll.unwrap_or(o.iopoll);
-            o.idle_yield = p.idle_yield.unwrap_or(o.idle_yield);
-            let r = crate::set_options(o);
+            let r = crate::options(&m).and_then(|o| crate::set_options(&m, p.apply(o)));
             if let Err(e) = &r {
-                tracing::error!(error = %e, "bdev_uring_set_options failed");
+                tracing::error!(error = %ErrorChain(e), "bdev_uring_set_options failed");
             }
-            resp.respond_errno(r.map(|()| true), |_| libc::EINVAL);
+            resp.respond_errno(r.map(|()| true), Error::errno);
         },
     )?;
     Ok(())
-}
-
-/// `e` and its sources, for the log.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }

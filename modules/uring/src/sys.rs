@@ -6,15 +6,15 @@
 //! The table is the safety boundary: callers hand a [`BdevIo`] to
 //! [`Ring::prep`], which builds the SQE from the I/O's own iovec array and
 //! keeps the I/O (so its buffers) in the slot (`bdevkit_kfile`'s in-flight
-//! table, [`Slots`]) whose index is the SQE's `user_data`. [`Ring::take`]
+//! table, [`Slots`]) whose index is the SQE's `user_data`. [`Ring::reap`]
 //! gives it back only once the kernel posted the completion. `Drop` waits
 //! for every request still in the kernel before the slots are dropped.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-use bdevkit::bdev::module::{BdevIo, IoVec};
-use bdevkit_kfile::slots::{Op, Slot, Slots, Transfer};
+use bdevkit::bdev::module::{BdevIo, IoStatus, IoVec};
+use bdevkit_kfile::slots::{self, Next, Op, Slots, Target};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 /// How an SQE names its file.
@@ -75,6 +75,10 @@ pub(crate) struct Ring {
     pushed: u32,
     /// The solo flag of each pushed, not yet submitted SQE, in SQ order.
     pending: std::collections::VecDeque<bool>,
+    /// Completions of one [`Ring::reap`] as `(slot, result)`.
+    reaped: Vec<(u32, i64)>,
+    /// Slots of one [`Ring::reap`] pushed again.
+    again: Vec<u32>,
     setup: RingSetup,
     /// The ring's index in this OS thread's registered ring table
     /// (`io_uring_enter` then skips the fd lookup); `None` if not
@@ -131,6 +135,9 @@ impl Ring {
             in_kernel: 0,
             pushed: 0,
             pending: std::collections::VecDeque::with_capacity(n as usize),
+            // The CQ has twice the SQ's entries.
+            reaped: Vec::with_capacity(2 * n as usize),
+            again: Vec::with_capacity(n as usize),
             setup,
             reg_index,
             ring,
@@ -187,38 +194,12 @@ impl Ring {
         self.in_kernel
     }
 
-    /// The slot `idx`.
-    pub(crate) fn slot(&self, idx: u32) -> &Slot<FileRef> {
-        self.slots.get(idx)
-    }
-
-    /// Takes a free slot for `io` and pushes its SQE: `op` on `file` at
-    /// byte `offset` over the I/O's segments. Gives the I/O back when no
-    /// slot is free.
-    pub(crate) fn prep(
-        &mut self,
-        io: BdevIo,
-        op: Op,
-        file: FileRef,
-        offset: u64,
-        rw_flags: i32,
-        solo: bool,
-    ) -> Result<u32, BdevIo> {
-        let idx = self.slots.prep(io, op, file, offset, rw_flags, solo)?;
+    /// Takes a free slot for `io` and pushes the SQE of its request on the
+    /// bdev `t` ([`Slots::prep`]). Gives the I/O back when no slot is free.
+    pub(crate) fn prep<X>(&mut self, io: BdevIo, t: &Target<FileRef, X>) -> Result<(), BdevIo> {
+        let idx = self.slots.prep(io, t)?;
         self.push(idx, false);
-        Ok(idx)
-    }
-
-    /// Slot `idx` (reaped) transferred `n` more bytes: what that means.
-    pub(crate) fn transferred(&mut self, idx: u32, n: u64) -> Transfer {
-        self.slots.transferred(idx, n)
-    }
-
-    /// Pushes slot `idx` again for what is left after its `done` bytes,
-    /// with `rw_flags`. The slot must be reaped.
-    pub(crate) fn requeue_rest(&mut self, idx: u32, rw_flags: i32) {
-        self.slots.requeue_rest(idx, rw_flags);
-        self.push(idx, true);
+        Ok(())
     }
 
     fn push(&mut self, idx: u32, use_rest: bool) {
@@ -348,8 +329,8 @@ impl Ring {
         Ok(n)
     }
 
-    /// Collects posted completions as `(slot, result)`.
-    pub(crate) fn reap(&mut self, out: &mut Vec<(u32, i32)>) -> usize {
+    /// Collects posted completions as `(slot, result)` into `out`.
+    fn collect(&mut self, out: &mut Vec<(u32, i64)>) -> usize {
         let mut n = 0;
         for cqe in self.ring.completion() {
             let cqe: cqueue::Entry = cqe;
@@ -358,17 +339,31 @@ impl Ring {
             };
             if self.slots.complete(idx) {
                 self.in_kernel -= 1;
-                out.push((idx, cqe.result()));
+                out.push((idx, i64::from(cqe.result())));
                 n += 1;
             }
         }
         n
     }
 
-    /// Takes the I/O back from a reaped slot and frees the slot; `None`
-    /// while the kernel may use it.
-    pub(crate) fn take(&mut self, idx: u32) -> Option<BdevIo> {
-        self.slots.take(idx)
+    /// Collects posted completions and decides what each means
+    /// ([`slots::finish_all`], errors by `on_error`): finished I/Os go to
+    /// `batch`; the rest of a short transfer, and requests `on_error`
+    /// retries, are pushed again. Returns the number of completions.
+    pub(crate) fn reap(
+        &mut self,
+        batch: &mut Vec<(BdevIo, IoStatus)>,
+        on_error: impl Fn(i32, i32) -> Next,
+    ) -> usize {
+        let mut reaped = std::mem::take(&mut self.reaped);
+        let n = self.collect(&mut reaped);
+        let mut again = std::mem::take(&mut self.again);
+        slots::finish_all(&mut self.slots, &mut reaped, batch, &mut again, on_error);
+        for idx in again.drain(..) {
+            self.push(idx, true);
+        }
+        (self.reaped, self.again) = (reaped, again);
+        n
     }
 }
 
@@ -444,7 +439,7 @@ impl Drop for Ring {
                 break;
             }
             scratch.clear();
-            self.reap(&mut scratch);
+            self.collect(&mut scratch);
         }
         if self.in_kernel > 0 {
             // Keep the buffers alive forever rather than free memory the

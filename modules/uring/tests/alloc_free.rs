@@ -1,22 +1,14 @@
 //! After warm-up, 100 000 reads and writes at QD 32 on a uring bdev over a
 //! tmpfs file cause zero heap allocations: the uring module's submission,
 //! kernel round trip, reaping and batch completion allocate nothing per
-//! I/O in steady state (the scenario is `bdevkit_test::kernel`'s).
+//! I/O in steady state (the scenario is `bdevkit_test::kernel`'s; the
+//! binary is its own because it installs the counting allocator).
 
 mod common;
 
 #[cfg(test)]
 mod tests {
-    use bdevkit_test::kernel;
-    use bdevkit_test::steady::CountingAlloc;
-
     use super::common::URING;
 
-    #[global_allocator]
-    static GLOBAL: CountingAlloc = CountingAlloc;
-
-    #[test]
-    fn steady_state_io_allocates_nothing() {
-        kernel::steady_state_io_allocates_nothing(&URING);
-    }
+    bdevkit_test::kernel_alloc_free_test!(URING);
 }

@@ -17,17 +17,23 @@ mod common;
 
 #[cfg(test)]
 mod tests {
-    use bdevkit_test::kernel::{self, env_u64};
+    use bdevkit::bdev::module::BdevManager;
+    use bdevkit_test::kernel::{self, env_u64, Backend};
 
     use super::common::URING;
+
+    /// Registers the module with the options the environment asks for.
+    fn register(mgr: &BdevManager) {
+        bdevkit_uring::register(mgr);
+        let mut o = bdevkit_uring::options(mgr).unwrap();
+        o.idle_yield = env_u64("BENCH_IDLE_YIELD", 1) != 0;
+        o.sqpoll = env_u64("BENCH_SQPOLL", 0) != 0;
+        bdevkit_uring::set_options(mgr, o).unwrap();
+    }
 
     #[test]
     #[ignore = "benchmark: run with --ignored and BENCH_FILE set"]
     fn qd_bench() {
-        let mut o = bdevkit_uring::options();
-        o.idle_yield = env_u64("BENCH_IDLE_YIELD", 1) != 0;
-        o.sqpoll = env_u64("BENCH_SQPOLL", 0) != 0;
-        bdevkit_uring::set_options(o).unwrap();
-        kernel::qd_bench(&URING);
+        kernel::qd_bench(&Backend { register, ..URING });
     }
 }

@@ -4,11 +4,15 @@
 //! (Modules are `cfg(test)` so the workspace test lints treat them as test code.)
 
 #[cfg(test)]
+mod bdev_keys;
+#[cfg(test)]
 mod errors;
 #[cfg(test)]
 mod lifecycle;
 #[cfg(test)]
 mod nvmf_rpc;
+#[cfg(test)]
+mod readme;
 #[cfg(test)]
 mod spdk_rpc;
 #[cfg(test)]

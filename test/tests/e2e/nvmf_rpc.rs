@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use bdevkit_test::daemon::{run, spdk_rpc, temp_dir, text, Daemon};
+use bdevkit_test::daemon::{run, temp_dir, text, Daemon};
 use bdevkit_test::nvmf::free_port;
+use bdevkit_test::spdk_rpc::spdk_rpc;
 use serde_json::{json, Value};
 
 const NQN: &str = "nqn.2016-06.io.spdk:cnode1";

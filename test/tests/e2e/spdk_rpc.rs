@@ -1,10 +1,12 @@
 //! SPDK's own client (`spdk-rpc`, PyPI `spdk==26.9`) driving the real
-//! `bdev_tgt`. Each test returns early, saying why, when `spdk-rpc` is not
-//! installed (a failure under `BDEVKIT_REQUIRE_SPDK_RPC=1`).
+//! `bdev_tgt`. The client is found by `bdevkit_test::spdk_rpc` (the
+//! repository's `.venv` among others); a missing client fails each test
+//! unless `BDEVKIT_SKIP_SPDK_RPC=1`.
 
 use std::path::Path;
 
-use bdevkit_test::daemon::{run, spdk_rpc, temp_dir, text, Daemon};
+use bdevkit_test::daemon::{run, temp_dir, text, Daemon};
+use bdevkit_test::spdk_rpc::spdk_rpc;
 use serde_json::{json, Value};
 
 /// `spdk-rpc -s <daemon> <args>`; asserts success and parses stdout as
@@ -185,7 +187,13 @@ fn create_get_resize_delete_and_field_types() {
     assert!(v["version"].as_str().unwrap().starts_with("SPDK v26.09"));
     assert_eq!(v["fields"]["major"], 26);
     let subs = rpc_ok(&exe, &d, &["framework_get_subsystems"]);
-    assert_eq!(subs, json!([{"subsystem": "bdev", "depends_on": []}]));
+    assert_eq!(
+        subs,
+        json!([
+            {"subsystem": "bdev", "depends_on": []},
+            {"subsystem": "nvmf", "depends_on": ["bdev"]}
+        ])
+    );
     let r = rpc_ok(&exe, &d, &["framework_get_reactors"]);
     assert!(r["tick_rate"].is_u64() && r["pid"].is_u64());
     assert_eq!(r["reactors"][0]["lcore"], 0);

@@ -14,11 +14,12 @@ use bdevkit::bdev::{
 use bdevkit::clock;
 use bdevkit::dma::DmaBuf;
 
-use crate::args::Workload;
 use crate::hist::Histogram;
+use crate::offsets::next_rand;
 use crate::offsets::{BusySlots, SlotMap, Zipf};
 use crate::pattern::stamp_unique;
 use crate::repeats::{Repeats, Verdict};
+use crate::workload::Workload;
 
 mod verify;
 
@@ -185,17 +186,6 @@ impl std::fmt::Debug for Job {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
-}
-
-/// xorshift64*.
-#[inline]
-pub(crate) fn next_rand(state: &Cell<u64>) -> u64 {
-    let mut x = state.get();
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    state.set(x);
-    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
 /// Uniform in `0..n` without a division (Lemire).

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::{errno, has_params, upgrade};
-use crate::app::AppShared;
+use crate::shared::AppShared;
 
 /// How often `bdev_get_bdevs` looks again for a bdev it waits for (SPDK).
 const GET_BDEVS_POLL_US: u64 = 100_000;

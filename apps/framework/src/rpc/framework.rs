@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{has_params, upgrade};
-use crate::app::{AppShared, StopReason};
 use crate::config::batch_entries;
+use crate::shared::{AppShared, StopReason};
 
 /// SPDK release whose interface we implement: major.
 pub const VERSION_MAJOR: u32 = 26;
@@ -135,15 +135,12 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 "'framework_get_subsystems' requires no arguments",
             ));
         }
-        let mut list: Vec<Value> = crate::SUBSYSTEMS
+        // bdev, then what the app links, in the table's (initialisation) order.
+        let list: Vec<Value> = crate::SUBSYSTEMS
             .iter()
-            .map(|s| json!({"subsystem": s, "depends_on": []}))
+            .filter(|s| s.name == crate::BDEV_SUBSYSTEM || sh.linked(s.name).is_some())
+            .map(|s| json!({"subsystem": s.name, "depends_on": s.depends_on}))
             .collect();
-        list.extend(
-            sh.subsystems
-                .iter()
-                .map(|r| json!({"subsystem": r.def.name, "depends_on": r.def.depends_on})),
-        );
         resp.ok(Value::Array(list));
     })?;
 
@@ -166,7 +163,8 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 resp.ok(Value::Array(entries));
             }
             other => {
-                match sh.subsystems.iter().find(|r| r.def.name == other) {
+                match sh.linked(other) {
+                    // A subsystem without a config writer answers null, as SPDK.
                     Some(r) => {
                         let entries = r.sub.config_json().map(|e| {
                             if p.with_batches {

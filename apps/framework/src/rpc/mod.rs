@@ -19,8 +19,8 @@ use std::sync::{Arc, Weak};
 use bdevkit_jsonrpc::{Responder, RpcError};
 use serde_json::Value;
 
-use crate::app::AppShared;
 use crate::error::{Error, Result};
+use crate::shared::AppShared;
 
 pub use framework::{version_string, VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH};
 

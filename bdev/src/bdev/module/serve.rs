@@ -22,6 +22,28 @@ mod sealed {
 /// layer's zero buffer, not a mirror's data shared with
 /// [`ModuleIo::share_request_of`], and not while it is lent out that way.
 /// Writing methods do nothing where that is not so, and say so.
+///
+/// A consumer, which uses only the consumer face, cannot complete an I/O
+/// or reach its segments:
+///
+/// ```compile_fail
+/// use bdevkit::bdev::{BdevIo, IoStatus};
+///
+/// fn consumer(io: BdevIo) {
+///     // No method `complete`: the module face is not in scope.
+///     io.complete(IoStatus::Success);
+/// }
+/// ```
+///
+/// A module, with this trait from the module face, can:
+///
+/// ```no_run
+/// use bdevkit::bdev::module::{BdevIo, IoStatus, ModuleIo};
+///
+/// fn serve(io: BdevIo) {
+///     io.complete_deferred(IoStatus::Success);
+/// }
+/// ```
 pub trait ModuleIo: sealed::Sealed + Sized {
     /// Completes the I/O. Modules call this exactly once per submitted I/O,
     /// never from inside `submit` (defer with

@@ -2,29 +2,23 @@
 //! (`bdevkit_test::kernel`). Every test skips, with the reason, where
 //! io_uring cannot be used.
 
-use bdevkit::bdev::{Bdev, BdevManager};
+use bdevkit::bdev::module::{Bdev, BdevManager};
 use bdevkit_test::kernel::Backend;
 use bdevkit_uring::UringCreateParams;
 
 /// The uring module under test.
 pub const URING: Backend = Backend {
-    name: "uring",
     available: bdevkit_uring::available,
-    register: bdevkit_uring::register,
-    register_rpcs: bdevkit_uring::rpc::register_rpcs,
-    create,
-    delete,
+    ..Backend::new(
+        "uring",
+        bdevkit_uring::register,
+        bdevkit_uring::rpc::register_rpcs,
+        create,
+    )
 };
 
 fn create(mgr: &BdevManager, name: &str, path: &str, block_size: Option<u32>) -> Bdev {
     let mut p = UringCreateParams::new(name, path);
     p.block_size = block_size;
     bdevkit_uring::create(mgr, p).unwrap_or_else(|e| panic!("create {name}: {e}"))
-}
-
-fn delete(mgr: &BdevManager, name: &str, done: Box<dyn FnOnce(bdevkit::Result<()>) + Send>) {
-    let n = name.to_string();
-    bdevkit_uring::delete(mgr, name, move |r| {
-        done(r.map_err(|_| bdevkit::Error::NotFound(n)));
-    });
 }

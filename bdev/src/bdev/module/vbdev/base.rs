@@ -15,10 +15,10 @@ use crate::bdev::bdev::Bdev;
 use crate::bdev::channel::BdevChannel;
 use crate::bdev::desc::BdevDesc;
 use crate::bdev::manager::BdevManager;
-use crate::bdev::module::ops::BdevOps;
+use crate::bdev::module::ops::{BdevOps, Done};
 use crate::bdev::types::{BdevEvent, BdevProps, ClaimType};
 use crate::error::{BoxError, Result};
-use crate::thread::{Thread, ThreadHandle};
+use crate::thread::{IoDevice, Thread, ThreadHandle};
 
 /// The base of a virtual bdev: open, claimed `exclusive_write` by the
 /// module, and remembered with the thread that opened it, where it is
@@ -182,13 +182,24 @@ impl BaseBdev {
         Ok(desc.get_io_channel()?)
     }
 
+    /// [`BaseBdev::close`], then unregisters `device` (the virtual bdev's
+    /// own per-thread state, for its control path), on the thread that
+    /// opened the base, then signals `done`: `destruct` of a virtual bdev
+    /// with an io_device of its own (delay, error).
+    pub fn close_with_device<T: 'static>(&self, device: IoDevice<T>, done: Done) {
+        self.close(move || {
+            device.unregister(|| {});
+            done.done();
+        });
+    }
+
     /// Closes the base (releasing the claim) on the thread that opened it,
     /// then runs `then` there. Call from `destruct`, once every channel of
     /// the virtual bdev is gone. If that thread has exited, the message is
     /// dropped, which closes the base too and drops `then` (a [`Done`]
     /// inside signals on drop).
     ///
-    /// [`Done`]: super::Done
+    /// [`Done`]: crate::bdev::module::Done
     pub fn close(&self, then: impl FnOnce() + Send + 'static) {
         let desc = self.desc.lock().take();
         let close = move || {
@@ -242,7 +253,10 @@ impl<T: StackedBdev> BaseEvents for T {
 
 /// Properties of a bdev called `name`, `num_blocks` long, stacked on
 /// `base`: the base's block size, physical block size, alignment need,
-/// write cache and metadata/DIF layout. Not its `optimal_io_boundary`: a
+/// write cache, metadata/DIF layout and NUMA node (SPDK's passthru and
+/// delay bdevs and its bdev parts, split and error, copy the NUMA node, so
+/// `bdev_get_bdevs` shows the base's `numa_id` on them). Not its
+/// `optimal_io_boundary`: a
 /// virtual bdev whose blocks are the base's blocks (passthru, delay) copies
 /// that as well.
 #[must_use]
@@ -257,6 +271,7 @@ pub fn props_over(base: &Bdev, name: &str, product_name: &str, num_blocks: u64) 
     p.dif_type = b.dif_type;
     p.dif_is_head_of_md = b.dif_is_head_of_md;
     p.dif_pi_format = b.dif_pi_format;
+    p.numa_id = b.numa_id;
     p
 }
 

@@ -1,10 +1,11 @@
 //! The configurations of a virtual bdev module: [`VbdevConfig`] (what one
 //! configuration must tell), [`VbdevConfigs`] (the `bdev_<module>_create`
 //! calls in force, attached or waiting for their base), and
-//! [`VbdevModule`], which makes a module of them: implement it, and the
-//! module's [`BdevModule`] (examine, saved config) comes with it.
+//! [`VbdevModule`], the module made of them, whose [`BdevModule`]
+//! (examine, saved config) comes with it.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -18,13 +19,22 @@ use crate::error::{Error, Result};
 /// A virtual bdev's configuration: the params of `bdev_<module>_create`,
 /// as [`VbdevConfigs`] keeps them.
 pub trait VbdevConfig: Clone + Serialize + Send + 'static {
-    /// The module ([`super::BdevModule::name`]) whose bdevs the
+    /// The module ([`crate::bdev::module::BdevModule::name`]) whose bdevs the
     /// configurations build.
     const MODULE: &'static str;
 
     /// The method that recreates a configuration in a saved config
     /// (`bdev_passthru_create`).
     const CREATE_METHOD: &'static str;
+
+    /// What [`VbdevConfig::attach`] returns (the bdev, or the names of
+    /// several).
+    type Attached;
+
+    /// Required. Opens and claims `base` and registers the bdev(s) of this
+    /// configuration on it, on the calling thread (see
+    /// [`super::BaseBdev::open`]).
+    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Self::Attached>;
 
     /// Required. The base bdev, by name or alias, as configured.
     fn base_name(&self) -> &str;
@@ -207,46 +217,66 @@ impl<P: VbdevConfig> VbdevConfigs<P> {
     }
 }
 
-/// A virtual bdev module built from [`VbdevConfigs`]: its configurations
-/// and how one attaches to its base. The module's [`BdevModule`] follows:
-/// it examines (every new bdev is offered to the configurations waiting
-/// for it), and its saved config is one create call per configuration.
-pub trait VbdevModule: Send + Sync + 'static {
-    /// The configuration: the params of `bdev_<module>_create`.
-    type Config: VbdevConfig;
-    /// What attaching returns (the bdev, or the names of several).
-    type Attached;
+/// A virtual bdev module made of its configurations (`P`, which knows
+/// how one attaches, [`VbdevConfig::attach`]). Its [`BdevModule`] comes
+/// with it: it examines (every new bdev is offered to the configurations
+/// waiting for it, by name or alias, so a configuration made before its
+/// base attaches when the base registers), and its saved config is one
+/// create call per configuration, attached or waiting, so a replay
+/// recreates all of them in any order. A module crate names it
+/// (`pub type PassthruModule = VbdevModule<PassthruCreateParams>;`) and
+/// adds its own methods as functions over it.
+#[derive(Debug)]
+pub struct VbdevModule<P> {
+    configs: VbdevConfigs<P>,
+}
 
-    /// Required. The module's configurations.
-    fn configs(&self) -> &VbdevConfigs<Self::Config>;
+impl<P> Default for VbdevModule<P> {
+    fn default() -> Self {
+        VbdevModule {
+            configs: VbdevConfigs::default(),
+        }
+    }
+}
 
-    /// Required. Opens and claims `base` and registers the bdev(s) of
-    /// `cfg` on it, on the calling thread (see [`super::BaseBdev::open`]).
-    fn attach(&self, mgr: &BdevManager, cfg: &Self::Config, base: &Bdev) -> Result<Self::Attached>;
+impl<P: VbdevConfig> VbdevModule<P> {
+    /// Adds the module to `mgr`.
+    pub fn register(mgr: &BdevManager) {
+        mgr.register_module(Arc::new(Self::default()));
+    }
+
+    /// The module registered with `mgr` (`InvalidArg` when it is not).
+    pub fn of(mgr: &BdevManager) -> Result<Arc<Self>> {
+        mgr.module_as::<Self>(P::MODULE)
+            .ok_or_else(|| Error::InvalidArg(format!("the {} module is not registered", P::MODULE)))
+    }
+
+    /// The configurations.
+    pub fn configs(&self) -> &VbdevConfigs<P> {
+        &self.configs
+    }
 
     /// Records `params` and attaches at once when the base exists: `None`
     /// when it waits for its base (see [`VbdevConfigs::create`]). Call it
     /// from `bdev_<module>_create` after the module's own checks.
-    fn configure(&self, mgr: &BdevManager, params: Self::Config) -> Result<Option<Self::Attached>> {
+    pub fn configure(&self, mgr: &BdevManager, params: P) -> Result<Option<P::Attached>> {
         let (name, base) = (params.name().into_owned(), params.base_name().to_string());
         let attached = self
-            .configs()
-            .create(mgr, params, |cfg, base| self.attach(mgr, cfg, base))?;
+            .configs
+            .create(mgr, params, |cfg, base| cfg.attach(mgr, base))?;
         if attached.is_none() {
-            tracing::info!(module = Self::Config::MODULE, config = %name, base = %base,
+            tracing::info!(module = P::MODULE, config = %name, base = %base,
                 "creation deferred until the base bdev appears");
         }
         Ok(attached)
     }
 }
 
-impl<T: VbdevModule> BdevModule for T {
+impl<P: VbdevConfig> BdevModule for VbdevModule<P> {
     fn name(&self) -> &'static str {
-        T::Config::MODULE
+        P::MODULE
     }
 
-    /// Virtual bdev modules examine: that is how one configured before its
-    /// base attaches when the base registers.
     fn has_examine(&self) -> bool {
         true
     }
@@ -254,18 +284,15 @@ impl<T: VbdevModule> BdevModule for T {
     /// Attaches every configuration waiting for `bdev` (by name or alias),
     /// on the registering thread, without the configurations' lock held.
     fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        for cfg in self.configs().waiting_for(mgr, bdev) {
-            if let Err(e) = self.attach(mgr, &cfg, bdev) {
-                tracing::error!(module = T::Config::MODULE, config = %cfg.name(),
-                    base = %bdev.name(), error = %e,
-                    "cannot attach to base bdev");
+        for cfg in self.configs.waiting_for(mgr, bdev) {
+            if let Err(e) = cfg.attach(mgr, bdev) {
+                tracing::error!(module = P::MODULE, config = %cfg.name(),
+                    base = %bdev.name(), error = %e, "cannot attach to base bdev");
             }
         }
     }
 
-    /// One create call per configuration, attached or waiting, so that a
-    /// saved config recreates all of them in any order.
     fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        self.configs().config_json(mgr)
+        self.configs.config_json(mgr)
     }
 }

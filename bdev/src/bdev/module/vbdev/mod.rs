@@ -4,9 +4,9 @@
 //! * [`VbdevConfigs`]: the configurations a module keeps (the
 //!   `bdev_<module>_create` calls still in force), attached or waiting for
 //!   their base: creation, examine, deletion and `save_config`. What a
-//!   configuration must tell it is the small trait [`VbdevConfig`]; a
-//!   module implementing [`VbdevModule`] (its configurations and how one
-//!   attaches) gets its whole [`super::BdevModule`] from it.
+//!   configuration must tell it (and how it attaches) is the small trait
+//!   [`VbdevConfig`]; [`VbdevModule`] is a whole module made of them, its
+//!   [`super::BdevModule`] included.
 //! * [`BaseBdev`]: the base, opened and claimed `exclusive_write`, its
 //!   events delivered to the virtual bdev ([`BaseEvents`], [`BaseLink`]),
 //!   a per-thread channel to it, and closing it again on the thread that

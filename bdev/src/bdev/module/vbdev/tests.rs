@@ -45,6 +45,10 @@ struct Cfg {
 impl VbdevConfig for Cfg {
     const MODULE: &'static str = "vtest";
     const CREATE_METHOD: &'static str = "bdev_vtest_create";
+    type Attached = ();
+    fn attach(&self, _mgr: &BdevManager, _base: &Bdev) -> Result<()> {
+        Ok(())
+    }
     fn base_name(&self) -> &str {
         &self.base
     }

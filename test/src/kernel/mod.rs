@@ -3,31 +3,27 @@
 //! the tests need ([`TempFile`], [`LoopDevice`], [`SmallTmpfs`]), the
 //! scenarios every such module runs (conformance, verify, durability of
 //! flush, delete with I/O in flight, rescan, end of file inside the bdev,
-//! an unlinked file, `ENOSPC`, zero allocations per I/O, a permission
-//! error), and the per-I/O bench driver ([`qd_bench`]).
+//! an unlinked file, `ENOSPC`, the shared delete/rescan handlers, a loop
+//! device, zero allocations per I/O, a permission error), and the per-I/O
+//! bench driver ([`qd_bench`]).
 //!
 //! A module's tests define its `Backend` once (in `tests/common/mod.rs`)
 //! and get the `#[test]` functions of the shared scenarios from
-//! [`kernel_tests!`](crate::kernel_tests); each scenario first skips, with
-//! the reason, where the module cannot run ([`Backend::available`]).
+//! [`kernel_tests!`](crate::kernel_tests) (and
+//! [`kernel_alloc_free_test!`](crate::kernel_alloc_free_test), in a
+//! binary of its own); each scenario first skips, with the reason, where
+//! the module cannot run ([`Backend::available`]).
 
-use std::cell::Cell;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::Command;
-use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use bdevkit::bdev::{
-    Bdev, BdevChannel, BdevEvent, BdevIo, BdevManager, BdevOptions, IoCompletion, IoStatus,
-};
+use bdevkit::bdev::{Bdev, BdevEvent, BdevManager, IoStatus};
 use bdevkit::dma::DmaBuf;
-use bdevkit::thread::{CpuSet, Runtime, RuntimeOptions};
 use bdevkit_jsonrpc::RpcError;
 use serde_json::{json, Value};
 
@@ -36,6 +32,12 @@ use crate::env::wait_for;
 use crate::rpc::{self, RegisterRpcs};
 use crate::steady::{self, MEASURED};
 use crate::{sleep_ms, verify, TestEnv};
+
+mod bench;
+mod files;
+
+pub use bench::{env_u64, qd_bench};
+pub use files::{LoopDevice, SmallTmpfs, TempFile};
 
 /// Creates bdev `name` over the file `path` with the module's defaults
 /// (block size: the given one, else the default); panics on failure.
@@ -59,6 +61,25 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// The backend of module `name`: always available (else set
+    /// `available`), deleting through the bdev layer ([`delete_bdev`]).
+    #[must_use]
+    pub const fn new(
+        name: &'static str,
+        register: fn(&BdevManager),
+        register_rpcs: RegisterRpcs,
+        create: CreateFn,
+    ) -> Backend {
+        Backend {
+            name,
+            available: always_available,
+            register,
+            register_rpcs,
+            create,
+            delete: delete_bdev,
+        }
+    }
+
     /// Whether a test must skip; prints the reason when it must.
     #[must_use]
     pub fn skip(&self) -> bool {
@@ -81,6 +102,22 @@ impl Backend {
     /// thread; returns its answer.
     pub fn rpc(&self, env: &TestEnv, method: &str, params: Value) -> Result<Value, RpcError> {
         rpc::call_blocking(env, &[self.register_rpcs], method, params)
+    }
+
+    /// Creates bdev `name` over `path` through `bdev_<module>_create`, with
+    /// the params `extra` besides name and filename (an object: `{}` for
+    /// none); checks that the answer is the name and returns the bdev.
+    ///
+    /// # Panics
+    /// When the create fails.
+    pub fn rpc_create(&self, env: &TestEnv, name: &str, path: &str, extra: Value) -> Bdev {
+        let mut params = json!({"filename": path, "name": name});
+        if let (Some(p), Some(x)) = (params.as_object_mut(), extra.as_object()) {
+            p.extend(x.clone());
+        }
+        let method = format!("bdev_{}_create", self.name);
+        assert_eq!(self.rpc(env, &method, params), Ok(json!(name)));
+        env.mgr().get(name).expect("the created bdev")
     }
 
     /// A zero-filled file of `size` bytes in `dir`, named after the module.
@@ -142,130 +179,21 @@ impl Backend {
     }
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// A zero-filled file, removed on drop.
-#[derive(Debug)]
-pub struct TempFile(pub PathBuf);
-
-impl TempFile {
-    /// A file of `size` bytes in `dir`, named `bdevkit-<tag>-<pid>-<n>`.
-    ///
-    /// # Panics
-    /// When the file cannot be created.
-    #[must_use]
-    pub fn new(dir: &str, tag: &str, size: u64) -> TempFile {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = PathBuf::from(dir).join(format!("bdevkit-{tag}-{}-{n}", std::process::id()));
-        File::create(&p)
-            .and_then(|f| f.set_len(size))
-            .unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
-        TempFile(p)
-    }
-
-    /// The path as a string.
-    #[must_use]
-    pub fn path(&self) -> String {
-        self.0.to_string_lossy().into_owned()
-    }
-
-    /// Sets the file's length (grows with zeroes or truncates).
-    ///
-    /// # Panics
-    /// When the file cannot be opened or resized.
-    pub fn set_len(&self, size: u64) {
-        OpenOptions::new()
-            .write(true)
-            .open(&self.0)
-            .and_then(|f| f.set_len(size))
-            .unwrap_or_else(|e| panic!("resize {}: {e}", self.0.display()));
-    }
+fn always_available() -> Result<(), String> {
+    Ok(())
 }
 
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
-/// A loop device over a fresh tmpfs file; detached and removed on drop.
-#[derive(Debug)]
-pub struct LoopDevice {
-    /// The device path (`/dev/loopN`).
-    pub dev: String,
-    file: PathBuf,
-}
-
-impl LoopDevice {
-    /// A `size`-byte loop device with `sector`-byte logical sectors over a
-    /// file named after `tag` (needs root and the loop driver).
-    ///
-    /// # Errors
-    /// Why there is none (for the skip message).
-    pub fn new(tag: &str, size: u64, sector: u32) -> Result<LoopDevice, String> {
-        let file = PathBuf::from(format!(
-            "/dev/shm/bdevkit-{tag}-loop-{}",
-            std::process::id()
-        ));
-        File::create(&file)
-            .and_then(|f| f.set_len(size))
-            .map_err(|e| e.to_string())?;
-        let out = Command::new("losetup")
-            .args(["-f", "--show", "--sector-size", &sector.to_string()])
-            .arg(&file)
-            .output()
-            .map_err(|e| format!("losetup: {e}"))?;
-        if !out.status.success() {
-            let _ = fs::remove_file(&file);
-            return Err(format!(
-                "losetup: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        Ok(LoopDevice { dev, file })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-        let _ = fs::remove_file(&self.file);
-    }
-}
-
-/// A 64 KiB tmpfs mounted on a fresh directory; unmounted on drop.
-#[derive(Debug)]
-pub struct SmallTmpfs(pub PathBuf);
-
-impl SmallTmpfs {
-    /// Mounts it, the directory named after `tag` (needs root).
-    ///
-    /// # Errors
-    /// Why it cannot be mounted (for the skip message).
-    pub fn new(tag: &str) -> Result<SmallTmpfs, String> {
-        let dir = std::env::temp_dir().join(format!("bdevkit-{tag}-enospc-{}", std::process::id()));
-        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-            .arg(&dir)
-            .output()
-            .map_err(|e| format!("mount: {e}"))?;
-        if !out.status.success() {
-            let _ = fs::remove_dir(&dir);
-            return Err(format!(
-                "mount: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(SmallTmpfs(dir))
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = fs::remove_dir(&self.0);
+/// Deletes bdev `name`, whatever its module, the way every kernel-file
+/// module's `delete` does (`bdevkit_kfile::delete`: unregister it by name
+/// for its module); `NotFound` when there is no such bdev.
+pub fn delete_bdev(
+    mgr: &BdevManager,
+    name: &str,
+    done: Box<dyn FnOnce(bdevkit::Result<()>) + Send>,
+) {
+    match mgr.get(name) {
+        Some(b) => mgr.unregister_by_name(name, b.module_name(), done),
+        None => done(Err(bdevkit::Error::NotFound(name.to_string()))),
     }
 }
 
@@ -527,6 +455,72 @@ pub fn enospc_reaches_the_io_status(b: &Backend) {
     });
 }
 
+/// The shared `bdev_<name>_delete` and `bdev_<name>_rescan` handlers on
+/// names that are not bdevs of the module answer `-19` "No such device"
+/// (SPDK's codes), and params that do not decode SPDK's -32603.
+pub fn delete_and_rescan_of_unknown_bdevs(b: &Backend) {
+    if b.skip() {
+        return;
+    }
+    let env = b.env("0x1");
+    for verb in ["delete", "rescan"] {
+        let method = format!("bdev_{}_{verb}", b.name);
+        assert_eq!(
+            b.rpc(&env, &method, json!({"name": "nope"})),
+            Err(RpcError::new(-19, "No such device")),
+            "{method}"
+        );
+        for bad in [json!({}), json!({"name": "nope", "bogus": 1})] {
+            assert_eq!(
+                b.rpc(&env, &method, bad),
+                Err(RpcError::decode_failed()),
+                "{method}"
+            );
+        }
+    }
+}
+
+/// On a loop device with 4 KiB logical sectors over a tmpfs file (needs
+/// root and the loop driver; skips with the reason otherwise): the
+/// geometry comes from the device (`BLKSSZGET`, `BLKGETSIZE64`), a
+/// smaller block size is refused through the create handler (its answer
+/// ends with "Invalid argument"), `required_alignment` follows the block
+/// size, the module's own `check` passes on the bdev, and so does the
+/// conformance suite. `b` may create with module-specific params and
+/// register with module options.
+pub fn loop_device_with_4k_sectors(b: &Backend, check: fn(&Bdev)) {
+    if b.skip() {
+        return;
+    }
+    let lo = match LoopDevice::new(b.name, 8 << 20, 4096) {
+        Ok(l) => l,
+        Err(e) => {
+            println!("skipped: no loop device: {e}");
+            return;
+        }
+    };
+    let env = b.env("0x1");
+    let small = json!({"name": "lo_small", "filename": lo.dev, "block_size": 512});
+    let r = b.rpc(&env, &format!("bdev_{}_create", b.name), small);
+    assert!(
+        r.as_ref()
+            .is_err_and(|e| e.message.ends_with("Invalid argument")),
+        "{r:?}"
+    );
+    let (dev, create, delete) = (lo.dev.clone(), b.create, b.delete);
+    env.run(move |mgr| async move {
+        let bdev = create(&mgr, "lo", &dev, None);
+        assert_eq!(
+            (bdev.block_size(), bdev.num_blocks()),
+            (4096, 2048),
+            "geometry from the device"
+        );
+        assert_eq!(bdev.props().required_alignment, 12);
+        check(&bdev);
+        conformance::run(&mgr, "lo", Some(delete)).await;
+    });
+}
+
 /// After warm-up, [`MEASURED`] reads and writes at queue depth 32 on a
 /// bdev over a tmpfs file cause zero heap allocations: the module's
 /// submission, kernel round trip, reaping and batch completion allocate
@@ -602,158 +596,22 @@ pub fn as_nobody(b: &Backend, test: &str, child: impl FnOnce(&str)) {
     );
 }
 
-/// A `u64` from the environment variable `key`, else `default`.
-#[must_use]
-pub fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Bytes per bench I/O.
-const IO_BYTES: usize = 4096;
-
-/// Keeps `qd` random 4 KiB reads or writes in flight on one bdev.
-struct BenchDriver {
-    me: Weak<BenchDriver>,
-    ch: BdevChannel,
-    write: bool,
-    slots: u64,
-    rng: Cell<u64>,
-    done: Cell<u64>,
-    errors: Cell<u64>,
-    inflight: Cell<u64>,
-    stop: Cell<bool>,
-}
-
-impl BenchDriver {
-    fn next_slot(&self) -> u64 {
-        let mut x = self.rng.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng.set(x);
-        x % self.slots
-    }
-
-    fn issue(&self, buf: DmaBuf) {
-        let Some(mut io) = self.ch.alloc_io() else {
-            self.inflight.set(self.inflight.get() - 1);
-            return;
-        };
-        let blocks = (IO_BYTES / 512) as u64;
-        let off = self.next_slot() * blocks;
-        if self.write {
-            io.write(off, blocks, buf);
-        } else {
-            io.read(off, blocks, buf);
-        }
-        io.on_done(self.me.upgrade().expect("driver alive"));
-        if self.ch.submit(io).is_err() {
-            self.inflight.set(self.inflight.get() - 1);
-        }
-    }
-}
-
-impl IoCompletion for BenchDriver {
-    fn io_done(&self, mut io: BdevIo) {
-        if io.status() == IoStatus::Success {
-            self.done.set(self.done.get() + 1);
-        } else {
-            self.errors.set(self.errors.get() + 1);
-        }
-        let buf = io.take_buf();
-        drop(io);
-        match buf {
-            Some(buf) if !self.stop.get() => self.issue(buf),
-            _ => self.inflight.set(self.inflight.get() - 1),
-        }
-    }
-}
-
-/// User + system CPU seconds of this process so far.
-fn cpu_secs() -> f64 {
-    let s = fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let f: Vec<&str> = s
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0.0);
-    ticks / 100.0
-}
-
-/// Per-I/O cost of a module through the bdev API on one polling reactor,
-/// to compare with fio on the same file: `BENCH_QD` (32) random 4 KiB
-/// `BENCH_RW` (`randread`, or `randwrite`) I/Os in flight for
-/// `BENCH_SECS` (5) on core `BENCH_CORE` (0), over the existing file
-/// `BENCH_FILE` (skips without it). Prints one line:
-/// `<module> <rw> qd=<n> iops=<x> cpu=<percent> errors=<n>`.
+/// `bdev_<name>_create` over a file the daemon may not read (run through
+/// [`as_nobody`] as test `test`) answers `expect`.
 ///
 /// # Panics
-/// When the runtime cannot start or the bdev cannot be created.
-pub fn qd_bench(b: &Backend) {
-    let Ok(file) = std::env::var("BENCH_FILE") else {
-        println!("skipped: set BENCH_FILE");
-        return;
-    };
-    if b.skip() {
-        return;
-    }
-    let qd = env_u64("BENCH_QD", 32);
-    let secs = env_u64("BENCH_SECS", 5);
-    let core = u32::try_from(env_u64("BENCH_CORE", 0)).unwrap_or(0);
-    let rw = std::env::var("BENCH_RW").unwrap_or_else(|_| "randread".into());
-    let write = rw == "randwrite";
-    let rt = Runtime::start(RuntimeOptions {
-        cpumask: CpuSet::single(core),
-        ..RuntimeOptions::default()
-    })
-    .expect("runtime");
-    let mgr = BdevManager::new(BdevOptions::default());
-    (b.register)(&mgr);
-    let create = b.create;
-    let (iops, errors, cpu) = rt
-        .app_thread()
-        .block_on(move || async move {
-            create(&mgr, "bench", &file, None);
-            let desc = mgr.open("bench", true, |_| {}).expect("open");
-            let ch = desc.get_io_channel().expect("channel");
-            let slots = ch.bdev().num_blocks() / (IO_BYTES / 512) as u64;
-            let d = Rc::new_cyclic(|me| BenchDriver {
-                me: me.clone(),
-                ch,
-                write,
-                slots,
-                rng: Cell::new(0x9e37_79b9_7f4a_7c15),
-                done: Cell::new(0),
-                errors: Cell::new(0),
-                inflight: Cell::new(0),
-                stop: Cell::new(false),
-            });
-            let cpu0 = cpu_secs();
-            let t0 = Instant::now();
-            for _ in 0..qd {
-                d.inflight.set(d.inflight.get() + 1);
-                d.issue(DmaBuf::new(IO_BYTES).expect("buf"));
-            }
-            wait_for(secs + 5, || t0.elapsed() >= Duration::from_secs(secs)).await;
-            let n = d.done.get();
-            let el = t0.elapsed().as_secs_f64();
-            let cpu = (cpu_secs() - cpu0) / el * 100.0;
-            d.stop.set(true);
-            wait_for(10, || d.inflight.get() == 0).await;
-            (n as f64 / el, d.errors.get(), cpu)
-        })
-        .expect("app thread");
-    println!(
-        "{} {rw} qd={qd} iops={iops:.0} cpu={cpu:.0} errors={errors}",
-        b.name
-    );
-    rt.shutdown();
+/// When the answer differs.
+pub fn create_without_permission(b: &Backend, test: &str, expect: RpcError) {
+    let b = *b;
+    as_nobody(&b, test, move |path| {
+        let env = b.env("0x1");
+        let r = b.rpc(
+            &env,
+            &format!("bdev_{}_create", b.name),
+            json!({"filename": path, "name": "np"}),
+        );
+        assert_eq!(r, Err(expect));
+    });
 }
 
 /// The `#[test]` functions of the scenarios every kernel-file module runs
@@ -769,9 +627,11 @@ pub fn qd_bench(b: &Backend) {
 /// It defines `conformance_on_tmpfs`, `conformance_on_root_disk`,
 /// `verify_on_two_cores`, `flushed_data_is_in_the_file`,
 /// `delete_while_io_runs`, `rescan_after_growing_and_emptying_the_file`,
-/// `read_past_end_of_shrunk_file_fails_cleanly` and
-/// `file_unlinked_under_the_bdev_keeps_working` (each the function of that
-/// name in [`kernel`](crate::kernel), except the two conformance runs).
+/// `read_past_end_of_shrunk_file_fails_cleanly`,
+/// `file_unlinked_under_the_bdev_keeps_working`,
+/// `enospc_reaches_the_io_status` and
+/// `delete_and_rescan_of_unknown_bdevs` (each the function of that name in
+/// [`kernel`](crate::kernel), except the two conformance runs).
 #[macro_export]
 macro_rules! kernel_tests {
     ($backend:path, $on_tmpfs:expr) => {
@@ -813,6 +673,34 @@ macro_rules! kernel_tests {
         #[test]
         fn file_unlinked_under_the_bdev_keeps_working() {
             $crate::kernel::file_unlinked_under_the_bdev_keeps_working(&$backend);
+        }
+
+        #[test]
+        fn enospc_reaches_the_io_status() {
+            $crate::kernel::enospc_reaches_the_io_status(&$backend);
+        }
+
+        #[test]
+        fn delete_and_rescan_of_unknown_bdevs() {
+            $crate::kernel::delete_and_rescan_of_unknown_bdevs(&$backend);
+        }
+    };
+}
+
+/// The zero-allocation test of a kernel-file module for the [`Backend`]
+/// `$backend`: installs [`CountingAlloc`](crate::steady::CountingAlloc)
+/// as the global allocator, so invoke it in a test binary of its own,
+/// inside its `#[cfg(test)] mod tests`. It defines
+/// `steady_state_io_allocates_nothing` ([`steady_state_io_allocates_nothing`]).
+#[macro_export]
+macro_rules! kernel_alloc_free_test {
+    ($backend:path) => {
+        #[global_allocator]
+        static GLOBAL: $crate::steady::CountingAlloc = $crate::steady::CountingAlloc;
+
+        #[test]
+        fn steady_state_io_allocates_nothing() {
+            $crate::kernel::steady_state_io_allocates_nothing(&$backend);
         }
     };
 }

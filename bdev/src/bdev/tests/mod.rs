@@ -1181,3 +1181,36 @@ fn register_rejects_duplicates_and_unregister_all_orders_stacks() {
         assert!(mgr.bdevs().is_empty());
     });
 }
+
+mod soundness;
+
+/// A waiter woken by a freed `BdevIo` (not by the retry poller) allocates
+/// at once, inside its wake-up: the pool must not be borrowed then (issue
+/// 17, bug 1: a `RefCell already borrowed` panic on the reactor).
+#[test]
+fn an_io_waiter_allocates_inside_its_wake_up() {
+    let opts = BdevOptions {
+        bdev_io_pool_size: 4,
+        bdev_io_cache_size: 4,
+        ..BdevOptions::default()
+    };
+    let env = Env::new("0x1", opts);
+    env.run(|mgr| async move {
+        disk(&mgr, BdevProps::new("wz", "Test", 512, 64), RW);
+        let desc = mgr.open("wz", true, |_| {}).unwrap();
+        let ch = desc.get_io_channel().unwrap();
+        let held: Vec<BdevIo> = std::iter::from_fn(|| ch.alloc_io()).collect();
+        assert_eq!(held.len(), 4, "the pool is empty now");
+        let got = Rc::new(Cell::new(false));
+        let (g2, ch2) = (Rc::clone(&got), ch.clone());
+        ch.queue_io_wait(move || {
+            let io = ch2.alloc_io().expect("the freed I/O is there");
+            g2.set(true);
+            drop(io);
+        });
+        // Freeing one I/O (into this thread's cache) wakes the waiter from
+        // inside the pool's `put`.
+        drop(held);
+        assert!(got.get(), "woken by the free, not by the 1 ms poller");
+    });
+}

@@ -1,0 +1,249 @@
+//! Aligned I/O buffers and the memory registration hook.
+//!
+//! [`DmaBuf`] is an owned, zero-initialised, aligned heap buffer: what the
+//! I/O path moves into a [`crate::bdev::BdevIo`] and gets back on
+//! completion. Drivers that must map memory for a device (the VFIO NVMe
+//! driver) install a [`MemoryRegistrar`] with [`add_registrar`]; it is told
+//! about every live buffer, those allocated before it was added included.
+//! [`SharedMem`] is the memory of a RAM disk, which every thread reads and
+//! writes at once.
+
+mod racy;
+mod shared_mem;
+
+pub use shared_mem::SharedMem;
+
+use std::alloc::{self, Layout};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Default alignment: one 4 KiB page, enough for `O_DIRECT` on any device.
+pub const DEFAULT_ALIGN: usize = 4096;
+
+/// Told about every buffer's memory, to map it for DMA.
+pub trait MemoryRegistrar: Send + Sync {
+    /// `[addr, addr + len)` became live. Called on the allocating thread.
+    fn register(&self, addr: usize, len: usize);
+    /// `[addr, addr + len)` is about to be freed.
+    fn unregister(&self, addr: usize, len: usize);
+}
+
+struct Registry {
+    registrars: Vec<(u64, Arc<dyn MemoryRegistrar>)>,
+    live: BTreeMap<usize, usize>,
+    next_id: u64,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    registrars: Vec::new(),
+    live: BTreeMap::new(),
+    next_id: 1,
+});
+
+/// Handle for removing a registrar again.
+#[derive(Debug)]
+pub struct RegistrarId(u64);
+
+/// Installs a registrar and tells it about every live buffer.
+pub fn add_registrar(r: Arc<dyn MemoryRegistrar>) -> RegistrarId {
+    let mut reg = REGISTRY.lock();
+    for (addr, len) in &reg.live {
+        r.register(*addr, *len);
+    }
+    let id = reg.next_id;
+    reg.next_id += 1;
+    reg.registrars.push((id, r));
+    RegistrarId(id)
+}
+
+/// Removes a registrar (it is not told about live buffers going away).
+pub fn remove_registrar(id: &RegistrarId) {
+    REGISTRY.lock().registrars.retain(|(i, _)| *i != id.0);
+}
+
+/// An owned, aligned, zero-initialised buffer for I/O data.
+pub struct DmaBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: DmaBuf owns its allocation exclusively (like Box<[u8]>); moving it
+// to another thread moves that ownership.
+unsafe impl Send for DmaBuf {}
+// SAFETY: shared references only give `&[u8]` access, like Box<[u8]>.
+unsafe impl Sync for DmaBuf {}
+
+/// Allocation failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DmaError {
+    /// Zero length, or alignment not a power of two.
+    #[error("invalid buffer layout (len {len}, align {align})")]
+    Layout {
+        /// Requested length.
+        len: usize,
+        /// Requested alignment.
+        align: usize,
+    },
+    /// Out of memory.
+    #[error("out of memory allocating {0} bytes")]
+    NoMem(usize),
+}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes aligned to `align` (a power of two).
+    pub fn alloc(len: usize, align: usize) -> Result<DmaBuf, DmaError> {
+        let layout = Layout::from_size_align(len, align.max(1))
+            .map_err(|_| DmaError::Layout { len, align })?;
+        if len == 0 {
+            return Err(DmaError::Layout { len, align });
+        }
+        // SAFETY: the layout has a non-zero size (checked above).
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(DmaError::NoMem(len))?;
+        let addr = ptr.as_ptr() as usize;
+        {
+            let mut reg = REGISTRY.lock();
+            reg.live.insert(addr, len);
+            for (_, r) in &reg.registrars {
+                r.register(addr, len);
+            }
+        }
+        Ok(DmaBuf { ptr, len, layout })
+    }
+
+    /// Allocates with [`DEFAULT_ALIGN`].
+    pub fn new(len: usize) -> Result<DmaBuf, DmaError> {
+        Self::alloc(len, DEFAULT_ALIGN)
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true (zero-length buffers cannot be allocated).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Alignment the buffer was allocated with.
+    #[must_use]
+    pub fn align(&self) -> usize {
+        self.layout.align()
+    }
+
+    /// Start address.
+    #[must_use]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Start address, writable.
+    #[must_use]
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised (zeroed at allocation)
+        // bytes for as long as self lives; &self forbids concurrent writes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable.
+    #[must_use]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice; &mut self makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::Deref for DmaBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::ops::DerefMut for DmaBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl fmt::Debug for DmaBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaBuf")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .field("align", &self.layout.align())
+            .finish()
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        let addr = self.ptr.as_ptr() as usize;
+        {
+            let mut reg = REGISTRY.lock();
+            for (_, r) in &reg.registrars {
+                r.unregister(addr, self.len);
+            }
+            reg.live.remove(&addr);
+        }
+        // SAFETY: ptr was allocated by alloc_zeroed with exactly this layout
+        // and is freed once, here.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn aligned_and_zeroed() {
+        let mut b = DmaBuf::alloc(8192, 4096).unwrap();
+        assert_eq!(b.as_ptr() as usize % 4096, 0);
+        assert!(b.iter().all(|x| *x == 0));
+        b[10] = 7;
+        assert_eq!(b.as_slice()[10], 7);
+        assert!(DmaBuf::alloc(0, 512).is_err());
+        assert!(DmaBuf::alloc(10, 3).is_err());
+    }
+
+    struct Count(AtomicUsize, AtomicUsize);
+    impl MemoryRegistrar for Count {
+        fn register(&self, _a: usize, _l: usize) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn unregister(&self, _a: usize, _l: usize) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn registrar_sees_existing_and_new_buffers() {
+        let before = DmaBuf::new(4096).unwrap();
+        let c = Arc::new(Count(AtomicUsize::new(0), AtomicUsize::new(0)));
+        let id = add_registrar(c.clone());
+        let reg_existing = c.0.load(Ordering::SeqCst);
+        assert!(reg_existing >= 1);
+        let after = DmaBuf::new(4096).unwrap();
+        assert!(c.0.load(Ordering::SeqCst) > reg_existing);
+        drop(after);
+        drop(before);
+        assert!(c.1.load(Ordering::SeqCst) >= 2);
+        remove_registrar(&id);
+    }
+}

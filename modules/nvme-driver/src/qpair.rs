@@ -1,0 +1,397 @@
+//! A queue pair: the transport's queue plus the slot table that keeps
+//! each command's request until its completion (the command identifier
+//! *is* the slot index, never a pointer), timeout ageing and fused pairs.
+//! Owned by one thread, polled; no locks, no allocation per command.
+
+use std::fmt;
+
+use nvme_spec::cmd::Fuse;
+use nvme_spec::zerocopy::FromZeros;
+use nvme_spec::{Cqe, Sqe, Status};
+
+use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
+
+/// Completions taken from the transport per batch.
+pub const BATCH: usize = 64;
+const NONE: u16 = u16::MAX;
+
+struct Slot<C> {
+    ctx: Option<C>,
+    /// Timeout scans this command has lived through.
+    age: u32,
+    timed_out: bool,
+    opcode: u8,
+    /// The other command of a fused pair (`NONE` if not fused).
+    peer: u16,
+    /// The first command of a fused pair: its status, once completed.
+    first: Option<Status>,
+    /// The second command completed before the first: its completion.
+    early: Option<(Status, u32)>,
+}
+
+impl<C> Default for Slot<C> {
+    fn default() -> Self {
+        Slot {
+            ctx: None,
+            // u32::MAX marks a free slot.
+            age: u32::MAX,
+            timed_out: false,
+            opcode: 0,
+            peer: NONE,
+            first: None,
+            early: None,
+        }
+    }
+}
+
+/// A finished command.
+#[derive(Debug)]
+pub struct Completion<C> {
+    /// The request it was submitted with.
+    pub ctx: C,
+    /// Its status.
+    pub status: Status,
+    /// Completion dword 0.
+    pub dw0: u32,
+}
+
+/// One queue pair.
+pub struct Qpair<Q: QueueTransport, C: Request> {
+    q: Q,
+    slots: Box<[Slot<C>]>,
+    free: Vec<u16>,
+    cqes: Box<[Cqe]>,
+    outstanding: u32,
+    connected: bool,
+}
+
+impl<Q: QueueTransport, C: Request> fmt::Debug for Qpair<Q, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qpair")
+            .field("q", &self.q)
+            .field("outstanding", &self.outstanding)
+            .field("connected", &self.connected)
+            .finish()
+    }
+}
+
+impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
+    /// A queue pair on a connected transport queue.
+    pub fn new(q: Q) -> Self {
+        let depth = q.depth();
+        let slots = (0..depth).map(|_| Slot::default()).collect();
+        Qpair {
+            q,
+            slots,
+            free: (0..depth).rev().collect(),
+            cqes: vec![Cqe::new_zeroed(); BATCH].into_boxed_slice(),
+            outstanding: 0,
+            connected: true,
+        }
+    }
+
+    /// The transport queue.
+    pub fn transport(&self) -> &Q {
+        &self.q
+    }
+
+    /// The transport queue, to reconnect it.
+    pub fn transport_mut(&mut self) -> &mut Q {
+        &mut self.q
+    }
+
+    /// Commands in flight.
+    #[inline]
+    #[must_use]
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// Slots.
+    #[must_use]
+    pub fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether submissions reach the controller.
+    #[must_use]
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// Marks the queue (dis)connected.
+    pub fn set_connected(&mut self, c: bool) {
+        self.connected = c;
+    }
+
+    /// Queues `sqe` (its CID is set here) with `data` of `ctx` moving in
+    /// `dir`; the doorbell waits for [`Qpair::flush`]. Returns the CID.
+    #[inline]
+    pub fn submit(
+        &mut self,
+        mut sqe: Sqe,
+        data: Data,
+        dir: Dir,
+        ctx: C,
+    ) -> Result<u16, (C, SubmitError)> {
+        if !self.connected {
+            return Err((ctx, SubmitError::Disconnected));
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err((ctx, SubmitError::Busy));
+        };
+        sqe.cid.set(slot);
+        if let Err(e) = self.q.submit(slot, &mut sqe, &ctx, data, dir) {
+            self.free.push(slot);
+            return Err((ctx, e));
+        }
+        self.occupy(slot, sqe.opcode, ctx, NONE);
+        Ok(slot)
+    }
+
+    /// Queues `sqe` with a data buffer of `len` bytes (up to a page) that
+    /// `fill` writes (Dataset Management ranges).
+    pub fn submit_with_page(
+        &mut self,
+        mut sqe: Sqe,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+        ctx: C,
+    ) -> Result<u16, (C, SubmitError)> {
+        if !self.connected {
+            return Err((ctx, SubmitError::Disconnected));
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err((ctx, SubmitError::Busy));
+        };
+        sqe.cid.set(slot);
+        if let Err(e) = self.q.submit_with_page(slot, &mut sqe, len, fill) {
+            self.free.push(slot);
+            return Err((ctx, e));
+        }
+        self.occupy(slot, sqe.opcode, ctx, NONE);
+        Ok(slot)
+    }
+
+    /// Queues a fused pair (Compare with the main data, then Write with
+    /// the aux data); one completion reports the pair: the compare's
+    /// status if it failed, else the write's.
+    pub fn submit_fused(
+        &mut self,
+        mut first: Sqe,
+        mut second: Sqe,
+        ctx: C,
+    ) -> Result<(), (C, SubmitError)> {
+        if !self.connected {
+            return Err((ctx, SubmitError::Disconnected));
+        }
+        if self.free.len() < 2 {
+            return Err((ctx, SubmitError::Busy));
+        }
+        let (a, b) = (
+            self.free.pop().expect("invariant: two free"),
+            self.free.pop().expect("invariant: two free"),
+        );
+        first.cid.set(a);
+        first.set_fuse(Fuse::First);
+        second.cid.set(b);
+        second.set_fuse(Fuse::Second);
+        if let Err(e) = self
+            .q
+            .submit(a, &mut first, &ctx, Data::Main, Dir::ToDevice)
+        {
+            self.free.push(b);
+            self.free.push(a);
+            return Err((ctx, e));
+        }
+        if let Err(e) = self
+            .q
+            .submit(b, &mut second, &ctx, Data::Aux, Dir::ToDevice)
+        {
+            // The first is in the SQ already: it goes with a second that
+            // the controller aborts as a missing fused command. Tell the
+            // caller to retry; the lone first completes as an orphan.
+            self.free.push(b);
+            self.occupy_orphan(a, first.opcode);
+            return Err((ctx, e));
+        }
+        self.occupy_orphan(a, first.opcode);
+        self.slots[usize::from(a)].peer = b;
+        self.occupy(b, second.opcode, ctx, a);
+        Ok(())
+    }
+
+    fn occupy(&mut self, slot: u16, opcode: u8, ctx: C, peer: u16) {
+        let s = &mut self.slots[usize::from(slot)];
+        s.ctx = Some(ctx);
+        s.age = 0;
+        s.timed_out = false;
+        s.opcode = opcode;
+        s.peer = peer;
+        s.first = None;
+        s.early = None;
+        self.outstanding += 1;
+    }
+
+    fn occupy_orphan(&mut self, slot: u16, opcode: u8) {
+        let s = &mut self.slots[usize::from(slot)];
+        s.ctx = None;
+        s.age = 0;
+        s.timed_out = false;
+        s.opcode = opcode;
+        s.peer = NONE;
+        s.first = None;
+        s.early = None;
+        self.outstanding += 1;
+    }
+
+    /// Rings the doorbell for everything queued since the last flush.
+    #[inline]
+    pub fn flush(&mut self) {
+        self.q.flush();
+    }
+
+    /// Reaps up to [`BATCH`] completions into `out` (reuse one vector with
+    /// capacity [`BATCH`]: no allocation); returns how many commands
+    /// finished.
+    #[inline]
+    pub fn process(&mut self, out: &mut Vec<Completion<C>>) -> usize {
+        if self.outstanding == 0 {
+            return 0;
+        }
+        let n = self.q.reap(&mut self.cqes);
+        for i in 0..n {
+            let c = self.cqes[i];
+            self.finish(c.cid.get(), c.status(), c.dw0.get(), out);
+        }
+        n
+    }
+
+    fn finish(&mut self, slot: u16, status: Status, dw0: u32, out: &mut Vec<Completion<C>>) {
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            tracing::warn!(cid = slot, "completion for an unknown command identifier");
+            return;
+        };
+        if s.age == u32::MAX {
+            tracing::warn!(cid = slot, "completion for a free slot");
+            return;
+        }
+        let mut ctx = s.ctx.take();
+        let peer = s.peer;
+        s.peer = NONE;
+        s.age = u32::MAX;
+        self.q
+            .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
+        self.free.push(slot);
+        self.outstanding -= 1;
+        match (ctx, peer) {
+            (Some(ctx), NONE) => out.push(Completion { ctx, status, dw0 }),
+            (None, NONE) => {}
+            (None, second) => {
+                // The first of a fused pair.
+                let p = &mut self.slots[usize::from(second)];
+                match p.early.take() {
+                    Some((st2, dw)) => {
+                        let ctx = p
+                            .ctx
+                            .take()
+                            .expect("invariant: second waits with its request");
+                        p.age = u32::MAX;
+                        self.free.push(second);
+                        self.outstanding -= 1;
+                        let st = if status.is_success() { st2 } else { status };
+                        out.push(Completion {
+                            ctx,
+                            status: st,
+                            dw0: dw,
+                        });
+                    }
+                    None => p.first = Some(status),
+                }
+            }
+            (Some(ctx), first_slot) => {
+                // The second of a fused pair.
+                let f = &mut self.slots[usize::from(first_slot)];
+                if f.peer == slot {
+                    // The first has not completed: wait for it.
+                    f.peer = slot;
+                    let p = &mut self.slots[usize::from(slot)];
+                    p.ctx = Some(ctx);
+                    p.early = Some((status, dw0));
+                    p.age = 0;
+                    self.free.pop();
+                    self.outstanding += 1;
+                    return;
+                }
+                let first = self.slots[usize::from(slot)].first.take();
+                let st = match first {
+                    Some(f) if !f.is_success() => f,
+                    _ => status,
+                };
+                out.push(Completion {
+                    ctx,
+                    status: st,
+                    dw0,
+                });
+            }
+        }
+    }
+
+    /// One timeout scan: ages every command in flight and appends to
+    /// `timed_out` the CIDs that reached `max_age` scans (once each).
+    pub fn age(&mut self, max_age: u32, timed_out: &mut Vec<u16>) {
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.age == u32::MAX || s.timed_out {
+                continue;
+            }
+            s.age += 1;
+            if s.age >= max_age {
+                s.timed_out = true;
+                timed_out.push(u16::try_from(i).expect("invariant: slots fit u16"));
+            }
+        }
+    }
+
+    /// The opcode of the command in `cid` (for logs), if in flight.
+    #[must_use]
+    pub fn opcode_of(&self, cid: u16) -> Option<u8> {
+        self.slots
+            .get(usize::from(cid))
+            .filter(|s| s.age != u32::MAX)
+            .map(|s| s.opcode)
+    }
+
+    /// The CID of the first command in flight whose request matches `f`.
+    pub fn find(&self, mut f: impl FnMut(&C) -> bool) -> Option<u16> {
+        self.slots
+            .iter()
+            .position(|s| s.ctx.as_ref().is_some_and(&mut f))
+            .and_then(|i| u16::try_from(i).ok())
+    }
+
+    /// The controller dropped every command (disabled, gone): completes
+    /// them all with `status` into `out` and empties the transport queue.
+    pub fn fail_all(&mut self, status: Status, out: &mut Vec<Completion<C>>) {
+        self.q.clear();
+        for i in 0..self.slots.len() {
+            let slot = u16::try_from(i).expect("invariant: slots fit u16");
+            let s = &mut self.slots[i];
+            if s.age == u32::MAX {
+                continue;
+            }
+            let ctx = s.ctx.take();
+            *s = Slot::default();
+            s.age = u32::MAX;
+            self.free.push(slot);
+            self.outstanding -= 1;
+            if let Some(ctx) = ctx {
+                out.push(Completion {
+                    ctx,
+                    status,
+                    dw0: 0,
+                });
+            }
+        }
+        self.q.clear();
+    }
+}

@@ -1,0 +1,177 @@
+//! The transport seam: what the controller and queue pair logic need from
+//! a way of reaching a controller. PCIe ([`crate::pcie::PcieTransport`],
+//! over VFIO or the emulated controller) is the first; NVMe/TCP plugs in
+//! here too: registers become Property Get/Set, a queue becomes a
+//! connection, data pointers become in-capsule data or R2T transfers.
+//! Nothing above this file knows what a doorbell or a PRP is.
+
+use std::fmt;
+
+use nvme_spec::{Cqe, Sqe};
+
+use crate::error::Result;
+
+/// Which of a request's data sets a command moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    /// No data.
+    None,
+    /// The request's main segments.
+    Main,
+    /// The second set (the write half of compare-and-write).
+    Aux,
+}
+
+/// Direction of a command's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Host to controller (write, compare).
+    ToDevice,
+    /// Controller to host (read).
+    FromDevice,
+}
+
+/// A request's data, as the queue pair sees it: segments of process
+/// memory that stay valid until the request completes. Implemented by the
+/// user of the driver (the bdev adapter implements it for its I/O).
+pub trait Request {
+    /// Number of segments of `data`.
+    fn segment_count(&self, data: Data) -> usize;
+    /// Segment `i` of `data`: address and length.
+    fn segment(&self, data: Data, i: usize) -> (usize, usize);
+    /// Calls `f` with each segment of `data`, in order (for copying into a
+    /// bounce buffer).
+    fn for_each_segment(&self, data: Data, f: &mut dyn FnMut(&[u8]));
+    /// Calls `f` with each segment of `data`, writable, in order (copying
+    /// back from a bounce buffer); false when the data is not writable.
+    fn for_each_segment_mut(&mut self, data: Data, f: &mut dyn FnMut(&mut [u8])) -> bool;
+}
+
+/// Why a submission did not happen; the request comes back with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Every slot (or bounce buffer) is busy: try again after completions.
+    Busy,
+    /// The data cannot be described (misaligned, too large).
+    Invalid,
+    /// The queue is not connected (reset in progress, controller gone).
+    Disconnected,
+}
+
+/// One queue pair's transport side: moves commands to the controller and
+/// completions back. Owned by one thread; no locks.
+pub trait QueueTransport: Send + fmt::Debug {
+    /// Queue id (0 = admin).
+    fn qid(&self) -> u16;
+
+    /// Commands the queue holds at once (slots 0..depth).
+    fn depth(&self) -> u16;
+
+    /// Queues `sqe` (its CID set) for slot `slot`, describing `data` of
+    /// `req` moving in `dir`. Resources it needs per command (PRP list
+    /// page, bounce buffer) belong to the slot until
+    /// [`QueueTransport::release`].
+    fn submit(
+        &mut self,
+        slot: u16,
+        sqe: &mut Sqe,
+        req: &dyn Request,
+        data: Data,
+        dir: Dir,
+    ) -> std::result::Result<(), SubmitError>;
+
+    /// Queues `sqe` with a data buffer the queue builds in the slot's own
+    /// page (`fill` writes up to one page: Dataset Management ranges).
+    fn submit_with_page(
+        &mut self,
+        slot: u16,
+        sqe: &mut Sqe,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> std::result::Result<(), SubmitError>;
+
+    /// Hands everything queued since the last call to the controller (one
+    /// doorbell write on PCIe).
+    fn flush(&mut self);
+
+    /// Copies up to `out.len()` new completions into `out`, returns how
+    /// many, and gives their queue slots back to the controller.
+    fn reap(&mut self, out: &mut [Cqe]) -> usize;
+
+    /// The command in `slot` completed: copies bounced read data back into
+    /// `req` and frees the slot's resources.
+    fn release(&mut self, slot: u16, req: Option<&mut dyn Request>);
+
+    /// Forgets every queued and in-flight command (the controller dropped
+    /// them: disabled or gone) and starts empty.
+    fn clear(&mut self);
+}
+
+/// Executes admin commands synchronously for a transport that needs them
+/// to set up queues (PCIe: Create I/O CQ/SQ).
+pub trait AdminExec {
+    /// Runs `sqe`, returns its completion (the status may be an error).
+    fn exec(&mut self, sqe: Sqe) -> Result<Cqe>;
+}
+
+/// A way of reaching one controller.
+pub trait Transport: Send + Sync + fmt::Debug + 'static {
+    /// The queue type.
+    type Queue: QueueTransport;
+
+    /// Transport name as SPDK spells it in a trid (`PCIe`, `TCP`).
+    fn trtype(&self) -> &'static str;
+
+    /// The controller's address (PCI BDF, IP).
+    fn traddr(&self) -> &str;
+
+    /// Reads a 32-bit controller register (property).
+    fn read_reg32(&self, off: u32) -> Result<u32>;
+    /// Reads a 64-bit controller register.
+    fn read_reg64(&self, off: u32) -> Result<u64>;
+    /// Writes a 32-bit controller register.
+    fn write_reg32(&self, off: u32, v: u32) -> Result<()>;
+    /// Writes a 64-bit controller register.
+    fn write_reg64(&self, off: u32, v: u64) -> Result<()>;
+
+    /// Builds the admin queue with `entries` slots and tells the
+    /// controller where it is (PCIe: AQA/ASQ/ACQ); called with the
+    /// controller disabled.
+    fn admin_queue(&self, entries: u16) -> Result<Self::Queue>;
+
+    /// Builds I/O queue `qid` with `entries` slots and connects it
+    /// (PCIe: Create I/O CQ then SQ through `admin`).
+    fn connect_io_queue(
+        &self,
+        qid: u16,
+        entries: u16,
+        admin: &mut dyn AdminExec,
+    ) -> Result<Self::Queue>;
+
+    /// Connects an existing queue again after a controller reset, starting
+    /// empty.
+    fn reconnect_io_queue(&self, q: &mut Self::Queue, admin: &mut dyn AdminExec) -> Result<()>;
+
+    /// Disconnects an I/O queue (PCIe: Delete I/O SQ then CQ).
+    fn disconnect_io_queue(&self, q: &mut Self::Queue, admin: &mut dyn AdminExec) -> Result<()>;
+
+    /// A data buffer for admin commands the driver issues itself
+    /// (Identify, log pages, passthrough data), reachable by the controller.
+    fn alloc_buffer(&self, len: usize) -> Result<crate::sys::DmaMem>;
+
+    /// Whether the controller needs Keep Alive commands (fabrics).
+    fn needs_keep_alive(&self) -> bool;
+
+    /// Largest data transfer one command's pointer can describe, in bytes
+    /// (PCIe: one PRP list page).
+    fn max_data_bytes(&self) -> usize;
+
+    /// Tells the transport how the controller supports SGLs (from
+    /// Identify Controller), before I/O queues are made.
+    fn set_sgl_support(&self, sgl: nvme_spec::identify::SglSupport);
+
+    /// PCI vendor id, when the transport knows one.
+    fn vendor_id(&self) -> u16 {
+        0
+    }
+}

@@ -1,0 +1,607 @@
+//! The per-thread side of a controller (SPDK's `nvme_ctrlr_channel`): one
+//! I/O queue pair per lightweight thread, shared by the bdevs of every
+//! namespace of the controller on that thread, and its poller.
+//!
+//! `submit` builds the command and queues it (no doorbell); the poller
+//! rings the SQ doorbell once for everything queued since its last run,
+//! reaps completions in batches and completes them outside any borrow.
+//! Failed commands that may be retried (no DNR, not aborted by request)
+//! go again, up to `bdev_retry_count` times. While the controller resets,
+//! new I/O waits in a queue and what was in flight comes back through
+//! that queue once the controller disabled (so no data is in flight any
+//! more), to be resubmitted after the queue reconnected.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, IoVec, ModuleIo, NvmeCmd};
+use bdevkit::thread::{IoDevice, Poller, PollerStatus, Thread};
+use nvme_driver::pcie::PcieQueue;
+use nvme_driver::{
+    Completion, Controller, Data, Dir, PcieTransport, Qpair, QueueTransport, Request, SubmitError,
+};
+use nvme_spec::admin::Abort;
+use nvme_spec::io::{
+    BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
+};
+use nvme_spec::zerocopy::IntoBytes;
+use nvme_spec::{Command, Sqe, Status};
+
+use crate::options::{Applied, TimeoutAction};
+
+/// Gets a reset's outcome.
+pub type ResetDone = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// What a channel needs from the controller it belongs to (implemented
+/// by the controller, above this file).
+pub(crate) trait ChannelOwner: Send + Sync + 'static {
+    /// Controller name (logs).
+    fn name(&self) -> &str;
+    /// The io_device whose channels these are (to find a channel again
+    /// from a message).
+    fn device(&self) -> &IoDevice<CtrlrChannel>;
+    /// Starts a controller reset; `done` gets its outcome.
+    fn start_reset(&self, done: Option<ResetDone>);
+}
+
+/// The driver's controller, as the channels see it.
+pub(crate) type Driver = Arc<Controller<PcieTransport>>;
+
+/// The scratch word of a `BdevIo` holding its namespace id.
+const CTX_NSID: usize = 0;
+/// The scratch word counting its retries.
+const CTX_RETRIES: usize = 1;
+
+/// A `BdevIo` in a queue pair slot: its segments are the command's data.
+pub(crate) struct NvmeIo(pub(crate) BdevIo);
+
+fn iovs(io: &BdevIo, d: Data) -> &[IoVec] {
+    if d == Data::Aux {
+        io.aux_iovs()
+    } else {
+        io.iovs()
+    }
+}
+
+impl Request for NvmeIo {
+    #[inline]
+    fn segment_count(&self, d: Data) -> usize {
+        iovs(&self.0, d).len()
+    }
+    #[inline]
+    fn segment(&self, d: Data, i: usize) -> (usize, usize) {
+        let v = iovs(&self.0, d)[i];
+        (v.base as usize, v.len)
+    }
+    fn for_each_segment(&self, d: Data, f: &mut dyn FnMut(&[u8])) {
+        if d == Data::Aux {
+            // Compare-and-write data is at most one page (checked at
+            // submission): copy it through the stack.
+            let mut buf = [0u8; 4096];
+            let n = self.0.copy_from_aux_iovs(&mut buf);
+            f(&buf[..n]);
+        } else {
+            self.0.for_each_segment(f);
+        }
+    }
+    fn for_each_segment_mut(&mut self, d: Data, f: &mut dyn FnMut(&mut [u8])) -> bool {
+        d == Data::Main && self.0.for_each_segment_mut(f)
+    }
+}
+
+type Qp = Qpair<PcieQueue, NvmeIo>;
+
+pub(crate) struct ChInner {
+    owner: Arc<dyn ChannelOwner>,
+    driver: Driver,
+    opts: Applied,
+    thread: Thread,
+    qp: RefCell<Option<Qp>>,
+    batch: RefCell<Vec<Completion<NvmeIo>>>,
+    /// I/O waiting for the queue (reset in progress) or for a retry.
+    waiting: RefCell<VecDeque<BdevIo>>,
+    paused: Cell<bool>,
+    /// The controller is gone or failed: new I/O fails at once.
+    dead: Cell<bool>,
+    /// I/O handed to the admin queue or a reset, by id.
+    parked: RefCell<HashMap<u64, BdevIo>>,
+    next_park: Cell<u64>,
+    timed_out: RefCell<Vec<u16>>,
+}
+
+/// One thread's queue pair of a controller (the controller io_device's
+/// channel value).
+pub struct CtrlrChannel {
+    pub(crate) inner: Rc<ChInner>,
+    poller: Poller,
+    ages: Option<Poller>,
+}
+
+impl fmt::Debug for CtrlrChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CtrlrChannel")
+            .field("ctrlr", &self.inner.owner.name())
+            .field("waiting", &self.inner.waiting.borrow().len())
+            .finish()
+    }
+}
+
+impl CtrlrChannel {
+    /// The calling thread's queue pair of `driver`.
+    pub(crate) fn create(
+        owner: Arc<dyn ChannelOwner>,
+        driver: Driver,
+        opts: Applied,
+    ) -> Result<CtrlrChannel, BoxError> {
+        let thread = Thread::try_current()?;
+        let qp: Qp = driver.create_io_qpair()?;
+        let inner = Rc::new(ChInner {
+            owner,
+            driver,
+            opts,
+            thread: thread.clone(),
+            qp: RefCell::new(Some(qp)),
+            batch: RefCell::new(Vec::with_capacity(nvme_driver::qpair::BATCH)),
+            waiting: RefCell::new(VecDeque::with_capacity(64)),
+            paused: Cell::new(false),
+            dead: Cell::new(false),
+            parked: RefCell::new(HashMap::new()),
+            next_park: Cell::new(1),
+            timed_out: RefCell::new(Vec::new()),
+        });
+        let w: Weak<ChInner> = Rc::downgrade(&inner);
+        let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| match w.upgrade() {
+            Some(c) => c.poll(),
+            None => PollerStatus::Idle,
+        });
+        let o = opts;
+        let ages = (o.timeout_us > 0).then(|| {
+            let w: Weak<ChInner> = Rc::downgrade(&inner);
+            let period = (o.timeout_us / 4).max(1000);
+            thread.register_poller("bdev_nvme_timeouts", period, move |_| {
+                if let Some(c) = w.upgrade() {
+                    c.age();
+                }
+                PollerStatus::Idle
+            })
+        });
+        Ok(CtrlrChannel {
+            inner,
+            poller,
+            ages,
+        })
+    }
+}
+
+impl Drop for CtrlrChannel {
+    fn drop(&mut self) {
+        self.poller.unregister();
+        if let Some(p) = &self.ages {
+            p.unregister();
+        }
+        if let Some(qp) = self.inner.qp.borrow_mut().take() {
+            self.inner.driver.delete_io_qpair(qp);
+        }
+    }
+}
+
+/// A failed status worth another try (SPDK's rule): not DNR, not aborted
+/// on request.
+fn retryable(s: Status) -> bool {
+    !s.dnr && (s.sct != 0 || s.sc != 0x07)
+}
+
+fn range(io: &BdevIo) -> Option<BlockRange> {
+    let n = u32::try_from(io.num_blocks()).ok()?;
+    BlockRange::new(io.offset_blocks(), n).ok()
+}
+
+/// The direction of a passthrough command's data (opcode bits 1:0).
+fn passthru_dir(opcode: u8) -> Dir {
+    if opcode & 1 == 1 {
+        Dir::ToDevice
+    } else {
+        Dir::FromDevice
+    }
+}
+
+impl ChInner {
+    /// Serves `io` for namespace `nsid` (never completes inline).
+    #[inline]
+    pub(crate) fn submit(self: &Rc<Self>, nsid: u32, mut io: BdevIo) {
+        let ctx = io.driver_ctx();
+        ctx[CTX_NSID] = u64::from(nsid);
+        ctx[CTX_RETRIES] = 0;
+        self.dispatch(io);
+    }
+
+    fn dispatch(self: &Rc<Self>, io: BdevIo) {
+        if self.dead.get() {
+            io.complete_deferred(IoStatus::Errno(libc::ENXIO));
+            return;
+        }
+        if self.paused.get() {
+            self.waiting.borrow_mut().push_back(io);
+            return;
+        }
+        let t = io.io_type();
+        match t {
+            IoType::NvmeAdmin => self.admin_passthru(io),
+            IoType::Reset => self.reset(io),
+            IoType::Abort => self.abort(io),
+            _ => self.to_queue(io),
+        }
+    }
+
+    #[inline]
+    fn to_queue(self: &Rc<Self>, mut io: BdevIo) {
+        let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+        let mut g = self.qp.borrow_mut();
+        let Some(qp) = g.as_mut() else {
+            drop(g);
+            io.complete_deferred(IoStatus::Errno(libc::ENXIO));
+            return;
+        };
+        let r = match io.io_type() {
+            IoType::Read => match range(&io) {
+                Some(r) => qp.submit(
+                    Read::new(nsid, r).to_sqe(0),
+                    Data::Main,
+                    Dir::FromDevice,
+                    NvmeIo(io),
+                ),
+                None => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::Write => match range(&io) {
+                Some(r) => qp.submit(
+                    Write::new(nsid, r).to_sqe(0),
+                    Data::Main,
+                    Dir::ToDevice,
+                    NvmeIo(io),
+                ),
+                None => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::Compare => match range(&io) {
+                Some(r) => qp.submit(
+                    Compare::new(nsid, r).to_sqe(0),
+                    Data::Main,
+                    Dir::ToDevice,
+                    NvmeIo(io),
+                ),
+                None => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::WriteZeroes => match range(&io) {
+                Some(r) => qp.submit(
+                    WriteZeroes::new(nsid, r).to_sqe(0),
+                    Data::None,
+                    Dir::ToDevice,
+                    NvmeIo(io),
+                ),
+                None => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::Flush => qp.submit(
+                Flush { nsid }.to_sqe(0),
+                Data::None,
+                Dir::ToDevice,
+                NvmeIo(io),
+            ),
+            IoType::Unmap => match (
+                DatasetManagement::deallocate(nsid, 1),
+                u32::try_from(io.num_blocks()),
+            ) {
+                (Ok(d), Ok(n)) => {
+                    let slba = io.offset_blocks();
+                    let r = DsmRange::new(slba, n);
+                    qp.submit_with_page(
+                        d.to_sqe(0),
+                        16,
+                        &mut |page| page.copy_from_slice(r.as_bytes()),
+                        NvmeIo(io),
+                    )
+                }
+                _ => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::CompareAndWrite => match range(&io) {
+                Some(r) if io.iov_len() <= 4096 => qp
+                    .submit_fused(
+                        Compare::new(nsid, r).to_sqe(0),
+                        Write::new(nsid, r).to_sqe(0),
+                        NvmeIo(io),
+                    )
+                    .map(|()| 0),
+                _ => Err((NvmeIo(io), SubmitError::Invalid)),
+            },
+            IoType::NvmeIo => {
+                let NvmeCmd { cdw } = *io.nvme_cmd();
+                let mut sqe = Sqe::from_dwords(cdw);
+                if sqe.nsid.get() == 0 {
+                    sqe.nsid.set(nsid);
+                }
+                let data = if io.iovs().is_empty() {
+                    Data::None
+                } else {
+                    Data::Main
+                };
+                let dir = passthru_dir(sqe.opcode);
+                qp.submit(sqe, data, dir, NvmeIo(io))
+            }
+            _ => Err((NvmeIo(io), SubmitError::Invalid)),
+        };
+        drop(g);
+        if let Err((NvmeIo(io), e)) = r {
+            match e {
+                SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
+                SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
+                SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
+            }
+        }
+    }
+
+    fn poll(self: &Rc<Self>) -> PollerStatus {
+        if !self.paused.get() && !self.waiting.borrow().is_empty() {
+            self.resubmit_waiting();
+        }
+        let mut batch = std::mem::take(&mut *self.batch.borrow_mut());
+        let busy = {
+            let mut g = self.qp.borrow_mut();
+            let Some(qp) = g.as_mut() else {
+                return PollerStatus::Idle;
+            };
+            qp.flush();
+            qp.process(&mut batch);
+            !batch.is_empty() || qp.outstanding() > 0
+        };
+        for c in batch.drain(..) {
+            self.finish(c);
+        }
+        *self.batch.borrow_mut() = batch;
+        if busy || !self.waiting.borrow().is_empty() {
+            PollerStatus::Busy
+        } else {
+            PollerStatus::Idle
+        }
+    }
+
+    fn resubmit_waiting(self: &Rc<Self>) {
+        let n = self.waiting.borrow().len();
+        for _ in 0..n {
+            let next = self.waiting.borrow_mut().pop_front();
+            match next {
+                Some(io) => self.dispatch(io),
+                None => break,
+            }
+        }
+    }
+
+    #[inline]
+    fn finish(self: &Rc<Self>, c: Completion<NvmeIo>) {
+        let mut io = c.ctx.0;
+        let st = c.status;
+        if st.is_success() {
+            if io.io_type() == IoType::NvmeIo {
+                io.set_nvme_cdw0(c.dw0);
+            }
+            io.complete(IoStatus::Success);
+            return;
+        }
+        let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
+        let retries = io.driver_ctx()[CTX_RETRIES];
+        if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {
+            io.driver_ctx()[CTX_RETRIES] = retries + 1;
+            self.waiting.borrow_mut().push_back(io);
+            return;
+        }
+        io.set_nvme_cdw0(c.dw0);
+        io.complete(IoStatus::from_nvme(st.sct, st.sc));
+    }
+
+    fn park(&self, io: BdevIo) -> u64 {
+        let id = self.next_park.get();
+        self.next_park.set(id + 1);
+        self.parked.borrow_mut().insert(id, io);
+        id
+    }
+
+    fn unpark(&self, id: u64) -> Option<BdevIo> {
+        self.parked.borrow_mut().remove(&id)
+    }
+
+    fn admin_passthru(self: &Rc<Self>, io: BdevIo) {
+        let NvmeCmd { cdw } = *io.nvme_cmd();
+        let sqe = Sqe::from_dwords(cdw);
+        let len = io.iov_len();
+        let buf = if len > 0 {
+            match self.driver.transport().function().alloc_dma(len) {
+                Ok(m) => {
+                    let mut tmp = vec![0u8; len];
+                    io.copy_from_iovs(&mut tmp);
+                    m.write_bytes(0, &tmp);
+                    Some((m, len))
+                }
+                Err(_) => {
+                    io.complete_deferred(IoStatus::NoMem);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let id = self.park(io);
+        let this = ChannelRef::new(self);
+        self.driver.submit_admin(
+            sqe,
+            buf,
+            Box::new(move |st, dw0, buf| {
+                this.run(move |ch| {
+                    let Some(mut io) = ch.unpark(id) else { return };
+                    if let Some(m) = buf {
+                        let mut tmp = vec![0u8; m.len().min(io.iov_len())];
+                        m.read_bytes(0, &mut tmp);
+                        io.copy_to_iovs(&tmp);
+                    }
+                    io.set_nvme_cdw0(dw0);
+                    io.complete(IoStatus::from_nvme(st.sct, st.sc));
+                });
+            }),
+        );
+    }
+
+    fn reset(self: &Rc<Self>, io: BdevIo) {
+        let id = self.park(io);
+        let this = ChannelRef::new(self);
+        self.owner.start_reset(Some(Box::new(move |r| {
+            this.run(move |ch| {
+                if let Some(io) = ch.unpark(id) {
+                    io.complete(if r.is_ok() {
+                        IoStatus::Success
+                    } else {
+                        IoStatus::Failed
+                    });
+                }
+            });
+        })));
+    }
+
+    fn abort(self: &Rc<Self>, io: BdevIo) {
+        let target = io.abort_target_tag();
+        let found = self.qp.borrow().as_ref().and_then(|qp| {
+            qp.find(|r| r.0.tag() == target)
+                .map(|cid| (qp.transport().qid(), cid))
+        });
+        let Some((sqid, cid)) = found else {
+            io.complete_deferred(IoStatus::Failed);
+            return;
+        };
+        let id = self.park(io);
+        let this = ChannelRef::new(self);
+        self.driver.submit_admin(
+            Abort { sqid, cid }.to_sqe(0),
+            None,
+            Box::new(move |st, dw0, _| {
+                this.run(move |ch| {
+                    if let Some(io) = ch.unpark(id) {
+                        let ok = st.is_success() && dw0 & 1 == 0;
+                        io.complete(if ok {
+                            IoStatus::Success
+                        } else {
+                            IoStatus::Failed
+                        });
+                    }
+                });
+            }),
+        );
+    }
+
+    fn age(self: &Rc<Self>) {
+        let o = self.opts;
+        let mut timed_out = std::mem::take(&mut *self.timed_out.borrow_mut());
+        let qid = {
+            let mut g = self.qp.borrow_mut();
+            let Some(qp) = g.as_mut() else { return };
+            qp.age(4, &mut timed_out);
+            qp.transport().qid()
+        };
+        for cid in timed_out.drain(..) {
+            tracing::warn!(ctrlr = self.owner.name(), qid, cid, action = ?o.action_on_timeout, "I/O timed out");
+            match o.action_on_timeout {
+                TimeoutAction::None => {}
+                TimeoutAction::Abort => self.driver.submit_admin(
+                    Abort { sqid: qid, cid }.to_sqe(0),
+                    None,
+                    Box::new(|_, _, _| {}),
+                ),
+                TimeoutAction::Reset => self.owner.start_reset(None),
+            }
+        }
+        *self.timed_out.borrow_mut() = timed_out;
+    }
+
+    /// Reset, step 1: hold new I/O back.
+    pub(crate) fn pause(&self) {
+        self.paused.set(true);
+    }
+
+    /// Reset, step 2 (the controller is disabled): what was in flight
+    /// comes back for a retry, or fails when its retries are used up.
+    pub(crate) fn fail_in_flight(self: &Rc<Self>) {
+        let mut failed = Vec::new();
+        if let Some(qp) = self.qp.borrow_mut().as_mut() {
+            qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
+            qp.set_connected(false);
+        }
+        for c in failed {
+            self.finish(c);
+        }
+    }
+
+    /// Reset, step 3: reconnect and resubmit, or give up.
+    pub(crate) fn reconnect(self: &Rc<Self>, ok: bool) {
+        let r = if ok {
+            let mut g = self.qp.borrow_mut();
+            match g.as_mut() {
+                Some(qp) => self
+                    .driver
+                    .reconnect_io_qpair(qp)
+                    .map_err(|e| e.to_string()),
+                None => Err("no queue".into()),
+            }
+        } else {
+            Err("reset failed".into())
+        };
+        self.paused.set(false);
+        if let Err(e) = r {
+            tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
+            self.kill();
+            return;
+        }
+        self.resubmit_waiting();
+    }
+
+    /// The controller is gone: everything fails, now and later.
+    pub(crate) fn kill(self: &Rc<Self>) {
+        self.dead.set(true);
+        let mut failed = Vec::new();
+        if let Some(qp) = self.qp.borrow_mut().as_mut() {
+            qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
+            qp.set_connected(false);
+        }
+        for c in failed {
+            c.ctx.0.complete(IoStatus::Aborted);
+        }
+        let waiting: Vec<BdevIo> = self.waiting.borrow_mut().drain(..).collect();
+        for io in waiting {
+            io.complete(IoStatus::Aborted);
+        }
+    }
+}
+
+/// A `Send` way back to a channel: its thread and the controller's
+/// io_device (the channel is found again there).
+struct ChannelRef {
+    device: IoDevice<CtrlrChannel>,
+    thread: bdevkit::thread::ThreadHandle,
+}
+
+impl ChannelRef {
+    fn new(ch: &ChInner) -> ChannelRef {
+        ChannelRef {
+            device: ch.owner.device().clone(),
+            thread: ch.thread.handle(),
+        }
+    }
+
+    fn run(self, f: impl FnOnce(&Rc<ChInner>) + Send + 'static) {
+        let device = self.device;
+        let r = self.thread.send_msg(move || {
+            if let Ok(ch) = device.get_channel() {
+                f(&ch.inner);
+            }
+        });
+        if r.is_err() {
+            tracing::warn!("thread gone before an NVMe completion reached it");
+        }
+    }
+}

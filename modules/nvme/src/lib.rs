@@ -1,0 +1,120 @@
+//! The `nvme` bdev module (SPDK's bdev_nvme): NVMe controllers driven from
+//! user space by `bdevkit-nvme-driver` (PCIe over VFIO, or the in-process
+//! emulated controller), one bdev per active namespace, `<name>n<nsid>`.
+//!
+//! * **Threads.** Attach, reset and detach wait for the controller on
+//!   helper threads; everything else runs on reactor threads. Each
+//!   lightweight thread with a channel on a controller has its own I/O
+//!   queue pair ([`channel`]), polled, shared by that controller's bdevs on
+//!   the thread; the admin queue is polled by a timed poller on the app
+//!   thread (`nvme_adminq_poll_period_us`).
+//! * **I/O types.** read, write, write_zeroes, unmap (Dataset Management),
+//!   flush (with a volatile write cache, or `enable_flush`), compare,
+//!   compare-and-write (fused, when the controller has it), reset
+//!   (controller reset), abort, `nvme_io` and `nvme_admin` passthrough.
+//!   NVMe statuses reach the caller through `IoStatus::from_nvme`.
+//! * **Errors.** Timeouts by ageing (`timeout_us`, `action_on_timeout`
+//!   none/abort/reset); failed I/O retried up to `bdev_retry_count`, never
+//!   after DNR; CSTS.CFS → reset; surprise removal → every I/O fails and
+//!   the bdevs are hot-removed.
+//! * **DMA.** [`register`] installs the bdev layer's memory registration
+//!   hook, so that every `DmaBuf` is mapped for VFIO devices once, at
+//!   allocation (IOVA = virtual address).
+//!
+//! RPCs: see [`rpc`]. `doc/nvme.md` has the whole picture.
+#![warn(missing_docs)]
+
+mod bdev;
+pub mod channel;
+pub mod ctrlr;
+pub mod emu;
+pub mod hotplug;
+mod module;
+pub mod options;
+mod reset;
+pub mod rpc;
+
+use std::sync::{Arc, OnceLock};
+
+use bdevkit::bdev::module::{add_registrar, BdevManager, MemoryRegistrar, RegistrarId};
+
+pub use bdev::{NvmeBdev, NvmeChannel};
+pub use ctrlr::{AttachArgs, AttachDone, NvmeCtrlr};
+pub use emu::{EmuCreateParams, EmuNsParams};
+pub use module::{
+    attach, controller, controllers, detach, emu, emu_create, emu_delete, emu_start,
+    emu_start_inline, module, options, set_hotplug, set_options, NvmeModule,
+};
+pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
+pub use rpc::register_rpcs;
+
+/// Module name.
+pub const MODULE: &str = "nvme";
+
+/// Module errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad argument.
+    #[error("invalid argument: {0}")]
+    InvalidArg(String),
+    /// Name or address in use.
+    #[error("{0}")]
+    Exists(String),
+    /// No such controller.
+    #[error("no controller {0}")]
+    NotFound(String),
+    /// Not allowed now.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    /// The nvme module is not registered with this bdev manager.
+    #[error("the nvme module is not registered")]
+    NotRegistered,
+    /// The driver failed.
+    #[error("nvme driver")]
+    Driver(#[source] nvme_driver::Error),
+}
+
+impl Error {
+    /// errno for RPC answers.
+    #[must_use]
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::InvalidArg(_) | Error::NotRegistered => libc::EINVAL,
+            Error::Exists(_) => libc::EALREADY,
+            Error::NotFound(_) => libc::ENODEV,
+            Error::NotPermitted(_) => libc::EPERM,
+            Error::Driver(e) => e.errno(),
+        }
+    }
+}
+
+/// Module result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The DMA registration hook for VFIO devices: maps every `DmaBuf` of the
+/// bdev layer for the process's VFIO container.
+struct VfioRegistrar;
+
+impl MemoryRegistrar for VfioRegistrar {
+    fn register(&self, addr: usize, len: usize) {
+        nvme_driver::vfio::register_memory(addr, len);
+    }
+    fn unregister(&self, addr: usize, len: usize) {
+        nvme_driver::vfio::unregister_memory(addr, len);
+    }
+}
+
+/// The registrar is process-wide by nature, not module state: `DmaBuf`s
+/// belong to the process (any manager's I/O may use any buffer), and a
+/// process has one VFIO container (the kernel's model: an IOMMU group
+/// joins one container), whose mappings every controller of every
+/// manager shares. Installed once, never removed.
+static REGISTRAR: OnceLock<RegistrarId> = OnceLock::new();
+
+/// Adds the nvme module to `mgr` and (once per process) the DMA
+/// registration hook for VFIO devices.
+pub fn register(mgr: &BdevManager) {
+    REGISTRAR.get_or_init(|| add_registrar(Arc::new(VfioRegistrar)));
+    mgr.register_module(Arc::new(NvmeModule::default()));
+}

@@ -1,0 +1,138 @@
+//! Controller reset (SPDK's `bdev_nvme_reset_ctrlr`), with I/O in flight:
+//!
+//! 1. every channel holds new I/O back;
+//! 2. the controller is disabled on a helper thread (CC.EN = 0 within
+//!    CAP.TO): from then on it touches no host memory;
+//! 3. every channel takes back what was in flight: each I/O is queued for
+//!    a retry (up to `bdev_retry_count`, never after a DNR status) or
+//!    fails;
+//! 4. the controller is enabled and initialised again (helper thread);
+//! 5. every channel reconnects its queue pair and resubmits.
+//!
+//! One reset at a time per controller; a reset asked for meanwhile
+//! completes with the running one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bdevkit::thread::ThreadHandle;
+use parking_lot::Mutex;
+
+use crate::channel::{ChannelOwner, Driver, ResetDone};
+
+/// A controller's reset bookkeeping.
+#[derive(Default)]
+pub(crate) struct ResetState {
+    running: AtomicBool,
+    waiters: Mutex<Vec<ResetDone>>,
+}
+
+impl ResetState {
+    /// Whether a reset is running.
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+}
+
+/// What a reset needs from the controller (implemented above this file).
+pub(crate) trait Resettable: ChannelOwner {
+    /// Its reset bookkeeping.
+    fn reset_state(&self) -> &ResetState;
+    /// The thread the steps run on between helper threads (app thread).
+    fn app(&self) -> &ThreadHandle;
+    /// The driver's controller.
+    fn driver(&self) -> &Driver;
+}
+
+/// Starts a reset of `c` (from any thread); `done` gets its outcome.
+pub(crate) fn start<C: Resettable>(c: &Arc<C>, done: Option<ResetDone>) {
+    let st = c.reset_state();
+    {
+        // Under the waiters' lock: `finish` takes the waiters and clears
+        // `running` under it too, so no waiter is left behind.
+        let mut w = st.waiters.lock();
+        if let Some(d) = done {
+            w.push(d);
+        }
+        if st.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+    }
+    let c = Arc::clone(c);
+    let app = c.app().clone();
+    let _ = app.send_msg(move || run(c));
+}
+
+fn helper<C: Resettable>(
+    c: Arc<C>,
+    work: impl FnOnce(&C) -> Result<(), String> + Send + 'static,
+    then: impl FnOnce(Arc<C>, Result<(), String>) + Send + 'static,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("nvme-reset".into())
+        .spawn(move || {
+            let r = work(&c);
+            let app = c.app().clone();
+            let _ = app.send_msg(move || then(c, r));
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the reset thread");
+    }
+}
+
+fn run<C: Resettable>(c: Arc<C>) {
+    tracing::info!(ctrlr = c.name(), "resetting controller");
+    c.driver().set_state(nvme_driver::State::Resetting);
+    let c2 = Arc::clone(&c);
+    c.device().for_each_channel(
+        |ch| ch.inner.pause(),
+        move || {
+            helper(
+                c2,
+                |c| c.driver().disable().map_err(|e| e.to_string()),
+                |c, r| {
+                    let c2 = Arc::clone(&c);
+                    c.device().for_each_channel(
+                        |ch| ch.inner.fail_in_flight(),
+                        move || {
+                            helper(
+                                c2,
+                                move |c| {
+                                    r?;
+                                    c.driver().enable().map_err(|e| e.to_string())
+                                },
+                                |c, r| {
+                                    if r.is_err() {
+                                        c.driver().set_state(nvme_driver::State::Failed);
+                                    }
+                                    let ok = r.is_ok();
+                                    let c2 = Arc::clone(&c);
+                                    c.device().for_each_channel(
+                                        move |ch| ch.inner.reconnect(ok),
+                                        move || finish(&*c2, r),
+                                    );
+                                },
+                            );
+                        },
+                    );
+                },
+            );
+        },
+    );
+}
+
+fn finish<C: Resettable>(c: &C, r: Result<(), String>) {
+    match &r {
+        Ok(()) => tracing::info!(ctrlr = c.name(), "controller reset done"),
+        Err(e) => tracing::error!(ctrlr = c.name(), error = %e, "controller reset failed"),
+    }
+    let st = c.reset_state();
+    let waiters: Vec<ResetDone> = {
+        let mut w = st.waiters.lock();
+        st.running.store(false, Ordering::Release);
+        std::mem::take(&mut *w)
+    };
+    for w in waiters {
+        w(r.clone());
+    }
+}

@@ -1,0 +1,439 @@
+//! The nvme module's RPCs (SPDK's names, params and results):
+//! `bdev_nvme_attach_controller`, `bdev_nvme_detach_controller`,
+//! `bdev_nvme_get_controllers`, `bdev_nvme_reset_controller`,
+//! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`;
+//! and ours, `bdev_nvme_emu_create` / `bdev_nvme_emu_delete`: an emulated
+//! controller to attach at `emu:NAME` (tests, benchmarks).
+
+use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine;
+use bdevkit::bdev::{BdevManager, IoStatus, NvmeCmd};
+use bdevkit::dma::DmaBuf;
+use bdevkit::thread::Thread;
+use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME, STARTUP};
+use nvme_spec::zerocopy::IntoBytes;
+use nvme_spec::{Cqe, Sqe, Status};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::ctrlr::{AttachArgs, NvmeCtrlr};
+pub use crate::emu::{EmuCreateParams, EmuNsParams};
+use crate::options::{HotplugParams, NvmeOptions};
+use crate::Error;
+
+/// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
+/// fabrics-only ones are accepted and ignored for PCIe).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct AttachParams {
+    pub name: String,
+    pub trtype: String,
+    pub traddr: String,
+    #[serde(default)]
+    pub adrfam: Option<String>,
+    #[serde(default)]
+    pub trsvcid: Option<String>,
+    #[serde(default)]
+    pub priority: Option<String>,
+    #[serde(default)]
+    pub subnqn: Option<String>,
+    #[serde(default)]
+    pub hostnqn: Option<String>,
+    #[serde(default)]
+    pub hostaddr: Option<String>,
+    #[serde(default)]
+    pub hostsvcid: Option<String>,
+    #[serde(default)]
+    pub prchk_reftag: bool,
+    #[serde(default)]
+    pub prchk_guard: bool,
+    #[serde(default)]
+    pub hdgst: bool,
+    #[serde(default)]
+    pub ddgst: bool,
+    #[serde(default)]
+    pub fabrics_connect_timeout_us: Option<u64>,
+    #[serde(default)]
+    pub multipath: Option<String>,
+    #[serde(default)]
+    pub num_io_queues: Option<u32>,
+    #[serde(default)]
+    pub ctrlr_loss_timeout_sec: Option<i32>,
+    #[serde(default)]
+    pub reconnect_delay_sec: Option<u32>,
+    #[serde(default)]
+    pub fast_io_fail_timeout_sec: Option<u32>,
+    #[serde(default)]
+    pub psk: Option<String>,
+    #[serde(default)]
+    pub dhchap_key: Option<String>,
+    #[serde(default)]
+    pub dhchap_ctrlr_key: Option<String>,
+    #[serde(default)]
+    pub max_bdevs: Option<u32>,
+    #[serde(default)]
+    pub allow_unrecognized_csi: bool,
+    #[serde(default)]
+    pub multipath_opts: Option<Value>,
+    #[serde(default)]
+    pub disable_sq_flow_control: bool,
+}
+
+/// `bdev_nvme_detach_controller` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct DetachParams {
+    pub name: String,
+    #[serde(default)]
+    pub trtype: Option<String>,
+    #[serde(default)]
+    pub traddr: Option<String>,
+    #[serde(default)]
+    pub adrfam: Option<String>,
+    #[serde(default)]
+    pub trsvcid: Option<String>,
+    #[serde(default)]
+    pub subnqn: Option<String>,
+    #[serde(default)]
+    pub hostaddr: Option<String>,
+    #[serde(default)]
+    pub hostsvcid: Option<String>,
+}
+
+/// `bdev_nvme_get_controllers` params.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetParams {
+    /// Only this controller.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `bdev_nvme_reset_controller` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetParams {
+    /// Controller name.
+    pub name: String,
+    /// Controller id (accepted; one controller per name here).
+    #[serde(default)]
+    pub cntlid: Option<u16>,
+}
+
+/// `bdev_nvme_send_cmd` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct SendCmdParams {
+    pub name: String,
+    pub cmd_type: String,
+    pub data_direction: String,
+    pub cmdbuf: String,
+    #[serde(default)]
+    pub data: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<String>,
+    #[serde(default)]
+    pub data_len: Option<u32>,
+    #[serde(default)]
+    pub metadata_len: Option<u32>,
+    #[serde(default)]
+    pub timeout_ms: Option<u32>,
+}
+
+/// `bdev_nvme_emu_delete` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmuDeleteParams {
+    /// Name.
+    pub name: String,
+}
+
+fn b64_decode(s: &str) -> Result<Vec<u8>, RpcError> {
+    URL_SAFE
+        .decode(s)
+        .or_else(|_| URL_SAFE_NO_PAD.decode(s))
+        .map_err(|_| RpcError::new(-22, "base64url decoding failed"))
+}
+
+/// The completion of a passthrough command, as SPDK answers
+/// `bdev_nvme_send_cmd`: the 16-byte CQE and, for c2h, the data.
+fn send_cmd_result(st: Status, dw0: u32, data: Option<&[u8]>) -> Value {
+    let mut cqe = Cqe::new(0, st, dw0);
+    cqe.set_status(st);
+    let mut out = json!({"cpl": URL_SAFE.encode(cqe.as_bytes())});
+    if let Some(d) = data {
+        out["data"] = json!(URL_SAFE.encode(d));
+    }
+    out
+}
+
+/// An admin command on the controller's admin queue.
+fn send_admin(c: &NvmeCtrlr, sqe: Sqe, h2c: bool, data: &[u8], len: usize, resp: Responder) {
+    let buf = if len > 0 {
+        match c.driver().transport().function().alloc_dma(len) {
+            Ok(m) => {
+                m.write_bytes(0, data);
+                Some((m, len))
+            }
+            Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+        }
+    } else {
+        None
+    };
+    c.driver().submit_admin(
+        sqe,
+        buf,
+        Box::new(move |st, dw0, buf| {
+            let data = match (h2c, buf) {
+                (false, Some(m)) => {
+                    let mut v = vec![0u8; len];
+                    m.read_bytes(0, &mut v);
+                    Some(v)
+                }
+                _ => None,
+            };
+            resp.ok(send_cmd_result(st, dw0, data.as_deref()));
+        }),
+    );
+}
+
+/// An I/O command: an `nvme_io` on the bdev of its namespace (NSID 0: the
+/// controller's first namespace), through this thread's queue pair.
+fn send_io(
+    mgr: &BdevManager,
+    c: &NvmeCtrlr,
+    sqe: Sqe,
+    h2c: bool,
+    data: Vec<u8>,
+    len: usize,
+    resp: Responder,
+) {
+    let nsid = sqe.nsid.get();
+    let bdev = if nsid == 0 {
+        c.bdev_names().into_iter().next()
+    } else {
+        Some(format!("{}n{nsid}", c.name()))
+    };
+    let Some(bdev) = bdev.filter(|b| mgr.get(b).is_some()) else {
+        return resp.err(RpcError::new(-22, format!("namespace {nsid} has no bdev")));
+    };
+    let desc = match mgr.open(&bdev, true, |_| {}) {
+        Ok(d) => d,
+        Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+    };
+    let ch = match desc.get_io_channel() {
+        Ok(ch) => ch,
+        Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+    };
+    let buf = if len > 0 {
+        let Ok(mut b) = DmaBuf::alloc(len, 4096) else {
+            return resp.err(RpcError::from_errno(libc::ENOMEM));
+        };
+        b[..data.len()].copy_from_slice(&data);
+        Some(b)
+    } else {
+        None
+    };
+    let Ok(t) = Thread::try_current() else {
+        return resp.err(RpcError::from_errno(libc::EINVAL));
+    };
+    let cdw = sqe.to_dwords();
+    t.spawn_local(async move {
+        let mut io = ch.alloc_io_async().await;
+        io.nvme_io(NvmeCmd { cdw }, buf);
+        let mut done = match ch.submit_async(io) {
+            Ok(f) => f.await,
+            Err(e) => return resp.err(RpcError::from_errno(e.error.errno())),
+        };
+        let st = match done.status() {
+            IoStatus::Success => Status::SUCCESS,
+            IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
+            other => {
+                drop(done);
+                drop(ch);
+                drop(desc);
+                return resp.err(RpcError::from_errno(other.errno()));
+            }
+        };
+        let dw0 = done.nvme_cdw0();
+        let out = if h2c { None } else { done.take_buf() };
+        drop(done);
+        drop(ch);
+        drop(desc);
+        resp.ok(send_cmd_result(st, dw0, out.as_deref()));
+    });
+}
+
+fn send_cmd(mgr: &BdevManager, p: SendCmdParams, resp: Responder) {
+    let Some(c) = crate::controller(mgr, &p.name) else {
+        resp.err(RpcError::new(
+            -19,
+            format!("Controller {} does not exist", p.name),
+        ));
+        return;
+    };
+    let cmd = match b64_decode(&p.cmdbuf) {
+        Ok(b) if b.len() == 64 => b,
+        Ok(_) => return resp.err(RpcError::new(-22, "cmdbuf must be 64 bytes")),
+        Err(e) => return resp.err(e),
+    };
+    let mut sqe = Sqe::default();
+    sqe.as_mut_bytes().copy_from_slice(&cmd);
+    let h2c = match p.data_direction.as_str() {
+        "h2c" => true,
+        "c2h" => false,
+        _ => return resp.err(RpcError::new(-22, "data_direction must be h2c or c2h")),
+    };
+    let data = match &p.data {
+        Some(d) if h2c => match b64_decode(d) {
+            Ok(b) => b,
+            Err(e) => return resp.err(e),
+        },
+        _ => Vec::new(),
+    };
+    let len = usize::try_from(p.data_len.unwrap_or(0))
+        .unwrap_or(0)
+        .max(data.len());
+    match p.cmd_type.as_str() {
+        "admin" => send_admin(&c, sqe, h2c, &data, len, resp),
+        "io" => send_io(mgr, &c, sqe, h2c, data, len, resp),
+        _ => resp.err(RpcError::new(-22, "cmd_type must be admin or io")),
+    }
+}
+
+/// Registers the module's RPCs. Handlers run on the app thread.
+pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_attach_controller",
+        RUNTIME,
+        move |p: AttachParams, resp| {
+            if !p.trtype.eq_ignore_ascii_case("pcie") {
+                resp.err(RpcError::from_errno(libc::ENOTSUP));
+                return;
+            }
+            if p.max_bdevs == Some(0) {
+                resp.err(RpcError::new(-22, "max_bdevs cannot be zero"));
+                return;
+            }
+            if let Some(n) = p.num_io_queues {
+                if n == 0 || n > 65536 {
+                    resp.err(RpcError::new(-22, "num_io_queues out of range"));
+                    return;
+                }
+            }
+            let args = AttachArgs {
+                name: p.name,
+                traddr: p.traddr,
+                num_io_queues: p.num_io_queues,
+            };
+            crate::attach(
+                &m,
+                args,
+                Box::new(move |r| match r {
+                    Ok(names) => resp.ok(json!(names)),
+                    Err(Error::Exists(msg)) => resp.err(RpcError::new(-114, msg)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "attach failed");
+                        resp.err(RpcError::from_errno(e.errno()));
+                    }
+                }),
+            );
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_detach_controller",
+        RUNTIME,
+        move |p: DetachParams, resp| {
+            crate::detach(
+                &m,
+                &p.name,
+                Box::new(move |r| resp.respond_errno(r.map(|()| true), Error::errno)),
+            );
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_get_controllers",
+        RUNTIME,
+        move |p: GetParams, resp| {
+            let list: Vec<Value> = match &p.name {
+                Some(n) => match crate::controller(&m, n) {
+                    Some(c) => vec![c.info_json()],
+                    None => {
+                        return resp
+                            .err(RpcError::new(-22, format!("Controller {n} does not exist")))
+                    }
+                },
+                None => crate::controllers(&m)
+                    .iter()
+                    .map(|c| c.info_json())
+                    .collect(),
+            };
+            resp.ok(Value::Array(list));
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_reset_controller",
+        RUNTIME,
+        move |p: ResetParams, resp| {
+            let Some(c) = crate::controller(&m, &p.name) else {
+                return resp.err(RpcError::from_errno(libc::ENODEV));
+            };
+            c.reset(Box::new(move |r| match r {
+                Ok(()) => resp.ok(json!(true)),
+                Err(_) => resp.err(RpcError::from_errno(libc::EIO)),
+            }));
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded("bdev_nvme_send_cmd", RUNTIME, move |p, resp| {
+        send_cmd(&m, p, resp);
+    })?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_set_options",
+        STARTUP | RUNTIME,
+        move |p: NvmeOptions, resp| match crate::set_options(&m, p) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(Error::NotPermitted(msg)) => {
+                resp.err(RpcError::new(-1, format!("Operation not permitted: {msg}")));
+            }
+            Err(Error::InvalidArg(msg)) => resp.err(RpcError::invalid_params(msg)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_set_hotplug",
+        STARTUP | RUNTIME,
+        move |p: HotplugParams, resp| {
+            resp.respond_errno(crate::set_hotplug(&m, p).map(|()| true), Error::errno);
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_emu_create",
+        STARTUP | RUNTIME,
+        move |p: EmuCreateParams, resp| {
+            resp.respond_errno(
+                crate::emu_create(&m, &p).map(|_| format!("emu:{}", p.name)),
+                Error::errno,
+            );
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_emu_delete",
+        RUNTIME,
+        move |p: EmuDeleteParams, resp| {
+            resp.respond_errno(crate::emu_delete(&m, &p.name).map(|()| true), Error::errno);
+        },
+    )?;
+    Ok(())
+}
