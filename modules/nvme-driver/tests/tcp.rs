@@ -173,6 +173,16 @@ mod tests {
         let c = attach(&t, true);
         let mut qp: Qp = c.create_io_qpair().unwrap();
         round_trip(&t, &mut qp);
+        // Other cuts: single bytes, odd sizes across header/data/digest.
+        for chunk in [1usize, 7, 25, 4099] {
+            t.state.faults.chunk.store(chunk, Ordering::Relaxed);
+            let len = if chunk == 1 { 1024 } else { 32768 };
+            let data = pattern(len, chunk as u8);
+            assert!(write(&mut qp, 2048, data.clone()).is_success());
+            let (st, got) = read(&mut qp, 2048, len);
+            assert!(st.is_success(), "chunk {chunk}: {st}");
+            assert_eq!(got, data, "chunk {chunk}");
+        }
         t.state.faults.chunk.store(0, Ordering::Relaxed);
         // A 1 MiB write outruns the socket's send buffer: partial sends.
         let data = pattern(1 << 20, 9);
@@ -243,6 +253,57 @@ mod tests {
         assert!(qp.transport().is_alive());
         assert_eq!(read(&mut qp, 0, 4096).1, data);
         c.delete_io_qpair(qp);
+    }
+
+    /// Outstanding reads behind a PDU that breaks the protocol: every one
+    /// fails (retryable), the queue is dead with the reason, nothing hangs.
+    fn protocol_error(t: &MiniTarget, arm: impl FnOnce(), why: &str) {
+        let c = attach(t, true);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        arm();
+        for i in 0..4u64 {
+            let sqe = Read::new(1, BlockRange::new(i * 8, 8).unwrap()).to_sqe(0);
+            qp.submit(sqe, Data::Main, Dir::FromDevice, Buf(vec![0; 4096]))
+                .map_err(|(_, e)| e)
+                .unwrap();
+        }
+        let done = wait(&mut qp, 4);
+        assert!(done.iter().any(|c| !c.status.is_success()), "{why}");
+        assert!(done
+            .iter()
+            .all(|c| c.status.is_success() || c.status.is(Status::TRANSIENT_TRANSPORT_ERROR)));
+        assert!(!qp.transport().is_alive(), "{why}");
+        let reason = qp.transport().dead_reason().unwrap().to_string();
+        assert!(reason.contains("protocol error"), "{why}: {reason}");
+        // The controller was told why (H2CTermReq) before the close.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while t.state.term_reqs.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "{why}: no H2CTermReq");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.delete_io_qpair(qp);
+    }
+
+    #[test]
+    fn bad_header_digest_is_fatal() {
+        let t = MiniTarget::start();
+        let f = &t.state.faults;
+        protocol_error(
+            &t,
+            || f.bad_header_digest.store(true, Ordering::Relaxed),
+            "header digest",
+        );
+    }
+
+    #[test]
+    fn response_for_an_unknown_command_is_fatal() {
+        let t = MiniTarget::start();
+        let f = &t.state.faults;
+        protocol_error(
+            &t,
+            || f.bogus_cid.store(true, Ordering::Relaxed),
+            "bogus cid",
+        );
     }
 
     #[test]

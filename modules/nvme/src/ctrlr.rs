@@ -256,6 +256,9 @@ impl NvmeCtrlr {
             "deleting"
         } else if self.reconnect.is_delayed() {
             "reconnect_is_delayed"
+        } else if self.reset.running() {
+            // Until every channel has reconnected (SPDK's `resetting`).
+            "resetting"
         } else {
             self.driver.state().name()
         };

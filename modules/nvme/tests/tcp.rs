@@ -180,10 +180,15 @@ mod tests {
             let got = ch.read(64, 128, DmaBuf::new(65536).unwrap()).await.unwrap();
             assert_eq!(&got[..], &expect[..]);
             assert!(!t.state.faults.close_io.load(Ordering::Acquire));
-            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "Tcp2"}))
-                .await
-                .unwrap();
-            assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            let ctrlr = bdevkit_nvme::controller(&mgr, "Tcp2").unwrap();
+            assert!(
+                bdevkit_test::env::wait_for(30, || {
+                    ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+                })
+                .await,
+                "the reset finished"
+            );
+            drop(ctrlr);
             drop(ch);
             drop(desc);
             call(&reg, "bdev_nvme_detach_controller", json!({"name": "Tcp2"}))
@@ -277,10 +282,15 @@ mod tests {
             let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
             assert_eq!(&got[..], &expect[..]);
             assert!(t.state.refused.load(Ordering::Acquire) >= before + 2);
-            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "W"}))
-                .await
-                .unwrap();
-            assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            let ctrlr = bdevkit_nvme::controller(&mgr, "W").unwrap();
+            assert!(
+                bdevkit_test::env::wait_for(30, || {
+                    ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+                })
+                .await,
+                "the reset finished"
+            );
+            drop(ctrlr);
             drop(ch);
             drop(desc);
             call(&reg, "bdev_nvme_detach_controller", json!({"name": "W"}))

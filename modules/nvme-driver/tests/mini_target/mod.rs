@@ -41,6 +41,10 @@ pub struct Faults {
     pub close_io: AtomicBool,
     /// Close new connections at once (the target is down).
     pub down: AtomicBool,
+    /// Corrupt the header digest of the next response capsule.
+    pub bad_header_digest: AtomicBool,
+    /// Answer the next I/O command with a response for an unknown CID.
+    pub bogus_cid: AtomicBool,
 }
 
 /// The controller's state.
@@ -55,6 +59,8 @@ pub struct State {
     pub connections: AtomicUsize,
     /// Connections closed at once because the target was down.
     pub refused: AtomicUsize,
+    /// H2CTermReqs received (the host found a protocol error).
+    pub term_reqs: AtomicUsize,
 }
 
 /// A running target.
@@ -75,6 +81,7 @@ impl MiniTarget {
             io_cmds: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            term_reqs: AtomicUsize::new(0),
         });
         let st = Arc::clone(&state);
         std::thread::spawn(move || {
@@ -108,6 +115,9 @@ struct Conn {
     qid: u16,
     /// Commands that arrived while an R2T's data was awaited.
     pending: std::collections::VecDeque<(Sqe, Vec<u8>)>,
+    /// A broken PDU went out: answer nothing more, only listen for the
+    /// host's H2CTermReq.
+    broken: bool,
 }
 
 type Res<T> = Result<T, String>;
@@ -125,6 +135,7 @@ impl Conn {
             tx: TxConfig::default(),
             qid: 0,
             pending: std::collections::VecDeque::new(),
+            broken: false,
         }
     }
 
@@ -163,11 +174,29 @@ impl Conn {
     }
 
     fn respond(&mut self, cid: u16, status: Status, dw0: u32, dw1: u32) -> Res<()> {
+        let f = &self.st.faults;
+        if self.broken {
+            return Ok(());
+        }
+        let cid = if self.qid != 0 && f.bogus_cid.swap(false, Ordering::AcqRel) {
+            self.broken = true;
+            cid ^ 0x4000
+        } else {
+            cid
+        };
         let mut cqe = Cqe::new(cid, status, dw0);
         cqe.set_status(status);
         cqe.dw1.set(dw1);
         let mut b = [0u8; 64];
         let n = tcp::build_capsule_resp(&mut b, &cqe, &self.tx).map_err(|e| e.to_string())?;
+        if self.qid != 0
+            && self.tx.digests.header
+            && f.bad_header_digest.swap(false, Ordering::AcqRel)
+        {
+            // The digest follows the 24-byte header.
+            b[24] ^= 0x01;
+            self.broken = true;
+        }
         self.send(&b[..n])
     }
 
@@ -195,10 +224,14 @@ impl Conn {
                 None => {
                     let (hdr, _, data) = self.recv()?;
                     let (pdu, _) = tcp::parse_header(&hdr, &self.rx).map_err(|e| e.to_string())?;
-                    let Pdu::CapsuleCmd(c) = pdu else {
-                        return Err(format!("unexpected {pdu:?}"));
-                    };
-                    (c.sqe, data)
+                    match pdu {
+                        Pdu::CapsuleCmd(c) => (c.sqe, data),
+                        Pdu::H2CTermReq(_) => {
+                            self.st.term_reqs.fetch_add(1, Ordering::AcqRel);
+                            return Ok(());
+                        }
+                        other => return Err(format!("unexpected {other:?}")),
+                    }
                 }
             };
             if self.qid != 0 {
@@ -270,6 +303,9 @@ impl Conn {
     }
 
     fn c2h(&mut self, cid: u16, data: &[u8]) -> Res<()> {
+        if self.broken {
+            return Ok(());
+        }
         let mut at = 0;
         while at < data.len() {
             let k = (data.len() - at).min(16 * 1024);
