@@ -255,6 +255,21 @@ mod tests {
         c.delete_io_qpair(qp);
     }
 
+    #[test]
+    fn read_data_missing_fails_that_command_only() {
+        let t = MiniTarget::start();
+        let c = attach(&t, false);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        let data = pattern(8192, 6);
+        assert!(write(&mut qp, 32, data.clone()).is_success());
+        t.state.faults.short_read.store(true, Ordering::Relaxed);
+        let (st, _) = read(&mut qp, 32, 8192);
+        assert!(st.is(Status::DATA_TRANSFER_ERROR), "status {st}");
+        assert!(qp.transport().is_alive());
+        assert_eq!(read(&mut qp, 32, 8192).1, data);
+        c.delete_io_qpair(qp);
+    }
+
     /// Outstanding reads behind a PDU that breaks the protocol: every one
     /// fails (retryable), the queue is dead with the reason, nothing hangs.
     fn protocol_error(t: &MiniTarget, arm: impl FnOnce(), why: &str) {

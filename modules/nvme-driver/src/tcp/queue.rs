@@ -53,6 +53,8 @@ struct Slot {
     from_dev: bool,
     /// Read data arrived with a bad data digest.
     bad_digest: bool,
+    /// Read data bytes received.
+    got: usize,
     buf: Vec<u8>,
 }
 
@@ -425,7 +427,9 @@ impl TcpQueue {
                 if p.left > 0 {
                     let k = p.left.min(avail);
                     let src = &self.rbuf[from..from + k];
-                    self.slots[usize::from(p.slot)].buf[p.at..p.at + k].copy_from_slice(src);
+                    let s = &mut self.slots[usize::from(p.slot)];
+                    s.buf[p.at..p.at + k].copy_from_slice(src);
+                    s.got += k;
                     if p.dg > 0 {
                         p.digest.update(src);
                     }
@@ -481,6 +485,9 @@ impl TcpQueue {
         };
         if s.bad_digest {
             cqe.set_status(Status::TRANSIENT_TRANSPORT_ERROR);
+        } else if s.from_dev && s.got < s.len && cqe.status().is_success() {
+            // Success without all the data: what is missing would be stale.
+            cqe.set_status(Status::DATA_TRANSFER_ERROR);
         }
         s.completed = true;
         self.ready.push_back(cqe);
@@ -655,6 +662,7 @@ impl QueueTransport for TcpQueue {
         s.busy = true;
         s.completed = false;
         s.bad_digest = false;
+        s.got = 0;
         s.len = len;
         s.from_dev = dir == Dir::FromDevice && len > 0;
         if in_capsule {

@@ -45,6 +45,8 @@ pub struct Faults {
     pub bad_header_digest: AtomicBool,
     /// Answer the next I/O command with a response for an unknown CID.
     pub bogus_cid: AtomicBool,
+    /// Send only the first half of the next read's data, then success.
+    pub short_read: AtomicBool,
 }
 
 /// The controller's state.
@@ -409,7 +411,8 @@ impl Conn {
             }
             0x02 => {
                 let data = self.st.ram.lock().unwrap()[off..off + len].to_vec();
-                self.c2h(cid, &data)?;
+                let half = self.st.faults.short_read.swap(false, Ordering::AcqRel);
+                self.c2h(cid, if half { &data[..len / 2] } else { &data })?;
                 self.respond(cid, Status::SUCCESS, 0, 0)
             }
             _ => self.respond(cid, Status::INVALID_OPCODE, 0, 0),
