@@ -256,6 +256,28 @@ mod tests {
     }
 
     #[test]
+    fn keep_alive_from_the_admin_poller() {
+        let t = MiniTarget::start();
+        let mut o = TcpOptions::new("127.0.0.1", &t.port(), NQN);
+        o.keep_alive_timeout_ms = 200;
+        let opts = ControllerOptions {
+            keep_alive_timeout_ms: 200,
+            ..ControllerOptions::default()
+        };
+        let c = Controller::attach(TcpTransport::new(o).unwrap(), opts).unwrap();
+        // Polled as the adapter's admin poller does: Keep Alive at KATO/2.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while t.state.keep_alives.load(Ordering::Acquire) < 2 {
+            assert_eq!(c.poll_admin(), nvme_driver::Health::Ok);
+            assert!(Instant::now() < deadline, "no keep alive");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c.shutdown().unwrap();
+        // After shutdown the admin connection is gone: health says so.
+        assert_eq!(c.health(), nvme_driver::Health::Fatal);
+    }
+
+    #[test]
     fn read_data_missing_fails_that_command_only() {
         let t = MiniTarget::start();
         let c = attach(&t, false);

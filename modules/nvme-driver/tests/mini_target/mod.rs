@@ -63,6 +63,8 @@ pub struct State {
     pub refused: AtomicUsize,
     /// H2CTermReqs received (the host found a protocol error).
     pub term_reqs: AtomicUsize,
+    /// Keep Alive commands received.
+    pub keep_alives: AtomicUsize,
 }
 
 /// A running target.
@@ -84,6 +86,7 @@ impl MiniTarget {
             connections: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             term_reqs: AtomicUsize::new(0),
+            keep_alives: AtomicUsize::new(0),
         });
         let st = Arc::clone(&state);
         std::thread::spawn(move || {
@@ -374,7 +377,11 @@ impl Conn {
             0x09 if sqe.cdw10.get() & 0xff == 0x07 => {
                 self.respond(cid, Status::SUCCESS, 3 | (3 << 16), 0)
             }
-            0x09 | 0x18 => self.respond(cid, Status::SUCCESS, 0, 0),
+            0x18 => {
+                self.st.keep_alives.fetch_add(1, Ordering::AcqRel);
+                self.respond(cid, Status::SUCCESS, 0, 0)
+            }
+            0x09 => self.respond(cid, Status::SUCCESS, 0, 0),
             // Asynchronous Event Request: held for good.
             0x0c => Ok(()),
             0x02 => {
