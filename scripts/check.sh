@@ -31,4 +31,12 @@ for f in modules/*/src/rpc.rs; do
         esac
     done || fail=1
 done
+# The NVMe-oF target's methods are SPDK's nvmf_<...> (modules/nvmf/src/rpc/).
+tr '\n' ' ' < modules/nvmf/src/rpc/handlers.rs | grep -oE 'reg\( *r, *"[a-z_]*"' \
+    | sed -E 's/.*"([a-z_]*)"/\1/' | while read -r name; do
+    case "$name" in
+        nvmf_*) ;;
+        *) echo "check: modules/nvmf registers $name, expected nvmf_<...>" >&2; exit 1 ;;
+    esac
+done || fail=1
 exit $fail

@@ -38,8 +38,8 @@ TARGET=x86_64-unknown-linux-gnu
 # not fight over fingerprints with the normal build.
 TARGET_DIR=$ROOT/target/vm
 BIN=$TARGET_DIR/$TARGET/release
-PACKAGES=(bdevperf bdev_dd)
-BINARIES=(bdevperf bdev_dd)
+PACKAGES=(bdevperf bdev_dd bdevkit-bdev-tgt bdevkit-bdev-rpc)
+BINARIES=(bdevperf bdev_dd bdev_tgt bdev_rpc)
 
 BENCH=0
 LIST=0

@@ -19,6 +19,7 @@
 //!   scenarios and the per-I/O bench driver.
 //! * [`steady`]: a counting global allocator and the steady-state I/O
 //!   driver of the zero-allocation tests.
+//! * [`nvmf`]: an in-process NVMe/TCP target and a PDU-level test host.
 #![warn(missing_docs)]
 
 pub mod conformance;
@@ -26,6 +27,7 @@ pub mod daemon;
 pub mod env;
 pub mod fixtures;
 pub mod kernel;
+pub mod nvmf;
 pub mod rpc;
 pub mod spdk_rpc;
 pub mod steady;

@@ -198,3 +198,25 @@ where
         allocs: ALLOCS.load(Ordering::SeqCst),
     }
 }
+
+/// Starts counting heap allocations (process-wide) from zero; see
+/// [`stop_counting`]. For drivers other than [`measure`]'s (the NVMe/TCP
+/// target's, driven over a socket).
+///
+/// # Panics
+/// When [`CountingAlloc`] is not the binary's global allocator.
+pub fn start_counting() {
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    drop(std::hint::black_box(Box::new(0u64)));
+    assert!(
+        ALLOCS.swap(0, Ordering::SeqCst) > 0,
+        "install bdevkit_test::steady::CountingAlloc as the #[global_allocator]"
+    );
+}
+
+/// Stops counting; returns the allocations since [`start_counting`].
+pub fn stop_counting() -> u64 {
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.swap(0, Ordering::SeqCst)
+}

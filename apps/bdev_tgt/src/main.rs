@@ -1,12 +1,16 @@
 //! `bdev_tgt`: the bdevkit target daemon. Serves SPDK's JSON-RPC interface
 //! on a unix socket (default `/var/tmp/bdevkit.sock`, mode 0600), so that
 //! `spdk-rpc -s <socket>` and `bdev_rpc` configure it; replays `--json`
-//! config files; stops cleanly on SIGINT/SIGTERM or `spdk_kill_instance`.
+//! config files; exports bdevs over NVMe/TCP (the `nvmf` subsystem, SPDK's
+//! nvmf target RPCs); stops cleanly on SIGINT/SIGTERM or
+//! `spdk_kill_instance`.
 #![forbid(unsafe_code)]
+
+mod nvmf;
 
 use std::process::ExitCode;
 
-use bdevkit_app::{default_modules, App, CommonArgs, ErrorChain, DEFAULT_RPC_SOCKET};
+use bdevkit_app::{default_modules, App, AppOptions, CommonArgs, ErrorChain, DEFAULT_RPC_SOCKET};
 use clap::Parser;
 
 /// bdevkit block device target: bdevs configured over SPDK-compatible JSON-RPC.
@@ -34,7 +38,11 @@ fn main() -> ExitCode {
         pid = std::process::id(),
         "bdev_tgt starting"
     );
-    let app = match App::start(&cli.common, &default_modules()) {
+    let opts = AppOptions {
+        subsystems: vec![nvmf::NVMF],
+        ..AppOptions::default()
+    };
+    let app = match App::start_with(&cli.common, &default_modules(), opts) {
         Ok(app) => app,
         Err(e) => {
             tracing::error!(error = %ErrorChain(&e), "bdev_tgt failed to start");

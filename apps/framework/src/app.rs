@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::rpc;
 use crate::shared::{AppShared, InitPhase, InitState};
 pub use crate::shared::{StopHandle, StopReason};
+use crate::subsystem::{create_subsystems, fini_subsystems, Running, SubsystemCtx, SubsystemDef};
 
 /// A bdev module as the app links it: its name, how to add it to the bdev
 /// layer, and how to register its RPC methods.
@@ -49,6 +50,10 @@ pub struct AppOptions {
     /// start so that they answer from the first request on (bdevperf's
     /// `perform_tests`); the app adds its methods to it. `None`: a new one.
     pub registry: Option<MethodRegistry>,
+    /// Framework subsystems above the bdev layer the app links (bdev_tgt:
+    /// nvmf), each named in [`crate::SUBSYSTEMS`]; initialised in that
+    /// table's order after `bdev`, finished in reverse.
+    pub subsystems: Vec<SubsystemDef>,
     /// A reactor that panics ends the process with status
     /// [`crate::REACTOR_PANIC_EXIT`] after the panic message (default).
     /// Embedders that catch reactor deaths themselves turn it off.
@@ -63,6 +68,7 @@ impl Default for AppOptions {
             shutdown_timeout: Duration::from_secs(30),
             app_thread_name: "app_thread".into(),
             registry: None,
+            subsystems: Vec::new(),
             exit_on_reactor_panic: true,
         }
     }
@@ -151,6 +157,20 @@ impl App {
         for m in modules {
             (m.register)(&mgr);
         }
+        let rt_handle = runtime.handle();
+        let ctx = SubsystemCtx {
+            registry: &registry,
+            mgr: &mgr,
+            runtime: &rt_handle,
+        };
+        let subsystems = create_subsystems(&opts.subsystems, &ctx)?;
+        let mut load_opts = LoadOptions {
+            ignore_errors: args.json_ignore_init_errors,
+            ..LoadOptions::default()
+        };
+        load_opts
+            .subsystems
+            .extend(subsystems.iter().map(|r| r.info.name.to_string()));
         let stop = StopHandle::new();
         let shared = Arc::new(AppShared {
             mgr: mgr.clone(),
@@ -163,14 +183,12 @@ impl App {
             }),
             init_cv: Condvar::new(),
             config,
-            load_opts: LoadOptions {
-                ignore_errors: args.json_ignore_init_errors,
-                ..LoadOptions::default()
-            },
+            load_opts,
             rpc_installed: AtomicBool::new(false),
             rpc_paused: AtomicBool::new(true),
             rpc_closing: AtomicBool::new(false),
             rpc_closed: Mutex::new(None),
+            subsystems,
         });
         let mut app = App {
             shared: Arc::clone(&shared),
@@ -506,18 +524,9 @@ fn teardown(shared: &Arc<AppShared>, tx: mpsc::Sender<()>) {
     let after_rpc = move || {
         let waiters = std::mem::take(&mut sh.init.lock().waiters);
         drop(waiters);
-        let mgr = sh.mgr.clone();
-        let phase = sh.init_phase();
-        let count = mgr.bdevs().len();
-        tracing::info!(bdevs = count, "unregistering bdevs");
-        mgr.clone().unregister_all(move || {
-            if phase != InitPhase::NotStarted {
-                for m in mgr.modules() {
-                    m.fini(&mgr);
-                }
-            }
-            let _ = tx.send(());
-        });
+        let subsystems: Vec<Running> = sh.subsystems.iter().rev().cloned().collect();
+        let thread = Thread::current().map(|t| t.handle());
+        fini_subsystems(subsystems, thread, move || unregister_bdevs(&sh, tx));
     };
     if shared.rpc_installed.load(Ordering::Acquire) {
         *shared.rpc_closed.lock() = Some(Box::new(after_rpc));
@@ -525,4 +534,21 @@ fn teardown(shared: &Arc<AppShared>, tx: mpsc::Sender<()>) {
     } else {
         after_rpc();
     }
+}
+
+/// Unregisters every bdev (top of each stack first), runs module `fini`,
+/// then signals `tx`.
+fn unregister_bdevs(sh: &Arc<AppShared>, tx: mpsc::Sender<()>) {
+    let mgr = sh.mgr.clone();
+    let phase = sh.init_phase();
+    let count = mgr.bdevs().len();
+    tracing::info!(bdevs = count, "unregistering bdevs");
+    mgr.clone().unregister_all(move || {
+        if phase != InitPhase::NotStarted {
+            for m in mgr.modules() {
+                m.fini(&mgr);
+            }
+        }
+        let _ = tx.send(());
+    });
 }

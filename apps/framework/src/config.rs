@@ -291,6 +291,7 @@ pub struct LoadOptions {
     /// Log error answers and carry on (`--json-ignore-init-errors`).
     pub ignore_errors: bool,
     /// Subsystems this application has; others are skipped with a notice.
+    /// Default: `bdev`, the framework's own (an app adds those it links).
     pub subsystems: Vec<String>,
 }
 
@@ -298,10 +299,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             ignore_errors: false,
-            subsystems: crate::SUBSYSTEMS
-                .iter()
-                .map(|s| s.name.to_string())
-                .collect(),
+            subsystems: vec![crate::BDEV_SUBSYSTEM.to_string()],
         }
     }
 }
@@ -524,10 +522,15 @@ impl Walk {
 /// arrays (`framework_get_config` with `with_batches: true`).
 #[must_use]
 pub fn batch_entries(entries: Vec<Value>) -> Vec<Value> {
-    const BATCHED: [&str; 3] = [
+    const BATCHED: [&str; 8] = [
         "bdev_malloc_create",
         "bdev_null_create",
         "bdev_nvme_attach_controller",
+        "nvmf_create_subsystem",
+        "nvmf_subsystem_add_host",
+        "nvmf_subsystem_add_ns",
+        "nvmf_ns_add_host",
+        "nvmf_subsystem_add_listener",
     ];
     let method = |v: &Value| v.get("method").and_then(Value::as_str).map(str::to_owned);
     let mut out: Vec<Value> = Vec::new();

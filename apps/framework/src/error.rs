@@ -88,6 +88,27 @@ pub enum Error {
     /// A bdev module failed to initialise.
     #[error("framework initialization failed")]
     Init(#[source] bdevkit::Error),
+    /// A framework subsystem (nvmf) failed to start or initialise.
+    #[error("subsystem {name} failed to initialize")]
+    InitSubsystem {
+        /// The subsystem.
+        name: String,
+        /// Why.
+        #[source]
+        source: bdevkit::error::BoxError,
+    },
+    /// An app links a subsystem that [`crate::SUBSYSTEMS`] does not list
+    /// (or `bdev`, or one twice).
+    #[error("subsystem {0} is not one the framework lists (or it is linked twice)")]
+    UnknownSubsystem(String),
+    /// An app links a subsystem without one it depends on.
+    #[error("subsystem {name} depends on {missing}, which the app does not link")]
+    SubsystemDependency {
+        /// The subsystem.
+        name: String,
+        /// The dependency the app lacks.
+        missing: String,
+    },
     /// `framework_start_init` while initialisation runs or ran already.
     #[error("framework initialization already started")]
     InitAgain,
@@ -124,6 +145,8 @@ impl Error {
             Error::ConfigMethodNotFound { .. } => ENOENT,
             Error::ConfigTooLarge { .. } => EFBIG,
             Error::InitAgain => EALREADY,
+            Error::InitSubsystem { .. } => EIO,
+            Error::UnknownSubsystem(_) | Error::SubsystemDependency { .. } => EINVAL,
             Error::RpcSocketInUse { .. } => EADDRINUSE,
             Error::AppThreadGone | Error::Stopped => ESHUTDOWN,
             Error::WouldDeadlock => EPERM,

@@ -59,6 +59,7 @@ pub mod logging;
 mod panic;
 pub mod rpc;
 mod shared;
+mod subsystem;
 
 pub use app::{App, AppOptions, ModuleDef, StopHandle, StopReason};
 pub use args::{parse_size, CommonArgs};
@@ -67,6 +68,7 @@ pub use bdevkit_jsonrpc::ErrorChain;
 pub use config::{load_config, JsonConfig, LoadOptions};
 pub use error::{Error, Result};
 pub use panic::REACTOR_PANIC_EXIT;
+pub use subsystem::{AppSubsystem, SubsystemCtx, SubsystemDef};
 
 /// `bdev_tgt`'s default RPC socket.
 pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";
@@ -82,24 +84,29 @@ pub struct Subsystem {
     pub depends_on: &'static [&'static str],
 }
 
-/// The subsystems this framework has, in initialisation order (each after
-/// those it depends on): what `framework_get_subsystems` answers, which
-/// subsystems `framework_get_config` knows, and which config file entries
-/// are replayed (entries of other subsystems are skipped with a notice).
-/// A new subsystem is one line here, e.g. `Subsystem { name: "nvmf",
-/// depends_on: &["bdev"] }` after `bdev`; until its config writer exists,
-/// `framework_get_config` answers `null` for it, as SPDK does for a
-/// subsystem without one.
-pub const SUBSYSTEMS: &[Subsystem] = &[Subsystem {
-    name: "bdev",
-    depends_on: &[],
-}];
+/// The framework's own subsystem, which every app has.
+pub const BDEV_SUBSYSTEM: &str = "bdev";
 
-/// Whether [`SUBSYSTEMS`] has `name`.
-#[must_use]
-pub(crate) fn has_subsystem(name: &str) -> bool {
-    SUBSYSTEMS.iter().any(|s| s.name == name)
-}
+/// The subsystems this framework knows, in initialisation order (each
+/// after those it depends on). `bdev` is the framework's own; an app links
+/// each other one with a [`SubsystemDef`] of that name in
+/// [`AppOptions::subsystems`] (bdev_tgt links `nvmf`, bdevperf none). For
+/// the subsystems an app has, in this order, `framework_get_subsystems`
+/// lists them with these dependencies, `framework_get_config` answers their
+/// config (`null` for one without a config writer, as SPDK), and config
+/// file entries are replayed; entries of the others are skipped with a
+/// notice, so a bdev_tgt config loads into bdevperf. A new subsystem is one
+/// line here plus its [`SubsystemDef`].
+pub const SUBSYSTEMS: &[Subsystem] = &[
+    Subsystem {
+        name: BDEV_SUBSYSTEM,
+        depends_on: &[],
+    },
+    Subsystem {
+        name: "nvmf",
+        depends_on: &[BDEV_SUBSYSTEM],
+    },
+];
 
 /// The bdev modules an app links by default, in registration order. Add a
 /// new module here (one line) once its crate exists.
@@ -179,6 +186,6 @@ mod tests {
                 );
             }
         }
-        assert_eq!(SUBSYSTEMS[0].name, "bdev");
+        assert_eq!(SUBSYSTEMS[0].name, super::BDEV_SUBSYSTEM);
     }
 }

@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::config::{load_config, JsonConfig, LoadOptions};
 use crate::error::{Error, Result};
+use crate::subsystem::Running;
 
 /// Why an app stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +135,9 @@ pub(crate) struct AppShared {
     pub(crate) rpc_paused: AtomicBool,
     pub(crate) rpc_closing: AtomicBool,
     pub(crate) rpc_closed: Mutex<Option<Callback>>,
+    /// The framework subsystems above bdev the app links, in
+    /// initialisation order.
+    pub(crate) subsystems: Vec<Running>,
 }
 
 impl AppShared {
@@ -154,7 +158,8 @@ impl AppShared {
     }
 
     /// Initialises the framework (SPDK's subsystem init) on the app thread:
-    /// pauses the RPC server, runs every module's init, switches to RUNTIME,
+    /// pauses the RPC server, runs every module's init, then the linked
+    /// subsystems' init (in order), switches to RUNTIME,
     /// replays the RUNTIME part of the `--json` config, resumes the server,
     /// then calls `done` on the app thread.
     pub(crate) fn start_init(self: &Arc<Self>, done: impl FnOnce(Result<()>) + Send + 'static) {
@@ -198,6 +203,14 @@ impl AppShared {
         if let Err(e) = self.mgr.init_modules() {
             return finish(Err(Error::Init(e)));
         }
+        for r in &self.subsystems {
+            if let Err(source) = r.sub.init() {
+                return finish(Err(Error::InitSubsystem {
+                    name: r.info.name.to_string(),
+                    source,
+                }));
+            }
+        }
         self.registry.set_state(RUNTIME);
         match &self.config {
             Some(cfg) => load_config(
@@ -208,6 +221,11 @@ impl AppShared {
             ),
             None => finish(Ok(())),
         }
+    }
+
+    /// The linked subsystem named `name` (not `bdev`).
+    pub(crate) fn linked(&self, name: &str) -> Option<&Running> {
+        self.subsystems.iter().find(|r| r.info.name == name)
     }
 
     pub(crate) fn init_phase(&self) -> InitPhase {

@@ -8,7 +8,10 @@
 
 use std::time::{Duration, Instant};
 
-use nvme_spec::{Cqe, Sqe, Status};
+use nvme_spec::fabrics::{PropertyGet, PropertySet};
+use nvme_spec::opcode::FABRICS_OPCODE;
+use nvme_spec::regs::property_size;
+use nvme_spec::{Command, Cqe, Sqe, Status};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -38,15 +41,49 @@ impl Request for AdminReq {
     fn segment(&self, _d: Data, _i: usize) -> (usize, usize) {
         self.buf.as_ref().map_or((0, 0), |(m, l)| (m.vaddr(), *l))
     }
-    // Admin data lives in DMA memory the transport reaches: never bounced.
-    fn for_each_segment(&self, _d: Data, _f: &mut dyn FnMut(&[u8])) {}
-    fn for_each_segment_mut(&mut self, _d: Data, _f: &mut dyn FnMut(&mut [u8])) -> bool {
-        false
+    // PCIe reaches admin data where it lies (never bounced); a fabrics
+    // transport copies it, through the stack a page at a time.
+    fn for_each_segment(&self, _d: Data, f: &mut dyn FnMut(&[u8])) {
+        let Some((m, len)) = &self.buf else { return };
+        let mut chunk = [0u8; 4096];
+        let mut at = 0;
+        while at < *len {
+            let k = (*len - at).min(chunk.len());
+            m.read_bytes(at, &mut chunk[..k]);
+            f(&chunk[..k]);
+            at += k;
+        }
+    }
+    fn for_each_segment_mut(&mut self, _d: Data, f: &mut dyn FnMut(&mut [u8])) -> bool {
+        let Some((m, len)) = &self.buf else {
+            return false;
+        };
+        let mut chunk = [0u8; 4096];
+        let mut at = 0;
+        while at < *len {
+            let k = (*len - at).min(chunk.len());
+            f(&mut chunk[..k]);
+            m.write_bytes(at, &chunk[..k]);
+            at += k;
+        }
+        true
+    }
+}
+
+fn command_ok(c: &Cqe) -> Result<()> {
+    let status = c.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(Error::Command {
+            opcode: FABRICS_OPCODE,
+            status,
+        })
     }
 }
 
 /// A finished synchronous command: id, status, dword 0, data buffer.
-type SyncDone = (u64, Status, u32, Option<DmaMem>);
+type SyncDone = (u64, Status, (u32, u32), Option<DmaMem>);
 
 struct Admin<Q: QueueTransport> {
     qp: Qpair<Q, AdminReq>,
@@ -94,7 +131,7 @@ fn stash_sync<Q: QueueTransport>(a: &mut Admin<Q>, done: &mut Vec<Completion<Adm
         if let AdminKind::Sync(id) = done[i].ctx.kind {
             let c = done.swap_remove(i);
             a.done_sync
-                .push((id, c.status, c.dw0, c.ctx.buf.map(|b| b.0)));
+                .push((id, c.status, (c.dw0, c.dw1), c.ctx.buf.map(|b| b.0)));
         } else {
             i += 1;
         }
@@ -129,6 +166,40 @@ impl<Q: QueueTransport> AdminQueue<Q> {
             a.qp.set_connected(false);
         }
         deliver(&mut failed);
+    }
+
+    /// Whether the queue is installed, connected and its transport alive
+    /// (`true` while another thread holds it: it is in use).
+    pub(crate) fn alive(&self) -> bool {
+        match self.inner.try_lock() {
+            Some(g) => g
+                .as_ref()
+                .is_some_and(|a| a.qp.is_connected() && a.qp.transport().is_alive()),
+            None => true,
+        }
+    }
+
+    /// Fabrics: reads property `off` (Property Get), waiting up to `timeout`.
+    pub(crate) fn property_get(&self, off: u32, timeout: Duration) -> Result<u64> {
+        let size =
+            property_size(off).ok_or_else(|| Error::InvalidArg(format!("property {off:#x}")))?;
+        let (c, _) = self.exec(
+            PropertyGet::new(size, off).to_sqe(0),
+            None,
+            timeout,
+            &|| Ok(()),
+        )?;
+        command_ok(&c)?;
+        Ok(c.dw01())
+    }
+
+    /// Fabrics: writes property `off` (Property Set), waiting up to `timeout`.
+    pub(crate) fn property_set(&self, off: u32, v: u64, timeout: Duration) -> Result<()> {
+        let size =
+            property_size(off).ok_or_else(|| Error::InvalidArg(format!("property {off:#x}")))?;
+        let sqe = PropertySet::new(size, off, v).to_sqe(0);
+        let (c, _) = self.exec(sqe, None, timeout, &|| Ok(()))?;
+        command_ok(&c)
     }
 
     /// Sends a command; `cb` gets its completion from [`AdminQueue::poll`]
@@ -216,9 +287,10 @@ impl<Q: QueueTransport> AdminQueue<Q> {
                 return Err(Error::Busy);
             }
             deliver(&mut done);
-            if let Some((_, status, dw0, buf)) = mine {
+            if let Some((_, status, (dw0, dw1), buf)) = mine {
                 let mut c = Cqe::new(0, status, dw0);
                 c.set_status(status);
+                c.dw1.set(dw1);
                 return Ok((c, buf));
             }
             spins += 1;

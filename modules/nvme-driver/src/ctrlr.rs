@@ -164,7 +164,20 @@ impl<T: Transport> Controller<T> {
     /// Identify, queue count, namespaces, asynchronous events. Blocks:
     /// call on a helper thread.
     pub fn attach(t: T, opts: ControllerOptions) -> Result<Arc<Self>> {
-        let cap = Cap(t.read_reg64(offset::CAP)?);
+        let admin = AdminQueue::new();
+        let fabrics = t.is_fabrics();
+        let (cap, vs) = if fabrics {
+            // The admin queue comes first: registers are properties on it.
+            admin.install(t.admin_queue(opts.admin_entries)?);
+            let cap = admin.property_get(offset::CAP, opts.admin_timeout)?;
+            let vs = admin.property_get(offset::VS, opts.admin_timeout)?;
+            (Cap(cap), Vs(u32::try_from(vs & 0xffff_ffff).unwrap_or(0)))
+        } else {
+            (
+                Cap(t.read_reg64(offset::CAP)?),
+                Vs(t.read_reg32(offset::VS)?),
+            )
+        };
         if cap.0 == u64::MAX {
             return Err(Error::Removed);
         }
@@ -177,13 +190,12 @@ impl<T: Transport> Controller<T> {
                 cap.min_page_size()
             )));
         }
-        let vs = Vs(t.read_reg32(offset::VS)?);
         let c = Arc::new_cyclic(|me| Controller {
             t,
             opts,
             cap,
             vs,
-            admin: AdminQueue::new(),
+            admin,
             info: RwLock::new(Info::default()),
             state: AtomicU8::new(State::Resetting as u8),
             io_queues: Mutex::new(Vec::new()),
@@ -191,10 +203,37 @@ impl<T: Transport> Controller<T> {
             me: me.clone(),
             aer_armed: AtomicBool::new(false),
         });
-        c.disable()?;
+        // A new fabrics association starts disabled.
+        if !fabrics {
+            c.disable()?;
+        }
         c.enable()?;
-        tracing::info!(traddr = c.t.traddr(), "NVMe controller attached");
+        tracing::info!(
+            trtype = c.t.trtype(),
+            traddr = c.t.traddr(),
+            "NVMe controller attached"
+        );
         Ok(c)
+    }
+
+    /// Reads a 32-bit register (a property on fabrics).
+    fn reg32(&self, off: u32) -> Result<u32> {
+        if self.t.is_fabrics() {
+            let v = self.admin.property_get(off, self.opts.admin_timeout)?;
+            Ok(u32::try_from(v & 0xffff_ffff).unwrap_or(0))
+        } else {
+            self.t.read_reg32(off)
+        }
+    }
+
+    /// Writes a 32-bit register (a property on fabrics).
+    fn set_reg32(&self, off: u32, v: u32) -> Result<()> {
+        if self.t.is_fabrics() {
+            self.admin
+                .property_set(off, u64::from(v), self.opts.admin_timeout)
+        } else {
+            self.t.write_reg32(off, v)
+        }
     }
 
     /// The transport.
@@ -268,7 +307,16 @@ impl<T: Transport> Controller<T> {
     }
 
     /// Reads CSTS: removed, fatal or fine.
+    /// On fabrics no property is read (that is a round trip): a lost
+    /// admin connection is fatal (a reset connects again).
     pub fn health(&self) -> Health {
+        if self.t.is_fabrics() {
+            return if self.admin.alive() {
+                Health::Ok
+            } else {
+                Health::Fatal
+            };
+        }
         match self.t.read_reg32(offset::CSTS).map(Csts) {
             Ok(c) if c.is_all_ones() => Health::Removed,
             Ok(c) if c.cfs() => Health::Fatal,
@@ -281,7 +329,7 @@ impl<T: Transport> Controller<T> {
         let limit = Duration::from_millis(u64::from(self.cap.timeout_ms().max(500)));
         let start = Instant::now();
         loop {
-            let csts = Csts(self.t.read_reg32(offset::CSTS)?);
+            let csts = Csts(self.reg32(offset::CSTS)?);
             if csts.is_all_ones() {
                 return Err(Error::Removed);
             }
@@ -304,18 +352,31 @@ impl<T: Transport> Controller<T> {
     /// commands complete with "aborted, SQ deletion". Blocks.
     pub fn disable(&self) -> Result<()> {
         self.aer_armed.store(false, Ordering::Release);
-        let cc = Cc(self.t.read_reg32(offset::CC)?);
+        if self.t.is_fabrics() {
+            // Best effort: a lost connection ends the association anyway,
+            // and dropping the admin queue (below) closes it.
+            if let Err(e) = self.clear_enable() {
+                tracing::debug!(error = %e, "fabrics controller not disabled cleanly");
+            }
+        } else {
+            self.clear_enable()?;
+        }
+        self.admin.abort_all();
+        Ok(())
+    }
+
+    fn clear_enable(&self) -> Result<()> {
+        let cc = Cc(self.reg32(offset::CC)?);
         if cc.0 == u32::MAX {
             return Err(Error::Removed);
         }
-        let csts = Csts(self.t.read_reg32(offset::CSTS)?);
+        let csts = Csts(self.reg32(offset::CSTS)?);
         if cc.en() {
-            self.t.write_reg32(offset::CC, cc.with_en(false).0)?;
+            self.set_reg32(offset::CC, cc.with_en(false).0)?;
         }
         if cc.en() || csts.rdy() {
             self.wait_ready(false, "CSTS.RDY = 0")?;
         }
-        self.admin.abort_all();
         Ok(())
     }
 
@@ -325,9 +386,11 @@ impl<T: Transport> Controller<T> {
     /// their queues. Blocks.
     pub fn enable(&self) -> Result<()> {
         self.set_state(State::Resetting);
-        let q = self.t.admin_queue(self.opts.admin_entries)?;
-        self.admin.install(q);
-        self.t.write_reg32(offset::CC, Cc::enabled(0).0)?;
+        if !(self.t.is_fabrics() && self.admin.alive()) {
+            let q = self.t.admin_queue(self.opts.admin_entries)?;
+            self.admin.install(q);
+        }
+        self.set_reg32(offset::CC, Cc::enabled(0).0)?;
         self.wait_ready(true, "CSTS.RDY = 1")?;
         self.init()?;
         self.set_state(State::Enabled);
@@ -340,6 +403,7 @@ impl<T: Transport> Controller<T> {
             .map(Box::new)
             .map_err(|_| Error::Unsupported("short Identify data".into()))?;
         self.t.set_sgl_support(ctrlr.sgl_support());
+        self.t.set_controller_data(&ctrlr);
         let nn = ctrlr.nn.get();
         let aerl = ctrlr.aerl;
         self.info.write().ctrlr = Some(ctrlr);
@@ -557,17 +621,16 @@ impl<T: Transport> Controller<T> {
     /// then disable. Blocks.
     pub fn shutdown(&self) -> Result<()> {
         self.aer_armed.store(false, Ordering::Release);
-        let cc = Cc(self.t.read_reg32(offset::CC)?);
+        let cc = Cc(self.reg32(offset::CC)?);
         if cc.0 == u32::MAX {
             return Err(Error::Removed);
         }
         if cc.en() {
-            self.t
-                .write_reg32(offset::CC, cc.with_shn(Cc::SHN_NORMAL).0)?;
+            self.set_reg32(offset::CC, cc.with_shn(Cc::SHN_NORMAL).0)?;
             let start = Instant::now();
             let limit = Duration::from_millis(u64::from(self.cap.timeout_ms().max(500)));
             loop {
-                let csts = Csts(self.t.read_reg32(offset::CSTS)?);
+                let csts = Csts(self.reg32(offset::CSTS)?);
                 if csts.is_all_ones() {
                     return Err(Error::Removed);
                 }

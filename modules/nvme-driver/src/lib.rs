@@ -13,7 +13,10 @@
 //!            (UUID / NGUID / EUI-64)
 //! qpair      Qpair<Q, C>: slots (CID = slot index), completions, timeouts
 //!            by ageing, fused pairs; one per thread, no locks
-//! transport  Transport / QueueTransport: the seam (PCIe now, TCP next)
+//! transport  Transport / QueueTransport: the seam
+//! any        AnyTransport: PCIe or TCP behind one type
+//! tcp        TcpTransport: NVMe/TCP connections per queue, properties,
+//!            in-capsule / R2T writes, C2H reads, digests
 //! pcie       PcieTransport: SQ/CQ rings, phase tags, doorbells, PRP/SGL per
 //!            slot, bounce buffers; over any PciFunction
 //! bus        PciFunction: registers, doorbells, DMA memory
@@ -51,6 +54,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+pub mod any;
 pub mod bus;
 pub mod ctrlr;
 pub mod emu;
@@ -60,12 +64,15 @@ pub mod pcie;
 pub mod prp;
 pub mod qpair;
 pub mod sys;
+pub mod tcp;
 pub mod transport;
 pub mod vfio;
 
+pub use any::{AnyQueue, AnyTransport};
 pub use ctrlr::{Controller, ControllerOptions, Health, State};
 pub use error::{Error, Result};
 pub use ns::{Namespace, NsIds};
 pub use pcie::PcieTransport;
 pub use qpair::{Completion, Qpair};
+pub use tcp::{TcpOptions, TcpTransport};
 pub use transport::{Data, Dir, QueueTransport, Request, SubmitError, Transport};

@@ -53,6 +53,8 @@ pub struct Completion<C> {
     pub status: Status,
     /// Completion dword 0.
     pub dw0: u32,
+    /// Completion dword 1 (the upper half of an 8-byte Property Get).
+    pub dw1: u32,
 }
 
 /// One queue pair.
@@ -262,12 +264,13 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         let n = self.q.reap(&mut self.cqes);
         for i in 0..n {
             let c = self.cqes[i];
-            self.finish(c.cid.get(), c.status(), c.dw0.get(), out);
+            self.finish(c.cid.get(), c.status(), (c.dw0.get(), c.dw1.get()), out);
         }
         n
     }
 
-    fn finish(&mut self, slot: u16, status: Status, dw0: u32, out: &mut Vec<Completion<C>>) {
+    fn finish(&mut self, slot: u16, status: Status, dw: (u32, u32), out: &mut Vec<Completion<C>>) {
+        let (dw0, dw1) = dw;
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             tracing::warn!(cid = slot, "completion for an unknown command identifier");
             return;
@@ -285,7 +288,12 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.free.push(slot);
         self.outstanding -= 1;
         match (ctx, peer) {
-            (Some(ctx), NONE) => out.push(Completion { ctx, status, dw0 }),
+            (Some(ctx), NONE) => out.push(Completion {
+                ctx,
+                status,
+                dw0,
+                dw1,
+            }),
             (None, NONE) => {}
             (None, second) => {
                 // The first of a fused pair.
@@ -304,6 +312,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                             ctx,
                             status: st,
                             dw0: dw,
+                            dw1: 0,
                         });
                     }
                     None => p.first = Some(status),
@@ -332,6 +341,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     ctx,
                     status: st,
                     dw0,
+                    dw1,
                 });
             }
         }
@@ -389,6 +399,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     ctx,
                     status,
                     dw0: 0,
+                    dw1: 0,
                 });
             }
         }

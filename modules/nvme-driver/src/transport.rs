@@ -4,6 +4,7 @@
 //! here too: registers become Property Get/Set, a queue becomes a
 //! connection, data pointers become in-capsule data or R2T transfers.
 //! Nothing above this file knows what a doorbell or a PRP is.
+//! [`crate::tcp::TcpTransport`] is the second.
 
 use std::fmt;
 
@@ -105,6 +106,12 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// Forgets every queued and in-flight command (the controller dropped
     /// them: disabled or gone) and starts empty.
     fn clear(&mut self);
+
+    /// Whether the queue still reaches the controller (a fabrics
+    /// connection can drop; the owner then resets the controller).
+    fn is_alive(&self) -> bool {
+        true
+    }
 }
 
 /// Executes admin commands synchronously for a transport that needs them
@@ -169,6 +176,18 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// Tells the transport how the controller supports SGLs (from
     /// Identify Controller), before I/O queues are made.
     fn set_sgl_support(&self, sgl: nvme_spec::identify::SglSupport);
+
+    /// Whether this is a fabrics transport: registers are properties
+    /// (Property Get/Set on the admin queue, which the controller sends;
+    /// the `*_reg*` methods are not used), the admin queue exists before
+    /// any register is read, and a reset builds every queue again.
+    fn is_fabrics(&self) -> bool {
+        false
+    }
+
+    /// Tells the transport the controller's Identify data (fabrics: the
+    /// in-capsule data size of I/O queues), before I/O queues are made.
+    fn set_controller_data(&self, _id: &nvme_spec::identify::IdentifyController) {}
 
     /// PCI vendor id, when the transport knows one.
     fn vendor_id(&self) -> u16 {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, IoVec, ModuleIo, NvmeCmd};
 use bdevkit::thread::{IoDevice, Poller, PollerStatus, Thread};
-use nvme_driver::pcie::PcieQueue;
 use nvme_driver::{
-    Completion, Controller, Data, Dir, PcieTransport, Qpair, QueueTransport, Request, SubmitError,
+    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, Request,
+    SubmitError, Transport,
 };
 use nvme_spec::admin::Abort;
 use nvme_spec::io::{
@@ -48,7 +48,7 @@ pub(crate) trait ChannelOwner: Send + Sync + 'static {
 }
 
 /// The driver's controller, as the channels see it.
-pub(crate) type Driver = Arc<Controller<PcieTransport>>;
+pub(crate) type Driver = Arc<Controller<AnyTransport>>;
 
 /// The scratch word of a `BdevIo` holding its namespace id.
 const CTX_NSID: usize = 0;
@@ -92,7 +92,7 @@ impl Request for NvmeIo {
     }
 }
 
-type Qp = Qpair<PcieQueue, NvmeIo>;
+type Qp = Qpair<AnyQueue, NvmeIo>;
 
 pub(crate) struct ChInner {
     owner: Arc<dyn ChannelOwner>,
@@ -106,6 +106,11 @@ pub(crate) struct ChInner {
     paused: Cell<bool>,
     /// The controller is gone or failed: new I/O fails at once.
     dead: Cell<bool>,
+    /// This queue's connection dropped and a reset was asked for.
+    reset_asked: Cell<bool>,
+    /// The controller is lost past `fast_io_fail_timeout_sec`: I/O fails
+    /// instead of waiting for the reconnect.
+    failing: Cell<bool>,
     /// I/O handed to the admin queue or a reset, by id.
     parked: RefCell<HashMap<u64, BdevIo>>,
     next_park: Cell<u64>,
@@ -148,6 +153,8 @@ impl CtrlrChannel {
             waiting: RefCell::new(VecDeque::with_capacity(64)),
             paused: Cell::new(false),
             dead: Cell::new(false),
+            reset_asked: Cell::new(false),
+            failing: Cell::new(false),
             parked: RefCell::new(HashMap::new()),
             next_park: Cell::new(1),
             timed_out: RefCell::new(Vec::new()),
@@ -224,7 +231,11 @@ impl ChInner {
             return;
         }
         if self.paused.get() {
-            self.waiting.borrow_mut().push_back(io);
+            if self.failing.get() {
+                io.complete_deferred(IoStatus::Failed);
+            } else {
+                self.waiting.borrow_mut().push_back(io);
+            }
             return;
         }
         let t = io.io_type();
@@ -352,6 +363,16 @@ impl ChInner {
             };
             qp.flush();
             qp.process(&mut batch);
+            if !qp.transport().is_alive() && !self.reset_asked.get() && !self.dead.get() {
+                // A fabrics connection dropped: what was in flight came
+                // back in `batch` (retryable); a reset connects again.
+                tracing::warn!(
+                    ctrlr = self.owner.name(),
+                    "I/O queue connection lost: resetting"
+                );
+                self.reset_asked.set(true);
+                self.owner.start_reset(None);
+            }
             !batch.is_empty() || qp.outstanding() > 0
         };
         for c in batch.drain(..) {
@@ -414,7 +435,7 @@ impl ChInner {
         let sqe = Sqe::from_dwords(cdw);
         let len = io.iov_len();
         let buf = if len > 0 {
-            match self.driver.transport().function().alloc_dma(len) {
+            match self.driver.transport().alloc_buffer(len) {
                 Ok(m) => {
                     let mut tmp = vec![0u8; len];
                     io.copy_from_iovs(&mut tmp);
@@ -552,12 +573,24 @@ impl ChInner {
             Err("reset failed".into())
         };
         self.paused.set(false);
+        self.reset_asked.set(false);
+        self.failing.set(false);
         if let Err(e) = r {
             tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
             self.kill();
             return;
         }
         self.resubmit_waiting();
+    }
+
+    /// The controller is lost past `fast_io_fail_timeout_sec`: what waits
+    /// fails, and so does new I/O until the controller is back.
+    pub(crate) fn fail_fast(self: &Rc<Self>) {
+        self.failing.set(true);
+        let waiting: Vec<BdevIo> = self.waiting.borrow_mut().drain(..).collect();
+        for io in waiting {
+            io.complete(IoStatus::Failed);
+        }
     }
 
     /// The controller is gone: everything fails, now and later.

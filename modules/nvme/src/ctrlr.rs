@@ -13,13 +13,17 @@ use bdevkit::thread::{IoDevice, PollerStatus, Thread, ThreadHandle};
 use nvme_driver::bus::PciFunction;
 use nvme_driver::emu::EmuController;
 use nvme_driver::vfio::VfioFunction;
-use nvme_driver::{Controller, ControllerOptions, Health, Namespace, PcieTransport};
+use nvme_driver::{
+    AnyTransport, Controller, ControllerOptions, Health, Namespace, PcieTransport, TcpOptions,
+    TcpTransport, Transport,
+};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::bdev::{ns_uuid, NsOwner, NvmeBdev};
 use crate::channel::{ChannelOwner, CtrlrChannel, Driver, ResetDone};
 use crate::options::Applied;
+use crate::reconnect::{Reconnect, ReconnectState};
 use crate::reset::{self, ResetState, Resettable};
 use crate::{Error, Result, MODULE};
 
@@ -36,6 +40,7 @@ pub struct NvmeCtrlr {
     app: ThreadHandle,
     bdevs: Mutex<Vec<(u32, String)>>,
     reset: ResetState,
+    reconnect: ReconnectState,
     removed: AtomicBool,
     detached: AtomicBool,
     me: Weak<NvmeCtrlr>,
@@ -98,7 +103,8 @@ impl Registry {
                 "A controller named {name} already exists and multipath is disabled"
             )));
         }
-        if r.ctrlrs.iter().any(|c| c.traddr() == traddr) || r.pending.iter().any(|p| p.1 == traddr)
+        if r.ctrlrs.iter().any(|c| c.path_key() == traddr)
+            || r.pending.iter().any(|p| p.1 == traddr)
         {
             return Err(Error::Exists(format!("{traddr} is attached already")));
         }
@@ -155,6 +161,24 @@ impl Resettable for NvmeCtrlr {
     fn driver(&self) -> &Driver {
         &self.driver
     }
+    fn reconnect(&self) -> (&Reconnect, &ReconnectState) {
+        (&self.opts.reconnect, &self.reconnect)
+    }
+    fn after(&self, delay: Duration, f: Box<dyn FnOnce() + Send>) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
+        let mut f = Some(f);
+        let _ = self.app.send_msg(move || {
+            if let Ok(t) = Thread::try_current() {
+                t.register_poller("bdev_nvme_reconnect", us, move |p| {
+                    p.unregister();
+                    if let Some(f) = f.take() {
+                        f();
+                    }
+                    PollerStatus::Busy
+                });
+            }
+        });
+    }
 }
 
 impl NsOwner for NvmeCtrlr {
@@ -170,7 +194,7 @@ impl NvmeCtrlr {
     }
 
     /// The driver's controller.
-    pub fn driver(&self) -> &Arc<Controller<PcieTransport>> {
+    pub fn driver(&self) -> &Arc<Controller<AnyTransport>> {
         &self.driver
     }
 
@@ -185,9 +209,18 @@ impl NvmeCtrlr {
         &self.opts
     }
 
-    /// PCI address (or `emu:NAME`).
+    /// PCI address (or `emu:NAME`), or the IP address of a TCP controller.
     pub fn traddr(&self) -> &str {
-        self.driver.transport().function().address()
+        self.driver.transport().traddr()
+    }
+
+    /// What identifies its path for duplicate checks: the PCI address, or
+    /// `IP:port:subnqn` for TCP.
+    pub fn path_key(&self) -> String {
+        match self.driver.transport().tcp() {
+            Some(t) => tcp_key(t.options()),
+            None => self.traddr().to_string(),
+        }
     }
 
     /// Its bdevs' names.
@@ -196,7 +229,24 @@ impl NvmeCtrlr {
     }
 
     fn trid(&self) -> Value {
-        json!({"trtype": "PCIe", "traddr": self.traddr()})
+        match self.driver.transport().tcp() {
+            Some(t) => {
+                let o = t.options();
+                json!({
+                    "trtype": "TCP",
+                    "adrfam": if t.addr().is_ipv6() { "IPv6" } else { "IPv4" },
+                    "traddr": o.traddr,
+                    "trsvcid": o.trsvcid,
+                    "subnqn": o.subnqn,
+                })
+            }
+            None => json!({"trtype": "PCIe", "traddr": self.traddr()}),
+        }
+    }
+
+    fn host_json(&self) -> Value {
+        let nqn = self.driver.transport().tcp().map_or("", |t| t.hostnqn());
+        json!({"nqn": nqn, "addr": "", "svcid": "", "no_shn_notification": false})
     }
 
     /// `bdev_nvme_get_controllers` entry.
@@ -204,6 +254,11 @@ impl NvmeCtrlr {
         let state = if self.removed.load(Ordering::Acquire) || self.detached.load(Ordering::Acquire)
         {
             "deleting"
+        } else if self.reconnect.is_delayed() {
+            "reconnect_is_delayed"
+        } else if self.reset.running() {
+            // Until every channel has reconnected (SPDK's `resetting`).
+            "resetting"
         } else {
             self.driver.state().name()
         };
@@ -213,7 +268,7 @@ impl NvmeCtrlr {
                 "state": state,
                 "trid": self.trid(),
                 "cntlid": self.driver.identify().cntlid.get(),
-                "host": {"nqn": "", "addr": "", "svcid": "", "no_shn_notification": false},
+                "host": self.host_json(),
             }]
         })
     }
@@ -223,9 +278,7 @@ impl NvmeCtrlr {
         let id = self.driver.identify();
         let oacs = id.oacs.get();
         let vs = self.driver.version();
-        json!({
-            "nvme": [{
-                "pci_address": self.traddr(),
+        let mut nvme = json!({
                 "trid": self.trid(),
                 "ctrlr_data": {
                     "cntlid": id.cntlid.get(),
@@ -245,26 +298,35 @@ impl NvmeCtrlr {
                 },
                 "vs": {"nvme_version": format!("{}.{}", vs.major(), vs.minor())},
                 "ns_data": {"id": nsid, "can_share": can_share},
-            }],
-            "mp_policy": "active_passive",
-        })
+        });
+        if self.driver.transport().pcie().is_some() {
+            nvme["pci_address"] = json!(self.traddr());
+        }
+        json!({"nvme": [nvme], "mp_policy": "active_passive"})
     }
 
     /// The saved-config entry that attaches it again.
     pub fn config_json(&self) -> Value {
-        json!({
-            "method": "bdev_nvme_attach_controller",
-            "params": {
-                "name": self.name,
-                "trtype": "PCIe",
-                "traddr": self.traddr(),
-                "prchk_reftag": false,
-                "prchk_guard": false,
-                "ctrlr_loss_timeout_sec": 0,
-                "reconnect_delay_sec": 0,
-                "fast_io_fail_timeout_sec": 0,
-            }
-        })
+        let mut p = json!({
+            "name": self.name,
+            "trtype": self.driver.transport().trtype(),
+            "traddr": self.traddr(),
+            "prchk_reftag": false,
+            "prchk_guard": false,
+            "ctrlr_loss_timeout_sec": self.opts.reconnect.ctrlr_loss_timeout_sec,
+            "reconnect_delay_sec": self.opts.reconnect.reconnect_delay_sec,
+            "fast_io_fail_timeout_sec": self.opts.reconnect.fast_io_fail_timeout_sec,
+        });
+        if let Some(t) = self.driver.transport().tcp() {
+            let o = t.options();
+            p["adrfam"] = json!(if t.addr().is_ipv6() { "IPv6" } else { "IPv4" });
+            p["trsvcid"] = json!(o.trsvcid);
+            p["subnqn"] = json!(o.subnqn);
+            p["hostnqn"] = json!(t.hostnqn());
+            p["hdgst"] = json!(o.digests.header);
+            p["ddgst"] = json!(o.digests.data);
+        }
+        json!({"method": "bdev_nvme_attach_controller", "params": p})
     }
 
     /// Registers a bdev for each namespace that has none yet (on the app
@@ -323,7 +385,7 @@ impl NvmeCtrlr {
         if self.removed.swap(true, Ordering::AcqRel) {
             return;
         }
-        tracing::warn!(ctrlr = %self.name, "controller removed (registers read all ones)");
+        tracing::warn!(ctrlr = %self.name, "controller removed (gone, or its connection lost for good)");
         self.driver.set_state(nvme_driver::State::Removed);
         let me = Arc::clone(self);
         self.device.for_each_channel(
@@ -344,8 +406,17 @@ impl NvmeCtrlr {
         }
         match self.driver.poll_admin() {
             Health::Ok => {}
+            Health::Fatal
+                if self.driver.transport().is_fabrics()
+                    && self.driver.state() == nvme_driver::State::Failed
+                    && !self.reset.running() =>
+            {
+                // The connection is gone and reconnecting failed
+                // (ctrlr_loss_timeout_sec 0): the controller goes.
+                self.surprise_removed();
+            }
             Health::Fatal => {
-                if !self.reset.running() {
+                if !self.reset.running() && !self.reconnect.is_delayed() {
                     tracing::warn!(ctrlr = %self.name, "controller fatal status: resetting");
                     reset::start(self, None);
                 }
@@ -361,10 +432,29 @@ impl NvmeCtrlr {
 pub struct AttachArgs {
     /// Controller name (bdev prefix).
     pub name: String,
-    /// PCI address, or `emu:NAME` for an emulated controller.
+    /// PCI address, or `emu:NAME` for an emulated controller (TCP: the
+    /// IP address, as in `tcp`).
     pub traddr: String,
     /// I/O queues to ask for.
     pub num_io_queues: Option<u32>,
+    /// NVMe/TCP: where and how to connect (`None`: PCIe).
+    pub tcp: Option<TcpOptions>,
+    /// Reconnect knobs of this controller (`None`: the module options').
+    pub reconnect: Option<Reconnect>,
+}
+
+/// The duplicate-path key of a TCP controller.
+fn tcp_key(o: &TcpOptions) -> String {
+    format!("{}:{}:{}", o.traddr, o.trsvcid, o.subnqn)
+}
+
+impl AttachArgs {
+    fn path_key(&self) -> String {
+        match &self.tcp {
+            Some(o) => tcp_key(o),
+            None => self.traddr.clone(),
+        }
+    }
 }
 
 /// What an attach opens: a PCI function through VFIO, or an emulated
@@ -375,15 +465,25 @@ pub enum Target {
     Pci(String),
     /// An emulated controller.
     Emu(Arc<EmuController>),
+    /// An NVMe/TCP controller.
+    Tcp(TcpOptions),
 }
 
-/// A PCI function and, for an emulated one, its controller (kept alive).
-type Opened = (Arc<dyn PciFunction>, Option<Arc<EmuController>>);
+/// The transport to `target` and, for an emulated controller, the
+/// controller (kept alive).
+type Opened = (AnyTransport, Option<Arc<EmuController>>);
 
-fn open_function(target: Target) -> nvme_driver::Result<Opened> {
+fn open_transport(target: Target) -> nvme_driver::Result<Opened> {
     match target {
-        Target::Emu(e) => Ok((e.function() as Arc<dyn PciFunction>, Some(e))),
-        Target::Pci(bdf) => Ok((VfioFunction::open(&bdf)? as Arc<dyn PciFunction>, None)),
+        Target::Emu(e) => {
+            let f = e.function() as Arc<dyn PciFunction>;
+            Ok((AnyTransport::Pcie(PcieTransport::new(f)?), Some(e)))
+        }
+        Target::Pci(bdf) => {
+            let f = VfioFunction::open(&bdf)? as Arc<dyn PciFunction>;
+            Ok((AnyTransport::Pcie(PcieTransport::new(f)?), None))
+        }
+        Target::Tcp(o) => Ok((AnyTransport::Tcp(TcpTransport::new(o)?), None)),
     }
 }
 
@@ -404,7 +504,7 @@ pub fn attach(
         )));
         return;
     };
-    if let Err(e) = reg.reserve(&args.name, &args.traddr) {
+    if let Err(e) = reg.reserve(&args.name, &args.path_key()) {
         done(Err(e));
         return;
     }
@@ -416,8 +516,7 @@ pub fn attach(
     let spawned = std::thread::Builder::new()
         .name("nvme-attach".into())
         .spawn(move || {
-            let r = open_function(target).and_then(|(f, e)| {
-                let t = PcieTransport::new(f)?;
+            let r = open_transport(target).and_then(|(t, e)| {
                 let copts = ControllerOptions {
                     io_entries: applied.io_entries,
                     num_io_queues: args.num_io_queues.unwrap_or(64),
@@ -477,6 +576,7 @@ fn new_ctrlr(
             app,
             bdevs: Mutex::new(Vec::new()),
             reset: ResetState::default(),
+            reconnect: ReconnectState::default(),
             removed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             me: me.clone(),

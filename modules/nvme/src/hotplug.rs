@@ -75,6 +75,8 @@ impl Hotplug {
                     name,
                     traddr: bdf,
                     num_io_queues: None,
+                    tcp: None,
+                    reconnect: None,
                 },
                 Box::new(move |r| {
                     me.probing.lock().retain(|x| *x != b2);

@@ -31,6 +31,7 @@ pub mod emu;
 pub mod hotplug;
 mod module;
 pub mod options;
+mod reconnect;
 mod reset;
 pub mod rpc;
 
@@ -46,6 +47,7 @@ pub use module::{
     emu_start_inline, module, options, set_hotplug, set_options, NvmeModule,
 };
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
+pub use reconnect::Reconnect;
 pub use rpc::register_rpcs;
 
 /// Module name.

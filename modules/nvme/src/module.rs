@@ -66,7 +66,18 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
         Ok(m) => m,
         Err(e) => return done(Err(e)),
     };
-    let target = if args.traddr.starts_with("emu:") {
+    let mut applied = m.options.lock().applied();
+    if let Some(r) = args.reconnect {
+        if let Err(e) = r.validate() {
+            return done(Err(Error::InvalidArg(e)));
+        }
+        applied.reconnect = r;
+    }
+    let target = if let Some(o) = &args.tcp {
+        let mut o = o.clone();
+        o.keep_alive_timeout_ms = applied.keep_alive_timeout_ms;
+        Target::Tcp(o)
+    } else if args.traddr.starts_with("emu:") {
         match m.emus.lookup(&args.traddr) {
             Some(e) => Target::Emu(e),
             None => {
@@ -78,7 +89,6 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
     } else {
         Target::Pci(args.traddr.clone())
     };
-    let applied = m.options.lock().applied();
     ctrlr::attach(&m.ctrlrs, mgr, args, target, applied, done);
 }
 

@@ -9,6 +9,7 @@
 //! saved back unchanged. The values live in the module instance
 //! ([`crate::NvmeModule`]), one per bdev manager.
 
+use crate::reconnect::Reconnect;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -172,6 +173,8 @@ pub struct Applied {
     /// Derive a UUID from the serial number and namespace id for a
     /// namespace that reports no identifier.
     pub generate_uuids: bool,
+    /// Reconnecting a lost fabrics controller.
+    pub reconnect: Reconnect,
 }
 
 impl NvmeOptions {
@@ -183,7 +186,17 @@ impl NvmeOptions {
         if self.timeout_admin_us != 0 && self.timeout_admin_us < 1000 {
             return Err("timeout_admin_us must be 0 or at least 1000".into());
         }
-        Ok(())
+        self.reconnect().validate()
+    }
+
+    /// The reconnect knobs.
+    #[must_use]
+    pub fn reconnect(&self) -> Reconnect {
+        Reconnect {
+            ctrlr_loss_timeout_sec: self.ctrlr_loss_timeout_sec,
+            reconnect_delay_sec: self.reconnect_delay_sec,
+            fast_io_fail_timeout_sec: self.fast_io_fail_timeout_sec,
+        }
     }
 
     /// What a controller attached now applies.
@@ -203,6 +216,7 @@ impl NvmeOptions {
             enable_flush: self.enable_flush,
             keep_alive_timeout_ms: self.keep_alive_timeout_ms,
             generate_uuids: self.generate_uuids,
+            reconnect: self.reconnect(),
         }
     }
 }

@@ -19,6 +19,7 @@ use bdevkit::thread::ThreadHandle;
 use parking_lot::Mutex;
 
 use crate::channel::{ChannelOwner, Driver, ResetDone};
+use crate::reconnect::{AfterFailure, Reconnect, ReconnectState};
 
 /// A controller's reset bookkeeping.
 #[derive(Default)]
@@ -42,6 +43,10 @@ pub(crate) trait Resettable: ChannelOwner {
     fn app(&self) -> &ThreadHandle;
     /// The driver's controller.
     fn driver(&self) -> &Driver;
+    /// Its reconnect knobs and bookkeeping.
+    fn reconnect(&self) -> (&Reconnect, &ReconnectState);
+    /// Runs `f` on the app thread after `delay`.
+    fn after(&self, delay: std::time::Duration, f: Box<dyn FnOnce() + Send>);
 }
 
 /// Starts a reset of `c` (from any thread); `done` gets its outcome.
@@ -82,6 +87,7 @@ fn helper<C: Resettable>(
 
 fn run<C: Resettable>(c: Arc<C>) {
     tracing::info!(ctrlr = c.name(), "resetting controller");
+    c.reconnect().1.started();
     c.driver().set_state(nvme_driver::State::Resetting);
     let c2 = Arc::clone(&c);
     c.device().for_each_channel(
@@ -102,6 +108,12 @@ fn run<C: Resettable>(c: Arc<C>) {
                                     c.driver().enable().map_err(|e| e.to_string())
                                 },
                                 |c, r| {
+                                    if r.is_ok() {
+                                        c.reconnect().1.succeeded();
+                                    } else if retry_later(&c) {
+                                        finish(&*c, r);
+                                        return;
+                                    }
                                     if r.is_err() {
                                         c.driver().set_state(nvme_driver::State::Failed);
                                     }
@@ -119,6 +131,30 @@ fn run<C: Resettable>(c: Arc<C>) {
             );
         },
     );
+}
+
+/// A failed reset of a fabrics controller that may keep trying: the
+/// channels stay paused (I/O waits, or fails once past
+/// `fast_io_fail_timeout_sec`) and another reset starts after
+/// `reconnect_delay_sec`. False: give up.
+fn retry_later<C: Resettable>(c: &Arc<C>) -> bool {
+    let (policy, st) = c.reconnect();
+    let fabrics = nvme_driver::Transport::is_fabrics(c.driver().transport());
+    let AfterFailure::Retry { delay, fail_io } = st.failed(policy, fabrics) else {
+        return false;
+    };
+    tracing::warn!(
+        ctrlr = c.name(),
+        delay_s = delay.as_secs(),
+        "reconnect failed: trying again later"
+    );
+    if fail_io {
+        c.device()
+            .for_each_channel(|ch| ch.inner.fail_fast(), || {});
+    }
+    let c2 = Arc::clone(c);
+    c.after(delay, Box::new(move || start(&c2, None)));
+    true
 }
 
 fn finish<C: Resettable>(c: &C, r: Result<(), String>) {

@@ -11,6 +11,8 @@ use bdevkit::bdev::{BdevManager, IoStatus, NvmeCmd};
 use bdevkit::dma::DmaBuf;
 use bdevkit::thread::Thread;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME, STARTUP};
+use nvme_driver::{TcpOptions, Transport};
+use nvme_spec::tcp::Digests;
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Cqe, Sqe, Status};
 use serde::{Deserialize, Serialize};
@@ -19,6 +21,7 @@ use serde_json::{json, Value};
 use crate::ctrlr::{AttachArgs, NvmeCtrlr};
 pub use crate::emu::{EmuCreateParams, EmuNsParams};
 use crate::options::{HotplugParams, NvmeOptions};
+use crate::reconnect::Reconnect;
 use crate::Error;
 
 /// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
@@ -170,10 +173,43 @@ fn send_cmd_result(st: Status, dw0: u32, data: Option<&[u8]>) -> Value {
     out
 }
 
+/// The NVMe/TCP options of an attach (SPDK's checks: adrfam, NQNs).
+fn tcp_options(p: &AttachParams) -> Result<TcpOptions, RpcError> {
+    if let Some(a) = &p.adrfam {
+        if !a.eq_ignore_ascii_case("ipv4") && !a.eq_ignore_ascii_case("ipv6") {
+            return Err(RpcError::new(-22, format!("Failed to parse adrfam: {a}")));
+        }
+    }
+    let Some(subnqn) = p.subnqn.as_deref() else {
+        return Err(RpcError::new(-22, "subnqn is required for trtype TCP"));
+    };
+    for (what, n) in [("subnqn", Some(subnqn)), ("hostnqn", p.hostnqn.as_deref())] {
+        if let Some(n) = n {
+            if let Err(e) = nvme_spec::fabrics::validate_nqn(n) {
+                return Err(RpcError::new(-22, format!("Invalid {what} {n}: {e}")));
+            }
+        }
+    }
+    let svcid = p.trsvcid.as_deref().unwrap_or("4420");
+    if svcid.parse::<u16>().is_err() {
+        return Err(RpcError::new(-22, format!("Invalid trsvcid {svcid}")));
+    }
+    let mut o = TcpOptions::new(&p.traddr, svcid, subnqn);
+    o.hostnqn.clone_from(&p.hostnqn);
+    o.digests = Digests {
+        header: p.hdgst,
+        data: p.ddgst,
+    };
+    if let Some(us) = p.fabrics_connect_timeout_us.filter(|&us| us > 0) {
+        o.connect_timeout = std::time::Duration::from_micros(us);
+    }
+    Ok(o)
+}
+
 /// An admin command on the controller's admin queue.
 fn send_admin(c: &NvmeCtrlr, sqe: Sqe, h2c: bool, data: &[u8], len: usize, resp: Responder) {
     let buf = if len > 0 {
-        match c.driver().transport().function().alloc_dma(len) {
+        match c.driver().transport().alloc_buffer(len) {
             Ok(m) => {
                 m.write_bytes(0, data);
                 Some((m, len))
@@ -311,10 +347,17 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         "bdev_nvme_attach_controller",
         RUNTIME,
         move |p: AttachParams, resp| {
-            if !p.trtype.eq_ignore_ascii_case("pcie") {
+            let tcp = if p.trtype.eq_ignore_ascii_case("tcp") {
+                match tcp_options(&p) {
+                    Ok(o) => Some(o),
+                    Err(e) => return resp.err(e),
+                }
+            } else if p.trtype.eq_ignore_ascii_case("pcie") {
+                None
+            } else {
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
                 return;
-            }
+            };
             if p.max_bdevs == Some(0) {
                 resp.err(RpcError::new(-22, "max_bdevs cannot be zero"));
                 return;
@@ -325,10 +368,35 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     return;
                 }
             }
+            let reconnect = if p.ctrlr_loss_timeout_sec.is_some()
+                || p.reconnect_delay_sec.is_some()
+                || p.fast_io_fail_timeout_sec.is_some()
+            {
+                let d = crate::options(&m)
+                    .map(|o| o.reconnect())
+                    .unwrap_or_default();
+                let r = Reconnect {
+                    ctrlr_loss_timeout_sec: p
+                        .ctrlr_loss_timeout_sec
+                        .unwrap_or(d.ctrlr_loss_timeout_sec),
+                    reconnect_delay_sec: p.reconnect_delay_sec.unwrap_or(d.reconnect_delay_sec),
+                    fast_io_fail_timeout_sec: p
+                        .fast_io_fail_timeout_sec
+                        .unwrap_or(d.fast_io_fail_timeout_sec),
+                };
+                if let Err(e) = r.validate() {
+                    return resp.err(RpcError::new(-22, e));
+                }
+                Some(r)
+            } else {
+                None
+            };
             let args = AttachArgs {
                 name: p.name,
                 traddr: p.traddr,
                 num_io_queues: p.num_io_queues,
+                tcp,
+                reconnect,
             };
             crate::attach(
                 &m,

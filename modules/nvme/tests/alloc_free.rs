@@ -44,6 +44,8 @@ mod tests {
                 name: "Nvme0".into(),
                 traddr: "emu:emu".into(),
                 num_io_queues: None,
+                tcp: None,
+                reconnect: None,
             },
             Box::new(move |r| {
                 tx.send(r.map_err(|e| e.to_string())).unwrap();

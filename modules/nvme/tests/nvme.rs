@@ -296,10 +296,13 @@ mod tests {
             // The admin poller sees CFS and resets; I/O waits and goes on.
             let got = ch.read(8, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
             assert_eq!(&got[..], &expect[..]);
-            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "NvF"}))
-                .await
-                .unwrap();
-            assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            // "resetting" until every channel reconnected, then "enabled".
+            let ctrlr = bdevkit_nvme::controller(&mgr, "NvF").unwrap();
+            assert!(
+                wait_for(30, || ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled").await,
+                "the reset finished"
+            );
+            drop(ctrlr);
             drop(ch);
             drop(desc);
             detach(&reg, "NvF").await;

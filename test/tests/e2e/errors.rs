@@ -127,8 +127,8 @@ fn parameter_errors() {
         err(-32602, "Invalid arguments")
     );
     assert_eq!(
-        d.call("framework_get_config", Some(json!({"name": "nvmf"}))),
-        err(-32602, "Subsystem 'nvmf' not found")
+        d.call("framework_get_config", Some(json!({"name": "iscsi"}))),
+        err(-32602, "Subsystem 'iscsi' not found")
     );
     assert_eq!(
         d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGSEGV"}))),

@@ -175,7 +175,13 @@ fn create_get_resize_delete_and_field_types() {
     assert!(v["version"].as_str().unwrap().starts_with("SPDK v26.09"));
     assert_eq!(v["fields"]["major"], 26);
     let subs = rpc_ok(&exe, &d, &["framework_get_subsystems"]);
-    assert_eq!(subs, json!([{"subsystem": "bdev", "depends_on": []}]));
+    assert_eq!(
+        subs,
+        json!([
+            {"subsystem": "bdev", "depends_on": []},
+            {"subsystem": "nvmf", "depends_on": ["bdev"]}
+        ])
+    );
     let r = rpc_ok(&exe, &d, &["framework_get_reactors"]);
     assert!(r["tick_rate"].is_u64() && r["pid"].is_u64());
     assert_eq!(r["reactors"][0]["lcore"], 0);

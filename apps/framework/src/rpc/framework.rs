@@ -125,14 +125,20 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
         },
     )?;
 
-    reg.register("framework_get_subsystems", RUNTIME, |params, resp| {
+    let w = Arc::downgrade(shared);
+    reg.register("framework_get_subsystems", RUNTIME, move |params, resp| {
+        let Some((sh, resp)) = upgrade(&w, resp) else {
+            return;
+        };
         if has_params(params.as_ref()) {
             return resp.err(RpcError::invalid_params(
                 "'framework_get_subsystems' requires no arguments",
             ));
         }
+        // bdev, then what the app links, in the table's (initialisation) order.
         let list: Vec<Value> = crate::SUBSYSTEMS
             .iter()
+            .filter(|s| s.name == crate::BDEV_SUBSYSTEM || sh.linked(s.name).is_some())
             .map(|s| json!({"subsystem": s.name, "depends_on": s.depends_on}))
             .collect();
         resp.ok(Value::Array(list));
@@ -156,11 +162,24 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 };
                 resp.ok(Value::Array(entries));
             }
-            // A subsystem without a config writer (SPDK answers null).
-            known if crate::has_subsystem(known) => resp.ok(Value::Null),
-            other => resp.err(RpcError::invalid_params(format!(
-                "Subsystem '{other}' not found"
-            ))),
+            other => {
+                match sh.linked(other) {
+                    // A subsystem without a config writer answers null, as SPDK.
+                    Some(r) => {
+                        let entries = r.sub.config_json().map(|e| {
+                            if p.with_batches {
+                                batch_entries(e)
+                            } else {
+                                e
+                            }
+                        });
+                        resp.ok(entries.map_or(Value::Null, Value::Array));
+                    }
+                    None => resp.err(RpcError::invalid_params(format!(
+                        "Subsystem '{other}' not found"
+                    ))),
+                }
+            }
         }
     })?;
 

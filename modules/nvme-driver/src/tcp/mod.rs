@@ -1,0 +1,272 @@
+//! The NVMe/TCP transport (NVMe over Fabrics on TCP): every queue is a
+//! TCP connection (ICReq/ICResp, then a Fabrics Connect); the controller's
+//! registers are properties, read and written with Property Get/Set on
+//! the admin queue ([`Transport::is_fabrics`]: the controller code routes
+//! them there); the controller needs Keep Alive.
+//!
+//! A controller reset drops every connection and makes new ones (a new
+//! association, as a Linux or SPDK host does): the admin queue is built
+//! again by [`Transport::admin_queue`], each I/O queue by
+//! [`Transport::reconnect_io_queue`].
+
+mod queue;
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nvme_spec::fabrics::{
+    uuid_nqn, Connect, ConnectData, ConnectResponse, ADMIN_QID, CNTLID_DYNAMIC,
+};
+use nvme_spec::identify::{IdentifyController, SglSupport};
+use nvme_spec::tcp::Digests;
+use nvme_spec::zerocopy::IntoBytes;
+use nvme_spec::Command;
+
+pub use self::queue::TcpQueue;
+use crate::error::{Error, Result};
+use crate::sys::DmaMem;
+use crate::transport::{AdminExec, QueueTransport, Transport};
+
+/// In-capsule data the admin queue takes (NVMe/TCP: 8 KiB).
+pub const ADMIN_IN_CAPSULE: usize = 8192;
+/// Default largest transfer per command.
+pub const DEFAULT_MAX_DATA: usize = 128 * 1024;
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct TcpOptions {
+    /// IP address (or host name) of the controller.
+    pub traddr: String,
+    /// TCP port (SPDK's `trsvcid`, a string).
+    pub trsvcid: String,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Host NQN (`None`: `nqn.2014-08.org.nvmexpress:uuid:<host id>`).
+    pub hostnqn: Option<String>,
+    /// Header and data digests to ask for.
+    pub digests: Digests,
+    /// Bound on connecting and on each Fabrics Connect.
+    pub connect_timeout: Duration,
+    /// Keep Alive Timeout sent in the admin queue's Connect (0: none).
+    pub keep_alive_timeout_ms: u32,
+    /// Largest transfer per command (capped by the controller's MDTS).
+    pub max_data_bytes: usize,
+}
+
+impl TcpOptions {
+    /// Options for `traddr:trsvcid`, subsystem `subnqn`, defaults for the rest.
+    #[must_use]
+    pub fn new(traddr: &str, trsvcid: &str, subnqn: &str) -> Self {
+        TcpOptions {
+            traddr: traddr.to_string(),
+            trsvcid: trsvcid.to_string(),
+            subnqn: subnqn.to_string(),
+            hostnqn: None,
+            digests: Digests::default(),
+            connect_timeout: Duration::from_secs(10),
+            keep_alive_timeout_ms: 10_000,
+            max_data_bytes: DEFAULT_MAX_DATA,
+        }
+    }
+}
+
+/// NVMe over TCP to one controller.
+#[derive(Debug)]
+pub struct TcpTransport {
+    opts: TcpOptions,
+    addr: SocketAddr,
+    hostid: [u8; 16],
+    hostnqn: String,
+    /// The controller id the admin queue's Connect got.
+    cntlid: AtomicU16,
+    /// In-capsule data the I/O queues take (from Identify Controller).
+    io_in_capsule: AtomicUsize,
+}
+
+/// A host identifier: 16 random bytes (the host NQN's UUID when derived).
+fn new_host_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut id);
+    }
+    // A version 4 UUID.
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}
+
+impl TcpTransport {
+    /// The transport for `opts` (resolves the address; connects nothing).
+    pub fn new(opts: TcpOptions) -> Result<TcpTransport> {
+        let port: u16 = opts
+            .trsvcid
+            .parse()
+            .map_err(|_| Error::InvalidArg(format!("trsvcid {:?}", opts.trsvcid)))?;
+        let addr = (opts.traddr.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| Error::InvalidArg(format!("traddr {:?}: {e}", opts.traddr)))?
+            .next()
+            .ok_or_else(|| Error::InvalidArg(format!("traddr {:?}", opts.traddr)))?;
+        nvme_spec::fabrics::validate_nqn(&opts.subnqn)
+            .map_err(|e| Error::InvalidArg(format!("subnqn: {e}")))?;
+        let hostid = new_host_id();
+        let hostnqn = match &opts.hostnqn {
+            Some(n) => {
+                nvme_spec::fabrics::validate_nqn(n)
+                    .map_err(|e| Error::InvalidArg(format!("hostnqn: {e}")))?;
+                n.clone()
+            }
+            None => uuid_nqn(&hostid),
+        };
+        Ok(TcpTransport {
+            opts,
+            addr,
+            hostid,
+            hostnqn,
+            cntlid: AtomicU16::new(CNTLID_DYNAMIC),
+            io_in_capsule: AtomicUsize::new(0),
+        })
+    }
+
+    /// The options it was made with.
+    #[must_use]
+    pub fn options(&self) -> &TcpOptions {
+        &self.opts
+    }
+
+    /// The host NQN it connects as.
+    #[must_use]
+    pub fn hostnqn(&self) -> &str {
+        &self.hostnqn
+    }
+
+    /// The address it connects to.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connects queue `qid` of `entries` entries: socket, ICReq/ICResp,
+    /// Fabrics Connect.
+    fn open(&self, qid: u16, entries: u16, kato_ms: u32, cntlid: u16) -> Result<TcpQueue> {
+        if entries < 2 {
+            return Err(Error::InvalidArg(format!("queue of {entries} entries")));
+        }
+        let t = self.opts.connect_timeout;
+        let sock = TcpStream::connect_timeout(&self.addr, t)
+            .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
+        let mut q = TcpQueue::new(qid, entries - 1, sock, self.opts.max_data_bytes)?;
+        q.initialize(self.opts.digests, t)?;
+        q.set_in_capsule_limit(ADMIN_IN_CAPSULE);
+        let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
+            .map_err(|e| Error::InvalidArg(e.to_string()))?;
+        let c = Connect::new(qid, u32::from(entries), kato_ms);
+        let cqe = q.exec_blocking(c.to_sqe(0), data.as_bytes(), t)?;
+        let st = cqe.status();
+        if !st.is_success() {
+            return Err(Error::Command {
+                opcode: Connect::OPCODE,
+                status: st,
+            });
+        }
+        if qid == ADMIN_QID {
+            let r = ConnectResponse::from_dword(cqe.dw0.get());
+            self.cntlid.store(r.cntlid, Ordering::Release);
+        } else {
+            let icd = self.io_in_capsule.load(Ordering::Acquire);
+            q.set_in_capsule_limit(icd);
+        }
+        tracing::debug!(qid, addr = %self.addr, digests = ?q.digests(), "NVMe/TCP queue connected");
+        Ok(q)
+    }
+}
+
+impl Transport for TcpTransport {
+    type Queue = TcpQueue;
+
+    fn trtype(&self) -> &'static str {
+        "TCP"
+    }
+
+    fn traddr(&self) -> &str {
+        &self.opts.traddr
+    }
+
+    fn is_fabrics(&self) -> bool {
+        true
+    }
+
+    fn read_reg32(&self, _off: u32) -> Result<u32> {
+        Err(Error::Unsupported(
+            "fabrics registers are properties".into(),
+        ))
+    }
+
+    fn read_reg64(&self, _off: u32) -> Result<u64> {
+        Err(Error::Unsupported(
+            "fabrics registers are properties".into(),
+        ))
+    }
+
+    fn write_reg32(&self, _off: u32, _v: u32) -> Result<()> {
+        Err(Error::Unsupported(
+            "fabrics registers are properties".into(),
+        ))
+    }
+
+    fn write_reg64(&self, _off: u32, _v: u64) -> Result<()> {
+        Err(Error::Unsupported(
+            "fabrics registers are properties".into(),
+        ))
+    }
+
+    fn admin_queue(&self, entries: u16) -> Result<TcpQueue> {
+        self.open(
+            ADMIN_QID,
+            entries,
+            self.opts.keep_alive_timeout_ms,
+            CNTLID_DYNAMIC,
+        )
+    }
+
+    fn connect_io_queue(
+        &self,
+        qid: u16,
+        entries: u16,
+        _admin: &mut dyn AdminExec,
+    ) -> Result<TcpQueue> {
+        self.open(qid, entries, 0, self.cntlid.load(Ordering::Acquire))
+    }
+
+    fn reconnect_io_queue(&self, q: &mut TcpQueue, admin: &mut dyn AdminExec) -> Result<()> {
+        q.clear();
+        let entries = q.depth() + 1;
+        *q = self.connect_io_queue(q.qid(), entries, admin)?;
+        Ok(())
+    }
+
+    fn disconnect_io_queue(&self, q: &mut TcpQueue, _admin: &mut dyn AdminExec) -> Result<()> {
+        q.clear();
+        Ok(())
+    }
+
+    fn alloc_buffer(&self, len: usize) -> Result<DmaMem> {
+        DmaMem::alloc(len, false).map_err(Error::sys("buffer allocation"))
+    }
+
+    fn needs_keep_alive(&self) -> bool {
+        true
+    }
+
+    fn max_data_bytes(&self) -> usize {
+        self.opts.max_data_bytes
+    }
+
+    fn set_sgl_support(&self, _sgl: SglSupport) {}
+
+    fn set_controller_data(&self, id: &IdentifyController) {
+        let icd = usize::try_from(id.in_capsule_data_bytes()).unwrap_or(0);
+        self.io_in_capsule.store(icd, Ordering::Release);
+    }
+}

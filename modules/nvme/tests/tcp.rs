@@ -1,0 +1,366 @@
+//! The nvme module over NVMe/TCP, against the driver's in-test NVMe/TCP
+//! controller (`modules/nvme-driver/tests/mini_target`, shared, not
+//! copied): attach over RPC with SPDK's parameter names and errors,
+//! `bdev_nvme_get_controllers` with the TCP trid, the bdev conformance
+//! suite (its reset is a controller reset: every connection made again),
+//! the controller dropping the I/O connection under outstanding I/O
+//! (a reset reconnects and the I/O completes), and detach.
+
+// Test code (and the shared helper module): a failed unwrap is a failed
+// test, and the test sizes fit every integer type they are cast to.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
+#[path = "../../nvme-driver/tests/mini_target/mod.rs"]
+mod mini_target;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use bdevkit::dma::DmaBuf;
+    use bdevkit_test::rpc::{self, call, RegisterRpcs};
+    use bdevkit_test::{conformance, TestEnv};
+    use serde_json::{json, Value};
+
+    use crate::mini_target::{MiniTarget, NQN};
+
+    const RPCS: &[RegisterRpcs] = &[bdevkit_nvme::register_rpcs];
+
+    fn env() -> TestEnv {
+        TestEnv::with_modules("0x1", &[bdevkit_nvme::register])
+    }
+
+    fn params(name: &str, t: &MiniTarget) -> Value {
+        json!({
+            "name": name,
+            "trtype": "tcp",
+            "adrfam": "ipv4",
+            "traddr": "127.0.0.1",
+            "trsvcid": t.port(),
+            "subnqn": NQN,
+            "hdgst": true,
+            "ddgst": true,
+        })
+    }
+
+    #[test]
+    fn attach_get_conformance_detach() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let names = call(&reg, "bdev_nvme_attach_controller", params("Tcp0", &t))
+                .await
+                .unwrap();
+            assert_eq!(names, json!(["Tcp0n1"]));
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "Tcp0"}))
+                .await
+                .unwrap();
+            let ctrlr = &c[0]["ctrlrs"][0];
+            assert_eq!(ctrlr["state"], "enabled");
+            assert_eq!(
+                ctrlr["trid"],
+                json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+                       "trsvcid": t.port(), "subnqn": NQN})
+            );
+            assert_eq!(ctrlr["cntlid"], 1);
+            let hostnqn = ctrlr["host"]["nqn"].as_str().unwrap();
+            assert!(
+                hostnqn.starts_with("nqn.2014-08.org.nvmexpress:uuid:"),
+                "{hostnqn}"
+            );
+            let b = mgr.get("Tcp0n1").unwrap();
+            let info = b.dump_info_json();
+            assert_eq!(info["nvme"][0]["trid"]["trtype"], "TCP");
+            assert!(info["nvme"][0].get("pci_address").is_none());
+            assert_eq!(info["nvme"][0]["ctrlr_data"]["subnqn"], NQN);
+            let cfg = bdevkit_nvme::controller(&mgr, "Tcp0")
+                .unwrap()
+                .config_json();
+            assert_eq!(cfg["params"]["trtype"], "TCP");
+            assert_eq!(cfg["params"]["trsvcid"], t.port());
+            assert_eq!(cfg["params"]["hdgst"], true);
+
+            // The same path twice; another name on it too.
+            let e = call(&reg, "bdev_nvme_attach_controller", params("Tcp0", &t))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -114);
+            let e = call(&reg, "bdev_nvme_attach_controller", params("Tcp1", &t))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -114);
+
+            let before = t.state.connections.load(Ordering::Relaxed);
+            conformance::run(&mgr, "Tcp0n1", None).await;
+            // Its reset made the admin and I/O connections again.
+            assert!(t.state.connections.load(Ordering::Relaxed) >= before + 2);
+
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Tcp0"}))
+                .await
+                .unwrap();
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({}))
+                .await
+                .unwrap();
+            assert_eq!(c, json!([]));
+            assert!(mgr.get("Tcp0n1").is_none());
+        });
+    }
+
+    #[test]
+    fn attach_errors() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let mut p = params("E", &t);
+            p["trtype"] = json!("rdma");
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -95);
+            let mut p = params("E", &t);
+            p["adrfam"] = json!("ipx");
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (-22, "Failed to parse adrfam: ipx")
+            );
+            let mut p = params("E", &t);
+            p.as_object_mut().unwrap().remove("subnqn");
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -22);
+            let mut p = params("E", &t);
+            p["hostnqn"] = json!("not-an-nqn");
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -22);
+            let mut p = params("E", &t);
+            p["trsvcid"] = json!("port");
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -22);
+            // Nobody listens there.
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port().to_string();
+            drop(l);
+            let mut p = params("E", &t);
+            p["trsvcid"] = json!(port);
+            let e = call(&reg, "bdev_nvme_attach_controller", p)
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -libc::ECONNREFUSED);
+            assert!(bdevkit_nvme::controllers(&mgr).is_empty());
+        });
+    }
+
+    #[test]
+    fn dropped_connection_resets_and_io_completes() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_attach_controller", params("Tcp2", &t))
+                .await
+                .unwrap();
+            let desc = mgr.open("Tcp2n1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let data = conformance::pattern(65536, 11);
+            let expect = data.to_vec();
+            ch.write(64, 128, data).await.unwrap();
+            // The next read is held by the controller, which then drops
+            // the connection: the read comes back for a retry, the
+            // channel asks for a reset, the queue connects again and the
+            // read completes there.
+            t.state.faults.hold_io.store(true, Ordering::Release);
+            t.state.faults.close_io.store(true, Ordering::Release);
+            let got = ch.read(64, 128, DmaBuf::new(65536).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            assert!(!t.state.faults.close_io.load(Ordering::Acquire));
+            let ctrlr = bdevkit_nvme::controller(&mgr, "Tcp2").unwrap();
+            assert!(
+                bdevkit_test::env::wait_for(30, || {
+                    ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+                })
+                .await,
+                "the reset finished"
+            );
+            drop(ctrlr);
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Tcp2"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    fn with_reconnect(name: &str, t: &MiniTarget, loss: i32, delay: u32, fast: u32) -> Value {
+        let mut p = params(name, t);
+        p["ctrlr_loss_timeout_sec"] = json!(loss);
+        p["reconnect_delay_sec"] = json!(delay);
+        p["fast_io_fail_timeout_sec"] = json!(fast);
+        p
+    }
+
+    /// Takes the target down: the next I/O command is held, then its
+    /// connection dropped, and new connections are refused. Returns the
+    /// refused-connection count before.
+    fn target_down(t: &MiniTarget) -> usize {
+        let before = t.state.refused.load(Ordering::Acquire);
+        t.state.faults.down.store(true, Ordering::Release);
+        t.state.faults.hold_io.store(true, Ordering::Release);
+        t.state.faults.close_io.store(true, Ordering::Release);
+        before
+    }
+
+    /// Brings the target back once `n` more connections were refused (so
+    /// that reconnects were retried), from another thread.
+    fn target_back_after(t: &MiniTarget, before: usize, n: usize) {
+        let st = std::sync::Arc::clone(&t.state);
+        std::thread::spawn(move || {
+            while st.refused.load(Ordering::Acquire) < before + n {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            st.faults.down.store(false, Ordering::Release);
+        });
+    }
+
+    #[test]
+    fn reconnect_params_checked() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for (l, d, f) in [(-2, 1, 0), (0, 1, 0), (-1, 0, 0), (5, 6, 0), (10, 3, 2)] {
+                let e = call(
+                    &reg,
+                    "bdev_nvme_attach_controller",
+                    with_reconnect("R", &t, l, d, f),
+                )
+                .await
+                .unwrap_err();
+                assert_eq!(e.code, -22, "{l} {d} {f}: {}", e.message);
+            }
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("R", &t, -1, 1, 0),
+            )
+            .await
+            .unwrap();
+            let cfg = bdevkit_nvme::controller(&mgr, "R").unwrap().config_json();
+            assert_eq!(cfg["params"]["ctrlr_loss_timeout_sec"], -1);
+            assert_eq!(cfg["params"]["reconnect_delay_sec"], 1);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "R"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn io_waits_for_the_reconnect() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("W", &t, 60, 1, 0),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Wn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let data = conformance::pattern(8192, 21);
+            let expect = data.to_vec();
+            ch.write(0, 16, data).await.unwrap();
+            let before = target_down(&t);
+            target_back_after(&t, before, 2);
+            // Waits through two refused reconnects, then completes.
+            let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            assert!(t.state.refused.load(Ordering::Acquire) >= before + 2);
+            let ctrlr = bdevkit_nvme::controller(&mgr, "W").unwrap();
+            assert!(
+                bdevkit_test::env::wait_for(30, || {
+                    ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+                })
+                .await,
+                "the reset finished"
+            );
+            drop(ctrlr);
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "W"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn fast_io_fail_then_back() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("F", &t, 60, 1, 1),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Fn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            ch.write(0, 8, conformance::pattern(4096, 1)).await.unwrap();
+            target_down(&t);
+            // Lost past fast_io_fail_timeout_sec: the read fails, the
+            // controller stays (reconnecting).
+            assert!(ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.is_err());
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "F"}))
+                .await
+                .unwrap();
+            assert_ne!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+            t.state.faults.down.store(false, Ordering::Release);
+            let ctrlr = bdevkit_nvme::controller(&mgr, "F").unwrap();
+            let back = bdevkit_test::env::wait_for(60, || {
+                ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+            })
+            .await;
+            assert!(back, "the controller reconnected");
+            ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
+            drop(ch);
+            drop(desc);
+            drop(ctrlr);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "F"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn lost_for_good_removes_the_controller() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("G", &t, 2, 1, 0),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Gn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            ch.write(0, 8, conformance::pattern(4096, 2)).await.unwrap();
+            target_down(&t);
+            // Waits until ctrlr_loss_timeout_sec, then fails.
+            assert!(ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.is_err());
+            drop(ch);
+            drop(desc);
+            let m2 = mgr.clone();
+            assert!(bdevkit_test::env::wait_for(60, move || m2.get("Gn1").is_none()).await);
+        });
+    }
+}

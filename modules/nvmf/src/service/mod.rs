@@ -1,0 +1,244 @@
+//! [`Target`]: the NVMe-oF target an application embeds. It owns the
+//! target's state (`target.rs`), the poll groups (one lightweight thread
+//! per core of the app's mask, the per-thread contexts of the target's
+//! I/O device) and the listening sockets (polled on the app thread).
+//!
+//! Control operations run on the app thread (RPC handlers, config
+//! replay); those that touch the poll groups (namespaces, subsystem
+//! removal, disconnects, queue pair listings) walk the groups with
+//! messages and finish on the app thread. The files below split the
+//! operations: `subsys.rs` (transports, subsystems, hosts, listeners),
+//! `ns.rs` (namespaces, hot remove and resize), `json.rs` (queries and
+//! `save_config`).
+
+mod json;
+mod ns;
+mod subsys;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bdevkit::bdev::BdevManager;
+use bdevkit::thread::{CpuSet, IoDevice, PollerStatus, RuntimeHandle, Thread, ThreadHandle};
+use parking_lot::Mutex;
+
+use crate::addr::ListenAddr;
+use crate::ctrlr::DeathCause;
+use crate::error::{Error, Result};
+use crate::target::Core;
+use crate::tcp::acceptor::Acceptor;
+use crate::tcp::group::PollGroup;
+
+/// The I/O device name of the target (its per-thread contexts are the
+/// poll groups).
+const DEVICE_NAME: &str = "nvmf_tgt";
+
+pub(crate) struct Inner {
+    pub core: Arc<Core>,
+    pub runtime: RuntimeHandle,
+    pub device: IoDevice<PollGroup>,
+    pub groups: Mutex<Vec<ThreadHandle>>,
+    pub acceptor: Mutex<Option<Acceptor>>,
+    next_group: AtomicUsize,
+    running: AtomicBool,
+    stopping: AtomicBool,
+}
+
+/// The NVMe-oF target of one application. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Target(pub(crate) Arc<Inner>);
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("running", &self.is_running())
+            .field("groups", &self.0.groups.lock().len())
+            .finish()
+    }
+}
+
+impl Target {
+    /// A target serving bdevs of `mgr` on `runtime`'s reactors. It
+    /// accepts configuration at once; connections once [`Target::start`]ed.
+    #[must_use]
+    pub fn new(runtime: RuntimeHandle, mgr: BdevManager) -> Target {
+        let core = Arc::new(Core::new(mgr));
+        let c = Arc::clone(&core);
+        let device = IoDevice::register(DEVICE_NAME, move || {
+            PollGroup::new(Arc::clone(&c)).map_err(|e| Box::new(e) as bdevkit::error::BoxError)
+        });
+        Target(Arc::new(Inner {
+            core,
+            runtime,
+            device,
+            groups: Mutex::new(Vec::new()),
+            acceptor: Mutex::new(None),
+            next_group: AtomicUsize::new(0),
+            running: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        }))
+    }
+
+    /// Whether [`Target::start`] ran and the target is not stopping.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        self.0.running.load(Ordering::Acquire) && !self.0.stopping.load(Ordering::Acquire)
+    }
+
+    /// Starts the poll groups (one thread per core of the app's mask, or
+    /// of `poll_groups_mask`) and the acceptor poller. Call on the app
+    /// thread (SPDK's nvmf subsystem init).
+    pub fn start(&self) -> Result<()> {
+        if self.0.running.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let thread = Thread::current().ok_or(Error::NotRunning)?;
+        let rt = &self.0.runtime;
+        let mask = self.0.core.state.lock().conf.poll_groups_mask.clone();
+        let cores: Vec<u32> = match mask.and_then(|m| m.parse::<CpuSet>().ok()) {
+            Some(m) => rt.cores().into_iter().filter(|c| m.contains(*c)).collect(),
+            None => rt.cores(),
+        };
+        let cores = if cores.is_empty() { rt.cores() } else { cores };
+        let interrupt = rt.interrupt_mode();
+        let mut groups = Vec::with_capacity(cores.len());
+        for (i, core) in cores.iter().enumerate() {
+            let h = rt
+                .spawn_thread(
+                    format!("nvmf_tgt_poll_group_{i:03}"),
+                    Some(&CpuSet::single(*core)),
+                )
+                .map_err(Error::PollGroups)?;
+            let dev = self.0.device.clone();
+            let _ = h.send_msg(move || match dev.get_channel() {
+                Ok(ch) => PollGroup::start(&ch, interrupt),
+                Err(e) => tracing::error!(error = %e, "poll group failed to start"),
+            });
+            groups.push(h);
+        }
+        tracing::info!(groups = groups.len(), "nvmf target started");
+        *self.0.groups.lock() = groups;
+        let acceptor = Acceptor::new()?;
+        let fd = acceptor.fd();
+        *self.0.acceptor.lock() = Some(acceptor);
+        let irq = if interrupt {
+            thread.register_interrupt_fd(fd).ok()
+        } else {
+            None
+        };
+        let period = if irq.is_some() {
+            0
+        } else {
+            u64::from(self.0.core.state.lock().opts().acceptor_poll_rate)
+        };
+        let weak = Arc::downgrade(&self.0);
+        let mut irq = irq;
+        thread.register_poller("nvmf_tgt_accept", period, move |p| {
+            let Some(inner) = weak.upgrade() else {
+                irq.take();
+                p.unregister();
+                return PollerStatus::Idle;
+            };
+            if inner.stopping.load(Ordering::Acquire) {
+                irq.take();
+                p.unregister();
+                return PollerStatus::Idle;
+            }
+            let conns = match inner.acceptor.lock().as_mut() {
+                Some(a) => a.accept(),
+                None => Vec::new(),
+            };
+            let busy = !conns.is_empty();
+            for (s, via) in conns {
+                Target(Arc::clone(&inner)).dispatch(s, via);
+            }
+            PollerStatus::from(busy)
+        });
+        Ok(())
+    }
+
+    /// Hands a new connection to the next poll group.
+    fn dispatch(&self, stream: TcpStream, via: ListenAddr) {
+        let groups = self.0.groups.lock();
+        if groups.is_empty() || self.0.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let i = self.0.next_group.fetch_add(1, Ordering::Relaxed) % groups.len();
+        let opts = self.0.core.state.lock().opts();
+        let dev = self.0.device.clone();
+        let _ = groups[i].send_msg(move || {
+            if dev.is_unregistering() {
+                return;
+            }
+            if let Ok(ch) = dev.get_channel() {
+                ch.add_connection(stream, via, opts);
+            }
+        });
+    }
+
+    /// Runs `f` on every poll group, one after another, then `done` on the
+    /// calling thread.
+    pub(crate) fn for_each_group(
+        &self,
+        f: impl Fn(&PollGroup) + Send + Sync + 'static,
+        done: impl FnOnce() + Send + 'static,
+    ) {
+        self.0.device.for_each_channel(move |ch| f(ch), done);
+    }
+
+    /// Stops the target: no more connections, every connection closes
+    /// (in-flight I/O drains), the poll group threads exit, the
+    /// namespaces release their bdevs; then `done` runs on the calling
+    /// thread. Call before the bdevs go (SPDK finishes nvmf before bdev).
+    pub fn shutdown(&self, done: impl FnOnce() + Send + 'static) {
+        if self.0.stopping.swap(true, Ordering::AcqRel) {
+            return done();
+        }
+        if let Some(a) = self.0.acceptor.lock().as_mut() {
+            a.close_all();
+        }
+        let ctrlrs: Vec<_> = {
+            let st = self.0.core.state.lock();
+            st.subsystems
+                .iter()
+                .flat_map(|s| s.ctrlrs.clone())
+                .collect()
+        };
+        for c in ctrlrs {
+            c.kill(DeathCause::Removed);
+        }
+        let inner = Arc::clone(&self.0);
+        self.0.device.for_each_channel(
+            |g| g.stop(),
+            move || {
+                let core = Arc::clone(&inner.core);
+                inner.device.unregister(move || {
+                    // Namespaces close their descriptors: the bdevs can go.
+                    let namespaces: Vec<_> = {
+                        let mut st = core.state.lock();
+                        st.subsystems
+                            .iter_mut()
+                            .flat_map(|s| std::mem::take(&mut s.namespaces).into_values())
+                            .collect()
+                    };
+                    drop(namespaces);
+                    tracing::info!("nvmf target stopped");
+                    done();
+                });
+            },
+        );
+    }
+
+    /// Connections open now, over all poll groups (tests).
+    pub fn connection_count(&self, done: impl FnOnce(usize) + Send + 'static) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let n2 = Arc::clone(&n);
+        self.for_each_group(
+            move |g| {
+                n2.fetch_add(g.connections(), Ordering::Relaxed);
+            },
+            move || done(n.load(Ordering::Relaxed)),
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The listening sockets. They are polled from one poller on the app
+//! thread (every `acceptor_poll_rate` µs, or when one becomes readable in
+//! interrupt mode); each accepted connection goes to a poll group, round
+//! robin, by message.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Token};
+
+use crate::addr::ListenAddr;
+use crate::error::{Error, Result};
+
+/// Connections accepted per listener per poll.
+const ACCEPT_BATCH: usize = 1024;
+
+/// The listening sockets and their epoll set.
+#[derive(Debug)]
+pub(crate) struct Acceptor {
+    poll: mio::Poll,
+    events: Events,
+    listeners: Vec<(usize, TcpListener, ListenAddr)>,
+    next_token: usize,
+}
+
+impl Acceptor {
+    pub fn new() -> Result<Acceptor> {
+        Ok(Acceptor {
+            poll: mio::Poll::new().map_err(Error::Poller)?,
+            events: Events::with_capacity(16),
+            listeners: Vec::new(),
+            next_token: 0,
+        })
+    }
+
+    /// The epoll fd (readable when a listener is).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.poll.as_raw_fd()
+    }
+
+    /// Binds and listens on `addr`.
+    pub fn listen(&mut self, addr: &ListenAddr) -> Result<()> {
+        let l = TcpListener::bind(addr.sock).map_err(|source| Error::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+        l.set_nonblocking(true).map_err(|source| Error::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+        let tok = self.next_token;
+        self.next_token += 1;
+        let fd = l.as_raw_fd();
+        self.poll
+            .registry()
+            .register(&mut SourceFd(&fd), Token(tok), Interest::READABLE)
+            .map_err(Error::Poller)?;
+        tracing::info!(listener = %addr, "NVMe/TCP target listening");
+        self.listeners.push((tok, l, addr.clone()));
+        Ok(())
+    }
+
+    /// Stops listening on `addr`.
+    pub fn unlisten(&mut self, addr: &ListenAddr) {
+        self.listeners.retain(|(_, l, a)| {
+            if a.same(addr) {
+                let fd = l.as_raw_fd();
+                let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+                tracing::info!(listener = %addr, "NVMe/TCP target stopped listening");
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Stops listening everywhere.
+    pub fn close_all(&mut self) {
+        let all: Vec<ListenAddr> = self.listeners.iter().map(|(_, _, a)| a.clone()).collect();
+        for a in &all {
+            self.unlisten(a);
+        }
+    }
+
+    /// Accepts what is waiting; returns the connections and the listener
+    /// each came through.
+    pub fn accept(&mut self) -> Vec<(TcpStream, ListenAddr)> {
+        let _ = self.poll.poll(&mut self.events, Some(Duration::ZERO));
+        let mut out = Vec::new();
+        for (_, l, a) in &self.listeners {
+            for _ in 0..ACCEPT_BATCH {
+                match l.accept() {
+                    Ok((s, _)) => out.push((s, a.clone())),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::warn!(listener = %a, error = %e, "accept failed");
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+}

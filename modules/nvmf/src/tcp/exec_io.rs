@@ -1,0 +1,368 @@
+//! I/O commands on bdevs: Read, Write, Compare, Flush, Write Zeroes and
+//! Dataset Management (deallocate), checked (namespace, LBA range, data
+//! length) before any data is fetched, then submitted as bdev I/O on
+//! this thread's channel with the slot's buffer; the completion turns the
+//! bdev status into an NVMe status and queues the answer. No allocation
+//! and no lock on this path.
+
+use std::rc::Rc;
+
+use bdevkit::bdev::{IoStatus, SubmitError};
+use bdevkit::dma::DmaBuf;
+use nvme_spec::io::{DsmRange, IoCommand};
+use nvme_spec::zerocopy::FromBytes;
+use nvme_spec::Status;
+
+use super::conn::Sock;
+use super::dispatch::{setup_xfer, Xfer};
+use super::qpair::{Phase, QpInner, Qpair};
+use super::slot::SlotState;
+use super::view::NsChan;
+
+/// The NVMe status of a bdev completion (SPDK's mapping back).
+pub(crate) fn status_of(s: IoStatus) -> Status {
+    match s {
+        IoStatus::Success => Status::SUCCESS,
+        IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
+        IoStatus::Miscompare => Status::COMPARE_FAILURE.with_dnr(),
+        IoStatus::Aborted => Status::ABORTED_BY_REQUEST,
+        IoStatus::FirstFusedFailed => Status::ABORTED_FAILED_FUSED,
+        IoStatus::NoMem => Status::COMMAND_INTERRUPTED,
+        IoStatus::Pending | IoStatus::Failed | IoStatus::Errno(_) => Status::INTERNAL_ERROR,
+    }
+}
+
+/// The NVMe status of a submission the bdev layer refused.
+fn status_of_rejection(e: &bdevkit::Error) -> Status {
+    match e {
+        bdevkit::Error::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE.with_dnr(),
+        bdevkit::Error::NotSupported(_) => Status::INVALID_OPCODE.with_dnr(),
+        bdevkit::Error::ReadOnly(_) => Status::NAMESPACE_WRITE_PROTECTED.with_dnr(),
+        _ => Status::INTERNAL_ERROR,
+    }
+}
+
+/// Whether `slba`..+`n` lies in a namespace of `blocks` blocks.
+fn in_range(slba: u64, n: u64, blocks: u64) -> bool {
+    slba.checked_add(n).is_some_and(|e| e <= blocks)
+}
+
+/// Checks a command against its namespace before data moves: `Ok` with
+/// the data length the command must carry (0: none).
+fn check(cmd: &IoCommand, ns: Option<&NsChan>) -> Result<u32, Status> {
+    let invalid_ns = Status::INVALID_NAMESPACE.with_dnr();
+    let ns = match cmd {
+        IoCommand::Other(_) | IoCommand::WriteUncorrectable(_) => {
+            return Err(Status::INVALID_OPCODE.with_dnr())
+        }
+        _ => ns.ok_or(invalid_ns)?,
+    };
+    let blocks = ns.bdev.num_blocks();
+    let rw = |slba: u64, n: u32| -> Result<u32, Status> {
+        if !in_range(slba, u64::from(n), blocks) {
+            return Err(Status::LBA_OUT_OF_RANGE.with_dnr());
+        }
+        u32::try_from(u64::from(n) << ns.shift)
+            .map_err(|_| Status::DATA_SGL_LENGTH_INVALID.with_dnr())
+    };
+    match cmd {
+        IoCommand::Read(c) => rw(c.range.slba(), c.range.num_blocks()),
+        IoCommand::Write(c) => rw(c.range.slba(), c.range.num_blocks()),
+        IoCommand::Compare(c) => {
+            if !ns.compare {
+                return Err(Status::INVALID_OPCODE.with_dnr());
+            }
+            rw(c.range.slba(), c.range.num_blocks())
+        }
+        IoCommand::WriteZeroes(c) => {
+            if !ns.write_zeroes {
+                return Err(Status::INVALID_OPCODE.with_dnr());
+            }
+            rw(c.range.slba(), c.range.num_blocks()).map(|_| 0)
+        }
+        IoCommand::Flush(_) => Ok(0),
+        IoCommand::DatasetManagement(d) => {
+            if d.attributes.ad && !ns.unmap {
+                return Err(Status::INVALID_OPCODE.with_dnr());
+            }
+            Ok(u32::try_from(d.data_len()).unwrap_or(u32::MAX))
+        }
+        IoCommand::Other(_) | IoCommand::WriteUncorrectable(_) => {
+            Err(Status::INVALID_OPCODE.with_dnr())
+        }
+    }
+}
+
+impl<S: Sock + 'static> QpInner<S> {
+    fn ns_index(nsid: u32) -> Option<usize> {
+        usize::try_from(nsid).ok()?.checked_sub(1)
+    }
+
+    /// An I/O command arrived: checks, then data (R2T) or submission.
+    pub(crate) fn io(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+        let max = self.opts.max_io_size;
+        let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
+            return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+        };
+        let s = &mut self.slots[usize::from(slot)];
+        let x = match setup_xfer(s, max) {
+            Ok(x) => x,
+            Err(st) => return self.respond(slot, st, 0, 0),
+        };
+        let cmd = IoCommand::decode(&s.sqe);
+        let need = {
+            let nss = view.ns.borrow();
+            let ns = Self::ns_index(s.sqe.nsid.get())
+                .and_then(|i| nss.get(i))
+                .and_then(Option::as_ref);
+            check(&cmd, ns)
+        };
+        let need = match need {
+            Ok(n) => n,
+            Err(st) => return self.respond(slot, st, 0, 0),
+        };
+        let data_ok = match cmd {
+            IoCommand::Read(_) => x == Xfer::Send && s.xfer == need,
+            IoCommand::Write(_) | IoCommand::Compare(_) => {
+                matches!(x, Xfer::InCapsule | Xfer::Fetch) && s.xfer == need
+            }
+            IoCommand::DatasetManagement(_) => {
+                matches!(x, Xfer::InCapsule | Xfer::Fetch) && s.xfer >= need
+            }
+            _ => true,
+        };
+        if !data_ok {
+            return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
+        }
+        if x == Xfer::Fetch {
+            return self.send_r2t(slot);
+        }
+        s.state = SlotState::Exec;
+        self.io_submit(me, slot);
+    }
+
+    /// Submits the slot's command (its data is in the slot's buffer).
+    pub(crate) fn io_submit(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+        let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
+            return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+        };
+        let nss = view.ns.borrow();
+        let s = &mut self.slots[usize::from(slot)];
+        let Some(ns) = Self::ns_index(s.sqe.nsid.get())
+            .and_then(|i| nss.get(i))
+            .and_then(Option::as_ref)
+        else {
+            // The namespace went away while its data was coming.
+            drop(nss);
+            return self.respond(slot, Status::INVALID_NAMESPACE.with_dnr(), 0, 0);
+        };
+        let cmd = IoCommand::decode(&s.sqe);
+        if let IoCommand::DatasetManagement(d) = cmd {
+            let n = d.num_ranges();
+            if !d.attributes.ad {
+                drop(nss);
+                return self.respond(slot, Status::SUCCESS, 0, 0);
+            }
+            return self.dsm(me, slot, ns, n);
+        }
+        if matches!(cmd, IoCommand::Flush(_)) && !ns.flush {
+            drop(nss);
+            return self.respond(slot, Status::SUCCESS, 0, 0);
+        }
+        let Some(mut io) = ns.ch.alloc_io() else {
+            self.wait_for_io(me, slot, ns);
+            return;
+        };
+        match cmd {
+            IoCommand::Read(c) => {
+                let Some(b) = s.dma.take() else {
+                    drop(nss);
+                    return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+                };
+                io.read(c.range.slba(), u64::from(c.range.num_blocks()), b);
+            }
+            IoCommand::Write(_) | IoCommand::Compare(_) => {
+                let (slba, n) = match cmd {
+                    IoCommand::Write(c) => (c.range.slba(), c.range.num_blocks()),
+                    IoCommand::Compare(c) => (c.range.slba(), c.range.num_blocks()),
+                    _ => (0, 0),
+                };
+                if s.icd_off > 0 {
+                    let (off, len) = (s.icd_off as usize, s.xfer as usize);
+                    s.data_mut().copy_within(off..off + len, 0);
+                    s.icd_off = 0;
+                }
+                let Some(b) = s.dma.take() else {
+                    drop(nss);
+                    return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+                };
+                if matches!(cmd, IoCommand::Write(_)) {
+                    io.write(slba, u64::from(n), b);
+                } else {
+                    io.compare(slba, u64::from(n), b);
+                }
+            }
+            IoCommand::WriteZeroes(c) => {
+                io.write_zeroes(c.range.slba(), u64::from(c.range.num_blocks()));
+            }
+            IoCommand::Flush(_) => {
+                io.flush(0, ns.bdev.num_blocks());
+            }
+            _ => {}
+        }
+        io.set_tag(u64::from(slot));
+        io.on_done(me.handler());
+        s.state = SlotState::Exec;
+        match ns.ch.submit(io) {
+            Ok(()) => self.inflight += 1,
+            Err(e) => {
+                let SubmitError { error, mut io } = *e;
+                if let Some(b) = io.take_buf() {
+                    s.dma = Some(b);
+                }
+                drop(io);
+                drop(nss);
+                tracing::trace!(error = %error, "bdev refused an I/O");
+                self.respond(slot, status_of_rejection(&error), 0, 0);
+            }
+        }
+    }
+
+    /// Dataset Management: one unmap per non-empty range.
+    fn dsm(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan, n: usize) {
+        let blocks = ns.bdev.num_blocks();
+        let s = &mut self.slots[usize::from(slot)];
+        let mut count = 0u32;
+        for i in 0..n {
+            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+                return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
+            };
+            let nlb = u64::from(r.nlb.get());
+            if nlb == 0 {
+                continue;
+            }
+            if !in_range(r.slba.get(), nlb, blocks) {
+                return self.respond(slot, Status::LBA_OUT_OF_RANGE.with_dnr(), 0, 0);
+            }
+            count += 1;
+        }
+        if count == 0 {
+            return self.respond(slot, Status::SUCCESS, 0, 0);
+        }
+        s.children = count;
+        s.status = Status::SUCCESS;
+        s.state = SlotState::Exec;
+        let handler = me.handler();
+        let mut submitted = 0u32;
+        for i in 0..n {
+            let s = &mut self.slots[usize::from(slot)];
+            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+                break;
+            };
+            let nlb = u64::from(r.nlb.get());
+            if nlb == 0 {
+                continue;
+            }
+            let Some(mut io) = ns.ch.alloc_io() else {
+                s.status = Status::COMMAND_INTERRUPTED;
+                break;
+            };
+            io.unmap(r.slba.get(), nlb);
+            io.set_tag(u64::from(slot));
+            io.on_done(Rc::clone(&handler));
+            match ns.ch.submit(io) {
+                Ok(()) => {
+                    submitted += 1;
+                    self.inflight += 1;
+                }
+                Err(e) => {
+                    s.status = status_of_rejection(&e.error);
+                    break;
+                }
+            }
+        }
+        let s = &mut self.slots[usize::from(slot)];
+        if submitted == 0 {
+            s.children = 0;
+            let st = s.status;
+            return self.respond(slot, st, 0, 0);
+        }
+        s.children = submitted;
+    }
+
+    /// No `BdevIo` free: the slot waits, and the pool calls back.
+    fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
+        self.io_wait.push_back(slot);
+        if !me.wait_armed.get() {
+            me.wait_armed.set(true);
+            let w = me.weak();
+            ns.ch.queue_io_wait(move || {
+                if let Some(q) = w.upgrade() {
+                    q.wait_armed.set(false);
+                    q.kick.set(true);
+                }
+            });
+        }
+    }
+
+    /// Resubmits the slots that waited for a `BdevIo`.
+    pub(crate) fn retry_io_wait(&mut self, me: &Rc<Qpair<S>>) -> bool {
+        let n = self.io_wait.len();
+        for _ in 0..n {
+            let Some(slot) = self.io_wait.pop_front() else {
+                break;
+            };
+            self.io_submit(me, slot);
+            if me.wait_armed.get() {
+                break;
+            }
+        }
+        n > 0
+    }
+
+    /// A bdev I/O of `tag` (a slot) completed.
+    pub(crate) fn io_completed(&mut self, tag: u64, st: IoStatus, buf: Option<DmaBuf>) {
+        self.inflight = self.inflight.saturating_sub(1);
+        let Some(slot) = u16::try_from(tag)
+            .ok()
+            .filter(|&t| usize::from(t) < self.slots.len())
+        else {
+            return;
+        };
+        let status = status_of(st);
+        let s = &mut self.slots[usize::from(slot)];
+        if let Some(b) = buf {
+            if s.dma.is_none() {
+                s.dma = Some(b);
+            }
+        }
+        if s.children > 1 {
+            s.children -= 1;
+            if !status.is_success() && s.status.is_success() {
+                s.status = status;
+            }
+            return;
+        }
+        let status = if s.children == 1 {
+            s.children = 0;
+            if s.status.is_success() {
+                status
+            } else {
+                s.status
+            }
+        } else {
+            status
+        };
+        if matches!(self.phase, Phase::Closing { .. }) {
+            self.release_slot(slot);
+            return;
+        }
+        let is_read = s.sqe.opcode == u8::from(nvme_spec::opcode::NvmOpcode::Read);
+        if is_read && status.is_success() {
+            let len = s.xfer;
+            self.send_data(slot, len, 0);
+        } else {
+            self.respond(slot, status, 0, 0);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The NVMe/TCP target in process, driven by the PDU-level test host
+//! (`bdevkit_test::nvmf`): bad input of every kind, connection and
+//! controller lifecycles, and the data paths. One test binary, one link.
+
+#[cfg(test)]
+mod bad_input;
+#[cfg(test)]
+mod data;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod lifecycle;
