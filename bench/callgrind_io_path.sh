@@ -3,13 +3,20 @@
 # where wall time is not): two fixed-count runs of bench's io_path, the
 # difference in instructions divided by the difference in I/Os. Includes the
 # consumer's completion and resubmission, the bdev layer and the module.
-#   bench/callgrind_io_path.sh [null|malloc] [QD] [read|write]
+# For nvme (the nvme module over an inline emulated controller with a null
+# namespace) the emulated device's own work (the emulator's run_inline) is
+# left out, so the count is the driver's and the module's; EMU=1 keeps it in.
+#   bench/callgrind_io_path.sh [null|malloc|nvme] [QD] [read|write]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-null}; qd=${2:-128}; rw=${3:-read}
 cargo build --release -q --bin io_path
+# (--toggle-collect sets --collect-atstart=no: set it back after it.)
+toggle=(--toggle-collect='*run_inline*' --collect-atstart=yes)
+[ "${EMU:-0}" = 1 ] && toggle=()
 count() {
-    IO_PATH_INTERRUPT=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/io_path "$kind" "$qd" "$1" "$rw" 2>&1 |
+    IO_PATH_INTERRUPT=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null "${toggle[@]}" \
+        target/release/io_path "$kind" "$qd" "$1" "$rw" 2>&1 |
         awk '/Collected/{print $4}' | tr -d ,
 }
 a=$(count 200000); b=$(count 1200000)

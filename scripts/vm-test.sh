@@ -20,8 +20,9 @@
 #
 # A guest script asks for harness options in header lines "# vm: OPTIONS"
 # (e.g. "# vm: --deb nvme-cli --deb libnvme1"; several lines add up). Every
-# script gets test/vm/lib.sh (assertions), bdevperf and bdev_dd in
-# /opt/vmtest, its working directory and on PATH. Must run as root (QEMU,
+# script gets test/vm/lib.sh (assertions), scripts/setup.sh, bdevperf,
+# bdev_dd, bdev_tgt, bdev_rpc and the nvme_io_sizes example in /opt/vmtest,
+# its working directory and on PATH. Must run as root (QEMU,
 # apt-get); the harness installs QEMU and fetches a Debian kernel once.
 #
 # Environment: VMTEST_HARNESS (default ../shared/vm/run-vm-test.sh from the
@@ -40,6 +41,10 @@ TARGET_DIR=$ROOT/target/vm
 BIN=$TARGET_DIR/$TARGET/release
 PACKAGES=(bdevperf bdev_dd bdevkit-bdev-tgt bdevkit-bdev-rpc)
 BINARIES=(bdevperf bdev_dd bdev_tgt bdev_rpc)
+# Examples built with the binaries: PACKAGE:EXAMPLE (in $BIN/examples).
+EXAMPLES=(bdevkit-nvme:nvme_io_sizes)
+# Files of the repository the guests get too.
+EXTRA_FILES=(scripts/setup.sh)
 
 BENCH=0
 LIST=0
@@ -109,15 +114,22 @@ if [ "$BUILD" = 1 ]; then
     # --target keeps build scripts and proc-macros dynamic.
     args=()
     for p in "${PACKAGES[@]}"; do args+=(-p "$p"); done
-    (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
-        cargo build --release --quiet --target "$TARGET" "${args[@]}") || die "static build failed"
-    say "static build (${PACKAGES[*]}): $(since "$t") s"
+    static() { (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
+        cargo build --release --quiet --target "$TARGET" "$@") || die "static build failed"; }
+    static "${args[@]}"
+    for e in "${EXAMPLES[@]}"; do static -p "${e%%:*}" --example "${e#*:}"; done
+    say "static build (${PACKAGES[*]} ${EXAMPLES[*]}): $(since "$t") s"
 fi
 FILES=(-f "$LIB")
 for b in "${BINARIES[@]}"; do
     [ -x "$BIN/$b" ] || die "$BIN/$b missing (run without --no-build)"
     FILES+=(-f "$BIN/$b")
 done
+for e in "${EXAMPLES[@]}"; do
+    [ -x "$BIN/examples/${e#*:}" ] || die "$BIN/examples/${e#*:} missing (run without --no-build)"
+    FILES+=(-f "$BIN/examples/${e#*:}")
+done
+for f in "${EXTRA_FILES[@]}"; do FILES+=(-f "$ROOT/$f"); done
 
 mkdir -p "$OUT"
 PASSED=()

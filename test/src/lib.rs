@@ -17,6 +17,8 @@
 //! * [`kernel`]: what the modules over kernel files (aio, uring) test the
 //!   same way: temporary files, a loop device, a tiny tmpfs, shared
 //!   scenarios and the per-I/O bench driver.
+//! * [`sizes`]: I/O sizes 512 B … 1 MiB from aligned, unaligned and
+//!   multi-segment buffers, read back and compared.
 //! * [`steady`]: a counting global allocator and the steady-state I/O
 //!   driver of the zero-allocation tests.
 //! * [`nvmf`]: an in-process NVMe/TCP target and a PDU-level test host.
@@ -29,6 +31,7 @@ pub mod fixtures;
 pub mod kernel;
 pub mod nvmf;
 pub mod rpc;
+pub mod sizes;
 pub mod spdk_rpc;
 pub mod steady;
 pub mod verify;

@@ -1,17 +1,26 @@
-//! Fixed-count I/O loop on one null (or malloc) bdev, one core, polling:
-//! `io_path [null|malloc] [QD] [COUNT] [read|write]`. Prints ns per I/O. Run
-//! it under callgrind with two counts and divide the difference in
-//! instructions by the difference in I/Os for a repeatable per-I/O cost
-//! (`bench/callgrind_io_path.sh`).
+//! Fixed-count I/O loop on one bdev, one core, polling:
+//! `io_path [null|malloc|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
+//! ns per I/O. Run it under callgrind with two counts and divide the
+//! difference in instructions by the difference in I/Os for a repeatable
+//! per-I/O cost (`bench/callgrind_io_path.sh`).
+//!
+//! Kinds: `null` and `malloc` bdevs; `nvme`, the nvme module over an
+//! emulated controller with a null namespace that runs inline (inside the
+//! driver's doorbell writes, on the reactor's core: deterministic, and
+//! callgrind can leave the device's share out by toggling collection in
+//! the emulator's `run_inline`); `nvme-spin`, the same over a controller
+//! thread that spins on a core of its own (`IO_PATH_EMU_CPU`, default 1)
+//! while the reactor runs on core 0: the IOPS figure.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bdevkit::bdev::{BdevChannel, BdevIo, BdevManager, IoCompletion};
 use bdevkit::dma::DmaBuf;
-use bdevkit::thread::{Runtime, RuntimeOptions};
+use bdevkit::thread::{Runtime, RuntimeOptions, ThreadHandle};
+use nvme_driver::emu::{EmuKind, EmuNamespace, EmuOptions};
 
 struct Loop {
     ch: BdevChannel,
@@ -91,23 +100,15 @@ fn main() {
     let mgr = BdevManager::default();
     bdevkit_null::register(&mgr);
     bdevkit_malloc::register(&mgr);
+    bdevkit_nvme::register(&mgr);
+    let blocks = 65536;
+    let name = create(&rt.app_thread(), &mgr, &kind, blocks);
     let (tx, rx) = mpsc::channel();
     let m = mgr.clone();
     let start = rt
         .app_thread()
         .run_sync(move || {
-            let blocks = 65536;
-            if kind == "malloc" {
-                bdevkit_malloc::create(
-                    &m,
-                    bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks),
-                )
-                .expect("malloc");
-            } else {
-                bdevkit_null::create(&m, bdevkit_null::NullCreateParams::new("B", 4096, blocks))
-                    .expect("null");
-            }
-            let desc = m.open("B", true, |_| {}).expect("open");
+            let desc = m.open(&name, true, |_| {}).expect("open");
             let ch = desc.get_io_channel().expect("channel");
             std::mem::forget(desc);
             let l = Rc::new(Loop {
@@ -137,4 +138,72 @@ fn main() {
         1e3 / ns
     );
     drop(rt);
+}
+
+/// Creates the bdev of `kind` with `blocks` 4 KiB blocks; its name.
+fn create(app: &ThreadHandle, mgr: &BdevManager, kind: &str, blocks: u64) -> String {
+    let m = mgr.clone();
+    if kind == "null" || kind == "malloc" {
+        let k = kind.to_string();
+        app.run_sync(move || {
+            if k == "malloc" {
+                bdevkit_malloc::create(
+                    &m,
+                    bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks),
+                )
+                .expect("malloc");
+            } else {
+                bdevkit_null::create(&m, bdevkit_null::NullCreateParams::new("B", 4096, blocks))
+                    .expect("null");
+            }
+        })
+        .expect("app thread");
+        return "B".into();
+    }
+    let spin = match kind {
+        "nvme" => false,
+        "nvme-spin" => true,
+        k => panic!("unknown kind {k}: null, malloc, nvme or nvme-spin"),
+    };
+    let cpu = std::env::var("IO_PATH_EMU_CPU")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let opts = EmuOptions {
+        namespaces: vec![EmuNamespace {
+            nsid: 1,
+            kind: EmuKind::Null,
+            block_size: 4096,
+            num_blocks: blocks,
+        }],
+        spin,
+        cpu: spin.then_some(cpu),
+        ..EmuOptions::default()
+    };
+    let (tx, rx) = mpsc::channel();
+    app.run_sync(move || {
+        if spin {
+            bdevkit_nvme::emu_start(&m, "emu", opts).expect("emulated controller");
+        } else {
+            bdevkit_nvme::emu_start_inline(&m, "emu", opts).expect("emulated controller");
+        }
+        let args = bdevkit_nvme::AttachArgs {
+            name: "Nvme0".into(),
+            traddr: "emu:emu".into(),
+            num_io_queues: None,
+        };
+        bdevkit_nvme::attach(
+            &m,
+            args,
+            Box::new(move |r| {
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            }),
+        );
+    })
+    .expect("app thread");
+    let names = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("attach finished")
+        .expect("attach");
+    names.into_iter().next().expect("a namespace bdev")
 }

@@ -23,6 +23,8 @@ pub(crate) type AttachFn = fn(&BdevManager, AttachArgs, AttachDone);
 pub(crate) struct Hotplug {
     params: Mutex<HotplugParams>,
     poller: AtomicBool,
+    /// The module is finishing: attach nothing more.
+    stopped: AtomicBool,
     next: AtomicU32,
     probing: Mutex<Vec<String>>,
 }
@@ -51,11 +53,18 @@ impl Hotplug {
         let me = Arc::clone(self);
         let reg = Arc::clone(reg);
         t.register_poller("bdev_nvme_hotplug", p.period_us.max(1000), move |_| {
-            if me.params().enable {
+            if me.params().enable && !me.stopped.load(Ordering::Acquire) {
                 me.probe(&mgr, &reg, attach);
             }
             PollerStatus::Idle
         });
+    }
+
+    /// The module is finishing (its controllers are being shut down):
+    /// from now on the poller attaches nothing, so that a controller just
+    /// shut down is not attached again.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
     }
 
     fn probe(self: &Arc<Self>, mgr: &BdevManager, reg: &Registry, attach: AttachFn) {

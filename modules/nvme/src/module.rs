@@ -40,9 +40,10 @@ impl BdevModule for NvmeModule {
         v
     }
 
-    /// Every bdev is gone: the controllers are shut down, the emulated
-    /// controllers stopped.
+    /// Every bdev is gone: hotplug stops attaching, the controllers are
+    /// shut down, the emulated controllers stopped.
     fn fini(&self, _mgr: &BdevManager) {
+        self.hotplug.stop();
         ctrlr::shutdown_all(&self.ctrlrs);
         self.emus.clear();
     }

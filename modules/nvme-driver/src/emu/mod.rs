@@ -161,6 +161,9 @@ pub(crate) struct Shared {
 impl Shared {
     /// Runs an inline engine until it is idle and nobody asked for more.
     /// Whoever finds the engine busy leaves `kick` set for its runner.
+    /// Never inlined: `bench/callgrind_io_path.sh` leaves the emulated
+    /// device's instructions out by toggling collection in this function.
+    #[inline(never)]
     fn run_inline(&self) {
         self.kick.store(true, Ordering::SeqCst);
         loop {

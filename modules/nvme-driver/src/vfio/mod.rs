@@ -52,6 +52,9 @@ struct State {
     /// Groups attached, by number.
     groups: BTreeMap<u32, Arc<File>>,
     users: usize,
+    /// Counts the times the IOMMU went away with its mappings (the last
+    /// group closed): an unmap for memory mapped before then is void.
+    generation: u64,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -61,6 +64,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     regions: BTreeMap::new(),
     groups: BTreeMap::new(),
     users: 0,
+    generation: 0,
 });
 /// Registered ranges that the device cannot reach.
 static UNREACHABLE: AtomicUsize = AtomicUsize::new(0);
@@ -271,6 +275,7 @@ fn detach_group(group_no: u32) {
         st.groups.remove(&group_no);
         st.groups.clear();
         st.iommu = false;
+        st.generation += 1;
         let mut lost = 0;
         for r in st.regions.values_mut() {
             if r.mapped {
@@ -433,9 +438,16 @@ impl PciFunction for VfioFunction {
         let (va, l) = (m.vaddr() as u64, m.len() as u64);
         sys::map_dma(&self.container, va, va, l).map_err(Error::sys("VFIO_IOMMU_MAP_DMA"))?;
         let c = Arc::clone(&self.container);
+        let generation = STATE.lock().generation;
         m.set_mapping(
             va,
             Box::new(move |iova, len| {
+                // Memory that outlives the last group (a queue freed after
+                // its controller) lost its mapping with the IOMMU.
+                let st = STATE.lock();
+                if !st.iommu || st.generation != generation {
+                    return;
+                }
                 if let Err(e) = sys::unmap_dma(&c, iova, len as u64) {
                     tracing::warn!(error = %e, "VFIO DMA unmap failed");
                 }
