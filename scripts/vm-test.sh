@@ -20,9 +20,10 @@
 #
 # A guest script asks for harness options in header lines "# vm: OPTIONS"
 # (e.g. "# vm: --deb nvme-cli --deb libnvme1"; several lines add up). Every
-# script gets test/vm/lib.sh (assertions), bdevperf and bdev_dd in
-# /opt/vmtest, its working directory and on PATH. Must run as root (QEMU,
-# apt-get); the harness installs QEMU and fetches a Debian kernel once.
+# script gets test/vm/lib.sh (assertions), bdevperf, bdev_dd and the test
+# programs (xnvme_vm) in /opt/vmtest, its working directory and on PATH.
+# Must run as root (QEMU, apt-get); the harness installs QEMU and fetches a
+# Debian kernel once.
 #
 # Environment: VMTEST_HARNESS (default ../shared/vm/run-vm-test.sh from the
 # repository root), VMTEST_LANE_OUT, VMTEST_LANE_TIMEOUT (per VM, default 300 s),
@@ -40,6 +41,8 @@ TARGET_DIR=$ROOT/target/vm
 BIN=$TARGET_DIR/$TARGET/release
 PACKAGES=(bdevperf bdev_dd)
 BINARIES=(bdevperf bdev_dd)
+# Guest test programs that are examples of library crates (PACKAGE:EXAMPLE).
+EXAMPLES=(bdevkit-xnvme:xnvme_vm)
 
 BENCH=0
 LIST=0
@@ -109,14 +112,22 @@ if [ "$BUILD" = 1 ]; then
     # --target keeps build scripts and proc-macros dynamic.
     args=()
     for p in "${PACKAGES[@]}"; do args+=(-p "$p"); done
+    # --bins keeps the packages' binaries selected next to the examples.
+    args+=(--bins)
+    for e in "${EXAMPLES[@]}"; do args+=(-p "${e%%:*}" --example "${e#*:}"); done
     (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
         cargo build --release --quiet --target "$TARGET" "${args[@]}") || die "static build failed"
-    say "static build (${PACKAGES[*]}): $(since "$t") s"
+    say "static build (${PACKAGES[*]} ${EXAMPLES[*]}): $(since "$t") s"
 fi
 FILES=(-f "$LIB")
 for b in "${BINARIES[@]}"; do
     [ -x "$BIN/$b" ] || die "$BIN/$b missing (run without --no-build)"
     FILES+=(-f "$BIN/$b")
+done
+for e in "${EXAMPLES[@]}"; do
+    x=$BIN/examples/${e#*:}
+    [ -x "$x" ] || die "$x missing (run without --no-build)"
+    FILES+=(-f "$x")
 done
 
 mkdir -p "$OUT"
