@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}; SECS=${SECS:-5}
-cargo build --release -q -p bdevperf
+cargo build --release -q --bin bdevperf
 BP=target/release/bdevperf
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-null}; qd=${2:-128}; rw=${3:-read}
-cargo build --release -q -p bdevkit-bench --bin io_path
+cargo build --release -q --bin io_path
 count() {
     IO_PATH_INTERRUPT=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/io_path "$kind" "$qd" "$1" "$rw" 2>&1 |
         awk '/Collected/{print $4}' | tr -d ,

@@ -14,7 +14,7 @@
 #   SECS=3 RUNS=1 ONLY=tmpfs bench/compare_fio.sh
 # Environment: SECS (per run, default 5), RUNS (default 3), CORE (default 0),
 #   ONLY (tmpfs|disk), ENGINES ("uring aio"), SHM_FILE, DISK_FILE,
-#   BDEVPERF (path; default: built with cargo build --release -p bdevperf).
+#   BDEVPERF (path; default: built with cargo build --release --bin bdevperf).
 # fio is installed from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +35,7 @@ if ! command -v fio >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null
 fi
 if [ -z "${BDEVPERF:-}" ]; then
-    cargo build --release --quiet -p bdevperf
+    cargo build --release --quiet --bin bdevperf
     BDEVPERF="${CARGO_TARGET_DIR:-target}/release/bdevperf"
 fi
 

@@ -6,7 +6,8 @@
 #
 # Environment:
 #   CARGO_TARGET_DIR  where the release build goes (default: target)
-#   SPDK_RPC          spdk-rpc executable (default: from PATH)
+#   SPDK_RPC          spdk-rpc executable (default: the repository's .venv, which
+#                     scripts/test.sh installs, then PATH)
 #   POLLING=1         run bdev_tgt in polling mode (default: --interrupt-mode)
 #   SPDK_RPC_LIST=1   also time `spdk-rpc bdev_get_bdevs` over all bdevs. Off by
 #                     default: spdk-rpc re-decodes its whole receive buffer after
@@ -20,13 +21,16 @@ set -euo pipefail
 COUNT=${1:-10000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+if [[ -z "${SPDK_RPC:-}" && -x "$ROOT/.venv/bin/spdk-rpc" ]]; then
+    SPDK_RPC=$ROOT/.venv/bin/spdk-rpc
+fi
 SPDK_RPC=${SPDK_RPC:-$(command -v spdk-rpc || true)}
 if [[ -z "$SPDK_RPC" ]]; then
-    echo "spdk-rpc not found: pip install spdk==26.9, or set SPDK_RPC" >&2
+    echo "spdk-rpc not found: run scripts/test.sh once (installs it in .venv), pip install spdk==26.9, or set SPDK_RPC" >&2
     exit 1
 fi
 
-cargo build --release --quiet -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc --manifest-path "$ROOT/Cargo.toml"
+cargo build --release --quiet --bin bdev_tgt --bin bdev_rpc --manifest-path "$ROOT/Cargo.toml"
 TGT=$TARGET/release/bdev_tgt
 RPC=$TARGET/release/bdev_rpc
 

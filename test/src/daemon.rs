@@ -11,17 +11,17 @@
 //!    — whatever `CARGO_TARGET_DIR` and profile are in use.
 //!
 //! `cargo test --workspace` (and `cargo nextest run --workspace`) build
-//! both binaries before running any test, because their own packages have
+//! the binaries before running any test, because their own packages have
 //! integration tests. When running this crate alone, build them first:
-//! `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc`; a missing binary
-//! fails the test with that hint.
+//! `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc -p bdevperf` (the
+//! README test runs bdevperf too); a missing binary fails the test with
+//! that hint.
 //!
 //! # `spdk-rpc`
 //!
-//! SPDK's Python client is found through `$SPDK_RPC` (path to the
-//! executable) or `PATH`. Tests that need it print why and return when it
-//! is absent, unless `BDEVKIT_REQUIRE_SPDK_RPC=1` (CI), where a missing
-//! client fails the test.
+//! SPDK's Python client is found by [`crate::spdk_rpc::spdk_rpc`]
+//! (`$SPDK_RPC`, the repository's `.venv`, `PATH`; a missing client fails
+//! the test unless `BDEVKIT_SKIP_SPDK_RPC=1`).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -36,7 +36,7 @@ use serde_json::Value;
 /// something is broken.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Path of a workspace binary (`bdev_tgt`, `bdev_rpc`); see the module docs.
+/// Path of a workspace binary (`bdev_tgt`, `bdev_rpc`, `bdevperf`); see the module docs.
 ///
 /// # Panics
 /// When the binary is not there, with the command that builds it.
@@ -57,7 +57,8 @@ pub fn bin(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.is_file(),
-        "{} not found: build it first with `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc` \
+        "{} not found: build it first with \
+         `cargo build -p bdevkit-bdev-tgt -p bdevkit-bdev-rpc -p bdevperf` \
          (cargo test --workspace does), or set BDEVKIT_BIN_DIR",
         p.display()
     );
@@ -276,32 +277,6 @@ pub fn run_tgt_to_exit(socket: &Path, args: &[&str]) -> (ExitStatus, String) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// The `spdk-rpc` executable, or `None` (with the reason printed) when it
-/// is not installed.
-///
-/// # Panics
-/// When it is missing and `BDEVKIT_REQUIRE_SPDK_RPC=1`.
-#[must_use]
-pub fn spdk_rpc() -> Option<PathBuf> {
-    let found = match std::env::var_os("SPDK_RPC") {
-        Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
-        None => std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join("spdk-rpc"))
-                .find(|p| p.is_file())
-        }),
-    };
-    if found.is_none() {
-        let why = "spdk-rpc not found (set SPDK_RPC or install with `pip install spdk==26.9`)";
-        assert!(
-            std::env::var("BDEVKIT_REQUIRE_SPDK_RPC").as_deref() != Ok("1"),
-            "{why}, and BDEVKIT_REQUIRE_SPDK_RPC=1"
-        );
-        eprintln!("skipping: {why}");
-    }
-    found
 }
 
 /// Runs `<exe> <args>` with `stdin`, capturing its output.

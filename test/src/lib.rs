@@ -9,6 +9,8 @@
 //!   API.
 //! * [`daemon`]: start the real `bdev_tgt` on a private socket, call it
 //!   with our client, `spdk-rpc` or `bdev_rpc`, stop it with a signal.
+//! * [`mod@spdk_rpc`]: where SPDK's `spdk-rpc` client is (one lookup for
+//!   every test that needs it; a missing client fails unless opted out).
 //! * [`rpc`]: in-process RPC calls for module tests (a registry with the
 //!   methods a test needs, a call that waits on the reactor).
 //! * [`fixtures`]: malloc base bdevs created and deleted in one call.
@@ -25,6 +27,7 @@ pub mod env;
 pub mod fixtures;
 pub mod kernel;
 pub mod rpc;
+pub mod spdk_rpc;
 pub mod steady;
 pub mod verify;
 

@@ -14,6 +14,7 @@
 //! The count is process-wide: measure one bdev at a time.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -148,6 +149,23 @@ pub fn measure(
     name: &'static str,
     create: impl FnOnce(&BdevManager) + Send + 'static,
 ) -> SteadyState {
+    measure_with(env, name, move |mgr| async move { create(&mgr) })
+}
+
+/// [`measure`] for a bdev that appears asynchronously: the future `setup`
+/// returns makes bdev `name` (an attach that finishes on a helper thread,
+/// say) before the workload starts.
+///
+/// # Panics
+/// As [`measure`].
+pub fn measure_with<Fut>(
+    env: &TestEnv,
+    name: &'static str,
+    setup: impl FnOnce(BdevManager) -> Fut + Send + 'static,
+) -> SteadyState
+where
+    Fut: Future<Output = ()> + 'static,
+{
     ALLOCS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     drop(std::hint::black_box(Box::new(0u64)));
@@ -158,7 +176,7 @@ pub fn measure(
     );
     let (tx, rx) = mpsc::channel();
     env.run(move |mgr| async move {
-        create(&mgr);
+        setup(mgr.clone()).await;
         let desc = mgr.open(name, true, |_| {}).expect("open");
         let d = Rc::new(Driver {
             ch: desc.get_io_channel().expect("channel"),

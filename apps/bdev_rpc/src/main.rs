@@ -9,7 +9,9 @@
 //!
 //! `-p` values are JSON when they parse as JSON (`8`, `true`, `[1,2]`,
 //! `"quoted"`), strings otherwise; they override keys of `--json`. The
-//! result is printed as indented JSON on stdout. An error reply prints its
+//! result is printed as indented JSON on stdout, except a bare string
+//! (the name a create method answers), which is printed as it is, without
+//! quotes, as `spdk-rpc` does. An error reply prints its
 //! code and message on stderr and exits 1, as do connection failures.
 //! `save_config` and `load_config` follow `spdk-rpc`'s client-side
 //! algorithms.
@@ -181,7 +183,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 CallArgs::try_parse_from(&cli.rest).map_err(|e| Failure::Usage(e.to_string()))?;
             let params = build_params(&a)?;
             let result = connect(cli)?.call(method, params)?;
-            print_json(&result, 2, &mut std::io::stdout())
+            print_result(&result, &mut std::io::stdout())
         }
     }
 }
@@ -212,6 +214,17 @@ fn build_params(a: &CallArgs) -> Result<Option<Value>, Failure> {
 /// A `-p` value: JSON when it parses as JSON, otherwise a string.
 fn param_value(v: &str) -> Value {
     serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
+}
+
+/// A method's result: a string as it is (`Null0`, as `spdk-rpc` prints
+/// it), anything else as JSON indented by 2.
+fn print_result(v: &Value, out: &mut dyn Write) -> Result<(), Failure> {
+    match v {
+        Value::String(s) => {
+            writeln!(out, "{s}").map_err(|e| Failure::Other(format!("write output: {e}")))
+        }
+        other => print_json(other, 2, out),
+    }
 }
 
 fn print_json(v: &Value, indent: i64, out: &mut dyn Write) -> Result<(), Failure> {
@@ -439,6 +452,19 @@ mod tests {
         assert_eq!(param_value("Malloc0"), json!("Malloc0"));
         assert_eq!(param_value("\"8\""), json!("8"));
         assert_eq!(param_value(""), json!(""));
+    }
+
+    #[test]
+    fn results_print_as_spdk_rpc_prints_them() {
+        let shown = |v: Value| {
+            let mut out = Vec::new();
+            assert!(print_result(&v, &mut out).is_ok());
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(shown(json!("Null0")), "Null0\n");
+        assert_eq!(shown(json!(true)), "true\n");
+        assert_eq!(shown(json!(["a", "b"])), "[\n  \"a\",\n  \"b\"\n]\n");
+        assert_eq!(shown(json!({"k": 1})), "{\n  \"k\": 1\n}\n");
     }
 
     #[test]

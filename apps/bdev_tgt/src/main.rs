@@ -10,22 +10,25 @@ use bdevkit_app::{default_modules, App, CommonArgs, ErrorChain, DEFAULT_RPC_SOCK
 use clap::Parser;
 
 /// bdevkit block device target: bdevs configured over SPDK-compatible JSON-RPC.
+// The framework leaves the socket's default to the app: ours, shown in
+// --help.
 #[derive(Debug, Parser)]
-#[command(name = "bdev_tgt", version)]
+#[command(
+    name = "bdev_tgt",
+    version,
+    mut_arg("rpc_socket", |a| a.default_value(DEFAULT_RPC_SOCKET))
+)]
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
 }
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let cli = Cli::parse();
     if let Err(e) = cli.common.init_logging() {
         eprintln!("bdev_tgt: {}", ErrorChain(&e));
         return ExitCode::FAILURE;
     }
-    cli.common
-        .rpc_socket
-        .get_or_insert_with(|| DEFAULT_RPC_SOCKET.into());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         pid = std::process::id(),

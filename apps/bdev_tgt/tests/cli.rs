@@ -31,6 +31,10 @@ mod cli {
         ] {
             assert!(help.contains(opt), "{opt} missing:\n{help}");
         }
+        assert!(
+            help.contains("[default: /var/tmp/bdevkit.sock]"),
+            "default socket missing:\n{help}"
+        );
     }
 
     #[test]

@@ -127,7 +127,7 @@ fn run(opts: &Opts) -> Result<bool> {
         ..AppOptions::default()
     };
     let app = App::start_with(&args, &bdevkit_app::default_modules(), app_opts)
-        .map_err(|e| anyhow::anyhow!("{}", bdevkit_app::ErrorChain(&e)))?;
+        .map_err(|e| setup::start_error(&e, opts.rpc_socket.is_some()))?;
     let result = if let Some(perform) = perform {
         serve_perform_tests(&app, opts, &stop, &perform)
     } else {

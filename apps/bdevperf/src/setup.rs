@@ -1,4 +1,5 @@
-//! The bdev used when no config is given.
+//! Start-up: the bdev used when no config is given, and what a failed
+//! start says.
 
 use anyhow::{Context, Result};
 use bdevkit::bdev::BdevManager;
@@ -22,4 +23,49 @@ pub fn default_bdev(app: &ThreadHandle, mgr: &BdevManager) -> Result<String> {
         .map(|b| b.name().to_string())
     })?
     .context("create the default malloc bdev")
+}
+
+/// A socket for `bdevperf -z` of its own, suggested when the default one is
+/// taken (`bdev_tgt` runs there by default).
+pub const SUGGESTED_SOCKET: &str = "/var/tmp/bdevperf.sock";
+
+/// The one line a failed app start prints. A socket in use says which to
+/// pick: with no `-r`, bdevperf took `bdev_tgt`'s default socket.
+pub fn start_error(e: &bdevkit_app::Error, socket_given: bool) -> anyhow::Error {
+    match e {
+        bdevkit_app::Error::RpcSocketInUse { path } if socket_given => anyhow::anyhow!(
+            "RPC socket {} is in use by another process: pick another with -r",
+            path.display()
+        ),
+        bdevkit_app::Error::RpcSocketInUse { path } => anyhow::anyhow!(
+            "RPC socket {} is in use (is bdev_tgt running?): give bdevperf its own with -r, \
+             e.g. bdevperf -z -r {SUGGESTED_SOCKET}",
+            path.display()
+        ),
+        other => anyhow::anyhow!("{}", bdevkit_app::ErrorChain(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_in_use_says_which_to_pick() {
+        let e = bdevkit_app::Error::RpcSocketInUse {
+            path: bdevkit_app::DEFAULT_RPC_SOCKET.into(),
+        };
+        let msg = start_error(&e, false).to_string();
+        assert_eq!(
+            msg,
+            "RPC socket /var/tmp/bdevkit.sock is in use (is bdev_tgt running?): \
+             give bdevperf its own with -r, e.g. bdevperf -z -r /var/tmp/bdevperf.sock"
+        );
+        assert!(!msg.contains('\n'));
+        let msg = start_error(&e, true).to_string();
+        assert!(
+            msg.ends_with("in use by another process: pick another with -r"),
+            "{msg}"
+        );
+    }
 }

@@ -715,6 +715,7 @@ mod spdk_options {
 /// bdevperf started with `-z` on a private socket, driven over RPC.
 #[cfg(test)]
 mod rpc_driven {
+    use std::process::Command;
     use std::time::{Duration, Instant};
 
     use bdevkit_jsonrpc::ClientError;
@@ -762,6 +763,27 @@ mod rpc_driven {
             stdout.contains("Job: Null0 (Core Mask 0x1, workload: randread, depth: 8"),
             "{stdout}"
         );
+    }
+
+    /// A second `-z` on a socket in use: one line saying to pick another.
+    #[test]
+    fn z_on_a_socket_in_use_says_to_pick_another() {
+        let z = ZServer::start("busy", NULL0, &[]);
+        drop(z.client());
+        let o = Command::new(env!("CARGO_BIN_EXE_bdevperf"))
+            .args(["-z", "--interrupt-mode", "-r"])
+            .arg(z.socket())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("is in use by another process: pick another with -r"),
+            "{err}"
+        );
+        let (status, _) = z.kill();
+        assert!(status.success(), "{status:?}");
     }
 
     /// Latency histograms over a run, as SPDK users take them: enable,

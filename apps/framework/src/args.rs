@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 
 /// Options common to every app. Flatten it into the app's own `clap`
 /// parser (`#[command(flatten)] common: CommonArgs`). The app decides the
-/// default RPC socket: `bdev_tgt` sets [`CommonArgs::rpc_socket`] to
-/// [`crate::DEFAULT_RPC_SOCKET`] when it is not given, `bdevperf` leaves it
-/// unset unless `-z`.
+/// default RPC socket: `bdev_tgt` gives `-r` the default
+/// [`crate::DEFAULT_RPC_SOCKET`] (shown in its `--help`), `bdevperf` leaves
+/// it unset unless `-z`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CommonArgs {
     /// Core mask for reactors: hex (`0x3`) or a list (`[0,1]`, `[0-3]`).

@@ -298,7 +298,10 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             ignore_errors: false,
-            subsystems: crate::SUBSYSTEMS.iter().map(|s| (*s).to_string()).collect(),
+            subsystems: crate::SUBSYSTEMS
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect(),
         }
     }
 }

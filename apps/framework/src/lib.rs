@@ -71,9 +71,35 @@ pub use panic::REACTOR_PANIC_EXIT;
 /// `bdev_tgt`'s default RPC socket.
 pub const DEFAULT_RPC_SOCKET: &str = "/var/tmp/bdevkit.sock";
 
-/// Subsystems this framework has (`framework_get_subsystems`); config
-/// entries of other subsystems are skipped with a notice.
-pub const SUBSYSTEMS: &[&str] = &["bdev"];
+/// A subsystem of the framework, as `framework_get_subsystems` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subsystem {
+    /// Its name: `framework_get_config NAME`, the `subsystem` of a config
+    /// file's entry.
+    pub name: &'static str,
+    /// The subsystems it needs, initialised before it (SPDK's
+    /// `SPDK_SUBSYSTEM_DEPEND`); only ones this list has.
+    pub depends_on: &'static [&'static str],
+}
+
+/// The subsystems this framework has, in initialisation order (each after
+/// those it depends on): what `framework_get_subsystems` answers, which
+/// subsystems `framework_get_config` knows, and which config file entries
+/// are replayed (entries of other subsystems are skipped with a notice).
+/// A new subsystem is one line here, e.g. `Subsystem { name: "nvmf",
+/// depends_on: &["bdev"] }` after `bdev`; until its config writer exists,
+/// `framework_get_config` answers `null` for it, as SPDK does for a
+/// subsystem without one.
+pub const SUBSYSTEMS: &[Subsystem] = &[Subsystem {
+    name: "bdev",
+    depends_on: &[],
+}];
+
+/// Whether [`SUBSYSTEMS`] has `name`.
+#[must_use]
+pub(crate) fn has_subsystem(name: &str) -> bool {
+    SUBSYSTEMS.iter().any(|s| s.name == name)
+}
 
 /// The bdev modules an app links by default, in registration order. Add a
 /// new module here (one line) once its crate exists.
@@ -137,4 +163,28 @@ pub fn default_modules() -> Vec<ModuleDef> {
             register_rpcs: bdevkit_xnvme::rpc::register_rpcs,
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SUBSYSTEMS;
+
+    #[test]
+    fn subsystems_come_after_what_they_depend_on() {
+        for (i, s) in SUBSYSTEMS.iter().enumerate() {
+            assert!(
+                SUBSYSTEMS[i + 1..].iter().all(|o| o.name != s.name),
+                "{} listed twice",
+                s.name
+            );
+            for d in s.depends_on {
+                assert!(
+                    SUBSYSTEMS[..i].iter().any(|o| o.name == *d),
+                    "{} depends on {d}, which is not listed before it",
+                    s.name
+                );
+            }
+        }
+        assert_eq!(SUBSYSTEMS[0].name, "bdev");
+    }
 }

@@ -1,23 +1,15 @@
 //! SPDK's own Python client (`pip install spdk==26.9`, command `spdk-rpc`) against our server.
-//! Skipped, with a printed reason, when `spdk-rpc` is not installed.
+//! The client is found by `bdevkit_test::spdk_rpc` (`$SPDK_RPC`, the repository's `.venv`,
+//! `PATH`); a missing client fails these tests unless `BDEVKIT_SKIP_SPDK_RPC=1`.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use crate::harness::TestServer;
 
-fn spdk_rpc_available() -> bool {
-    match Command::new("spdk-rpc").arg("--help").output() {
-        Ok(o) if o.status.success() => true,
-        _ => {
-            eprintln!("skipping: spdk-rpc not installed (pip install spdk==26.9)");
-            false
-        }
-    }
-}
-
-fn spdk_rpc(srv: &TestServer, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut cmd = Command::new("spdk-rpc");
+fn spdk_rpc(exe: &Path, srv: &TestServer, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(exe);
     cmd.arg("-s").arg(&srv.path).args(args);
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
@@ -48,27 +40,28 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn spdk_rpc_drives_the_server() {
-    if !spdk_rpc_available() {
+    let Some(exe) = bdevkit_test::spdk_rpc::spdk_rpc() else {
         return;
-    }
+    };
     let srv = TestServer::start();
 
-    let o = spdk_rpc(&srv, &["rpc_get_methods"], None);
+    let o = spdk_rpc(&exe, &srv, &["rpc_get_methods"], None);
     assert!(o.status.success(), "{}", text(&o));
     let names: Vec<String> = serde_json::from_slice(&o.stdout).unwrap();
     assert!(names.contains(&"echo".to_owned()));
 
-    let o = spdk_rpc(&srv, &["spdk_get_version"], None);
+    let o = spdk_rpc(&exe, &srv, &["spdk_get_version"], None);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("bdevkit test"));
 
     // RUNTIME-only method in STARTUP: the -1 error is printed and the exit code is 1.
-    let o = spdk_rpc(&srv, &["bdev_get_bdevs"], None);
+    let o = spdk_rpc(&exe, &srv, &["bdev_get_bdevs"], None);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("Method may only be called after framework is initialized"));
 
     // Script mode: one connection, several requests.
     let o = spdk_rpc(
+        &exe,
         &srv,
         &[],
         Some("spdk_get_version\n# a comment\nrpc_get_methods -c\nframework_start_init\nbdev_get_bdevs\n"),
@@ -76,20 +69,25 @@ fn spdk_rpc_drives_the_server() {
     assert!(o.status.success(), "{}", text(&o));
 
     // Batch mode: one JSON-RPC batch.
-    let o = spdk_rpc(&srv, &["-b"], Some("spdk_get_version\nbdev_get_bdevs\n"));
+    let o = spdk_rpc(
+        &exe,
+        &srv,
+        &["-b"],
+        Some("spdk_get_version\nbdev_get_bdevs\n"),
+    );
     assert!(o.status.success(), "{}", text(&o));
 
     // errno-style error.
-    let o = spdk_rpc(&srv, &["bdev_get_bdevs", "-b", "Malloc0"], None);
+    let o = spdk_rpc(&exe, &srv, &["bdev_get_bdevs", "-b", "Malloc0"], None);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("No such device"), "{}", text(&o));
 }
 
 #[test]
 fn spdk_rpc_load_config_follows_current_methods() {
-    if !spdk_rpc_available() {
+    let Some(exe) = bdevkit_test::spdk_rpc::spdk_rpc() else {
         return;
-    }
+    };
     let srv = TestServer::start();
     // One STARTUP-only and one RUNTIME-only method: load_config must call the first, then
     // framework_start_init, then the second, guided by `rpc_get_methods current=true`.
@@ -97,7 +95,7 @@ fn spdk_rpc_load_config_follows_current_methods() {
         {"method":"runtime_only"},
         {"method":"startup_only"}
     ]}]}"#;
-    let o = spdk_rpc(&srv, &["load_config"], Some(config));
+    let o = spdk_rpc(&exe, &srv, &["load_config"], Some(config));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(srv.registry.state(), bdevkit_jsonrpc::RUNTIME);
     assert!(!text(&o).contains("skipped"), "{}", text(&o));

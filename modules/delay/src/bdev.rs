@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::rpc::{DelayCreateParams, LatencyType};
-use crate::{MODULE, PRODUCT_NAME};
+use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
 
 /// Period of each channel's completion poller (while it holds I/O): the
 /// granularity of the added latency.
@@ -121,7 +121,6 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
         DelayBdev {
             name: name.clone(),
             base: base_bdev,
-            configured_uuid: cfg.uuid.is_some(),
             mgr: mgr.clone(),
             latencies,
             device: IoDevice::register(format!("delay_{name}"), move || {
@@ -132,7 +131,10 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
     });
     link.bind(&delay);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
-    props.uuid = cfg.uuid;
+    props.uuid = Some(
+        cfg.uuid
+            .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
+    );
     props.optimal_io_boundary = base.props().optimal_io_boundary;
     let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&delay))?;
     tracing::info!(bdev = %name, base = %base.name(), "delay bdev created");
@@ -179,7 +181,6 @@ pub struct DelayBdev {
     name: String,
     /// The open, claimed base (closed in `destruct`).
     base: BaseBdev,
-    configured_uuid: bool,
     /// Held to unregister itself when the base goes (a cycle through the
     /// registry that unregistering breaks).
     mgr: BdevManager,
@@ -308,10 +309,10 @@ impl BdevOps for DelayBdev {
         let mut m = Map::new();
         m.insert("name".into(), json!(self.name));
         m.insert("base_bdev_name".into(), json!(self.base.bdev().name()));
-        if self.configured_uuid {
-            if let Some(b) = self.own_bdev() {
-                m.insert("uuid".into(), json!(b.uuid().to_string()));
-            }
+        // SPDK writes the UUID whenever it is not null: always, since
+        // every delay bdev has one (configured or derived from the base's).
+        if let Some(b) = self.own_bdev() {
+            m.insert("uuid".into(), json!(b.uuid().to_string()));
         }
         for (k, t) in [
             ("avg_read_latency", LatencyType::AvgRead),

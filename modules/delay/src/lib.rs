@@ -25,6 +25,7 @@ mod bdev;
 pub mod rpc;
 
 use bdevkit::bdev::module::{BdevManager, Result};
+use uuid::Uuid;
 
 pub use bdev::{DelayBdev, DelayChannel, DelayModule};
 pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyType};
@@ -33,6 +34,9 @@ pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyTy
 pub const MODULE: &str = "delay";
 /// `product_name` of delay bdevs.
 pub const PRODUCT_NAME: &str = "delay";
+/// Namespace of the name-based (v5, SHA-1) UUID a delay bdev gets when
+/// none is configured: `v5(NAMESPACE_UUID, base bdev UUID bytes)`, as SPDK.
+pub const NAMESPACE_UUID: Uuid = Uuid::from_u128(0x4009_b574_6430_4f1b_bc40_ace8_1109_1027);
 
 /// Adds the delay module to `mgr`.
 pub fn register(mgr: &BdevManager) {

@@ -52,9 +52,13 @@ mod tests {
             bdevkit_delay::create(&mgr, p).unwrap();
             let d = mgr.get("D0").unwrap();
             assert_eq!(d.product_name(), "delay");
+            // No UUID configured: SPDK's, derived from the base's.
+            let base = mgr.get("M0").unwrap().uuid();
+            let uuid = uuid::Uuid::new_v5(&bdevkit_delay::NAMESPACE_UUID, base.as_bytes());
+            assert_eq!(d.uuid(), uuid);
             assert_eq!(
                 d.dump_info_json(),
-                json!({"delay": {"name": "D0", "base_bdev_name": "M0",
+                json!({"delay": {"name": "D0", "base_bdev_name": "M0", "uuid": uuid.to_string(),
                     "avg_read_latency": 20, "p99_read_latency": 200,
                     "avg_write_latency": 20, "p99_write_latency": 300}})
             );

@@ -19,17 +19,20 @@ use std::time::{Duration, Instant};
 
 use nvme_spec::admin::{AsyncEventRequest, GetLogPage, Identify, KeepAlive, SetFeatures};
 use nvme_spec::features::{AsyncEventConfig, Feature, KeepAliveTimer, NumberOfQueues};
-use nvme_spec::identify::{IdentifyController, IdentifyNamespace, NamespaceList};
+use nvme_spec::identify::IdentifyController;
 use nvme_spec::log::{lid, AsyncEvent};
 use nvme_spec::regs::{offset, Cap, Cc, Csts, Vs};
 use nvme_spec::zerocopy::{FromBytes, FromZeros};
 use nvme_spec::{Command, Cqe, Sqe, Status};
 use parking_lot::{Mutex, RwLock};
 
+pub use crate::admin::AdminCallback;
+use crate::admin::AdminQueue;
 use crate::error::{Error, Result};
-use crate::qpair::{Completion, Qpair, BATCH};
+pub use crate::ns::{Namespace, NsIds};
+use crate::qpair::Qpair;
 use crate::sys::DmaMem;
-use crate::transport::{AdminExec, Data, Dir, QueueTransport, Request, SubmitError, Transport};
+use crate::transport::{AdminExec, QueueTransport, Request, Transport};
 
 /// What a controller is doing (SPDK's `bdev_nvme_get_controllers` states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,29 +100,6 @@ impl Default for ControllerOptions {
     }
 }
 
-/// One active namespace.
-#[derive(Clone)]
-pub struct Namespace {
-    /// Namespace id.
-    pub id: u32,
-    /// Identify Namespace data.
-    pub data: Box<IdentifyNamespace>,
-    /// Logical block size (data bytes).
-    pub block_size: u32,
-    /// Blocks (NSZE).
-    pub num_blocks: u64,
-}
-
-impl fmt::Debug for Namespace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Namespace")
-            .field("id", &self.id)
-            .field("block_size", &self.block_size)
-            .field("num_blocks", &self.num_blocks)
-            .finish()
-    }
-}
-
 /// What `poll_admin` found out about the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -134,42 +114,6 @@ pub enum Health {
 /// Called with each asynchronous event (on the thread polling the admin
 /// queue); a namespace change has already been rescanned.
 pub type EventHandler = Box<dyn Fn(AsyncEvent) + Send + Sync>;
-/// Gets an async admin command's status, dword 0 and data buffer.
-pub type AdminCallback = Box<dyn FnOnce(Status, u32, Option<DmaMem>) + Send>;
-
-/// An admin command's request: its data buffer (driver-owned DMA memory,
-/// never bounced) and how it completes.
-struct AdminReq {
-    buf: Option<(DmaMem, usize)>,
-    kind: AdminKind,
-}
-
-enum AdminKind {
-    Sync(u64),
-    Async(AdminCallback),
-}
-
-impl Request for AdminReq {
-    fn segment_count(&self, _d: Data) -> usize {
-        usize::from(self.buf.is_some())
-    }
-    fn segment(&self, _d: Data, _i: usize) -> (usize, usize) {
-        self.buf.as_ref().map_or((0, 0), |(m, l)| (m.vaddr(), *l))
-    }
-    // Admin data lives in DMA memory the transport reaches: never bounced.
-    fn for_each_segment(&self, _d: Data, _f: &mut dyn FnMut(&[u8])) {}
-    fn for_each_segment_mut(&mut self, _d: Data, _f: &mut dyn FnMut(&mut [u8])) -> bool {
-        false
-    }
-}
-
-struct Admin<Q: QueueTransport> {
-    qp: Qpair<Q, AdminReq>,
-    next_sync: u64,
-    /// Sync completions that another caller reaped.
-    done_sync: Vec<(u64, Status, u32, Option<DmaMem>)>,
-    last_keep_alive: Instant,
-}
 
 #[derive(Default)]
 struct Info {
@@ -183,7 +127,7 @@ pub struct Controller<T: Transport> {
     opts: ControllerOptions,
     cap: Cap,
     vs: Vs,
-    admin: Mutex<Option<Admin<T::Queue>>>,
+    admin: AdminQueue<T::Queue>,
     info: RwLock<Info>,
     state: AtomicU8,
     io_queues: Mutex<Vec<bool>>,
@@ -239,7 +183,7 @@ impl<T: Transport> Controller<T> {
             opts,
             cap,
             vs,
-            admin: Mutex::new(None),
+            admin: AdminQueue::new(),
             info: RwLock::new(Info::default()),
             state: AtomicU8::new(State::Resetting as u8),
             io_queues: Mutex::new(Vec::new()),
@@ -371,12 +315,7 @@ impl<T: Transport> Controller<T> {
         if cc.en() || csts.rdy() {
             self.wait_ready(false, "CSTS.RDY = 0")?;
         }
-        let mut failed = Vec::new();
-        if let Some(a) = self.admin.lock().as_mut() {
-            a.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
-            a.qp.set_connected(false);
-        }
-        self.deliver(failed);
+        self.admin.abort_all();
         Ok(())
     }
 
@@ -387,12 +326,7 @@ impl<T: Transport> Controller<T> {
     pub fn enable(&self) -> Result<()> {
         self.set_state(State::Resetting);
         let q = self.t.admin_queue(self.opts.admin_entries)?;
-        *self.admin.lock() = Some(Admin {
-            qp: Qpair::new(q),
-            next_sync: 1,
-            done_sync: Vec::new(),
-            last_keep_alive: Instant::now(),
-        });
+        self.admin.install(q);
         self.t.write_reg32(offset::CC, Cc::enabled(0).0)?;
         self.wait_ready(true, "CSTS.RDY = 1")?;
         self.init()?;
@@ -445,50 +379,10 @@ impl<T: Transport> Controller<T> {
         Ok(())
     }
 
-    /// Reads the active namespace list and each namespace's Identify data.
+    /// Reads the active namespaces and each one's Identify data.
     fn rescan(&self, nn: u32) -> Result<()> {
-        let mut ids = Vec::new();
-        if self.vs.0 >= Vs::new(1, 1, 0).0 {
-            let mut after = 0;
-            loop {
-                let (_, b) = self.exec_data(Identify::active_ns_list(after).to_sqe(0), 4096)?;
-                let list = NamespaceList::read_from_bytes(&b[..])
-                    .map_err(|_| Error::Unsupported("short namespace list".into()))?;
-                let page: Vec<u32> = list.iter().collect();
-                ids.extend_from_slice(&page);
-                match page.last() {
-                    Some(&last) if list.overflowed() => after = last,
-                    _ => break,
-                }
-            }
-        } else {
-            ids.extend(1..=nn);
-        }
-        let mut namespaces = BTreeMap::new();
-        for id in ids {
-            let mut sqe = Identify::namespace(id).to_sqe(0);
-            sqe.nsid.set(id);
-            let (_, b) = self.exec_data(sqe, 4096)?;
-            let data = IdentifyNamespace::read_from_bytes(&b[..])
-                .map(Box::new)
-                .map_err(|_| Error::Unsupported("short namespace data".into()))?;
-            let num_blocks = data.nsze.get();
-            let Some(block_size) = data.lba_size() else {
-                continue;
-            };
-            if num_blocks == 0 {
-                continue;
-            }
-            namespaces.insert(
-                id,
-                Namespace {
-                    id,
-                    data,
-                    block_size,
-                    num_blocks,
-                },
-            );
-        }
+        let exec = |sqe: Sqe, len: usize| self.exec_data(sqe, len).map(|(_, b)| b);
+        let namespaces = crate::ns::scan(&exec, self.vs, nn)?;
         self.info.write().namespaces = namespaces;
         Ok(())
     }
@@ -558,80 +452,20 @@ impl<T: Transport> Controller<T> {
     /// buffer, from [`Controller::poll_admin`] (or at once, with an error
     /// status, when the admin queue is down).
     pub fn submit_admin(&self, sqe: Sqe, buf: Option<(DmaMem, usize)>, cb: AdminCallback) {
-        let dir = if sqe.opcode & 1 == 1 {
-            Dir::ToDevice
-        } else {
-            Dir::FromDevice
-        };
-        let data = if buf.is_some() {
-            Data::Main
-        } else {
-            Data::None
-        };
-        let req = AdminReq {
-            buf,
-            kind: AdminKind::Async(cb),
-        };
-        let mut guard = self.admin.lock();
-        let r = match guard.as_mut() {
-            Some(a) => a.qp.submit(sqe, data, dir, req).map(|_| a.qp.flush()),
-            None => Err((req, SubmitError::Disconnected)),
-        };
-        drop(guard);
-        if let Err((req, _)) = r {
-            if let AdminKind::Async(cb) = req.kind {
-                cb(Status::ABORTED_SQ_DELETION, 0, req.buf.map(|b| b.0));
-            }
-        }
+        self.admin.submit(sqe, buf, cb);
     }
 
     /// Polls the admin queue: completions run their callbacks, keep-alive
     /// goes out when due, and the controller's health comes back. Never
-    /// waits (skips the poll if another thread holds the queue).
+    /// waits (skips the poll if another thread holds the queue) and does
+    /// not allocate.
     pub fn poll_admin(&self) -> Health {
-        let mut done = Vec::with_capacity(BATCH);
-        let mut keep_alive = false;
-        if let Some(mut g) = self.admin.try_lock() {
-            if let Some(a) = g.as_mut() {
-                a.qp.process(&mut done);
-                if self.t.needs_keep_alive()
-                    && self.opts.keep_alive_timeout_ms > 0
-                    && a.last_keep_alive.elapsed()
-                        > Duration::from_millis(u64::from(self.opts.keep_alive_timeout_ms / 2))
-                {
-                    a.last_keep_alive = Instant::now();
-                    keep_alive = true;
-                }
-                Self::stash_sync(a, &mut done);
-            }
-        }
-        self.deliver(done);
-        if keep_alive {
+        let keep_alive = (self.t.needs_keep_alive() && self.opts.keep_alive_timeout_ms > 0)
+            .then(|| Duration::from_millis(u64::from(self.opts.keep_alive_timeout_ms / 2)));
+        if self.admin.poll(keep_alive) {
             self.submit_admin(KeepAlive.to_sqe(0), None, Box::new(|_, _, _| {}));
         }
         self.health()
-    }
-
-    /// Moves sync completions another waiter reaped into its stash.
-    fn stash_sync(a: &mut Admin<T::Queue>, done: &mut Vec<Completion<AdminReq>>) {
-        let mut i = 0;
-        while i < done.len() {
-            if let AdminKind::Sync(id) = done[i].ctx.kind {
-                let c = done.swap_remove(i);
-                a.done_sync
-                    .push((id, c.status, c.dw0, c.ctx.buf.map(|b| b.0)));
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    fn deliver(&self, done: Vec<Completion<AdminReq>>) {
-        for c in done {
-            if let AdminKind::Async(cb) = c.ctx.kind {
-                cb(c.status, c.dw0, c.ctx.buf.map(|b| b.0));
-            }
-        }
     }
 
     /// Runs an admin command and waits for it (bounded by the admin
@@ -654,67 +488,12 @@ impl<T: Transport> Controller<T> {
     }
 
     fn exec_with(&self, sqe: Sqe, buf: Option<(DmaMem, usize)>) -> Result<(Cqe, Option<DmaMem>)> {
-        let opcode = sqe.opcode;
-        let dir = if opcode & 1 == 1 {
-            Dir::ToDevice
-        } else {
-            Dir::FromDevice
+        let check = || match self.health() {
+            Health::Removed => Err(Error::Removed),
+            Health::Fatal => Err(Error::Fatal),
+            Health::Ok => Ok(()),
         };
-        let data = if buf.is_some() {
-            Data::Main
-        } else {
-            Data::None
-        };
-        let id = {
-            let mut g = self.admin.lock();
-            let a = g.as_mut().ok_or(Error::Busy)?;
-            let id = a.next_sync;
-            a.next_sync += 1;
-            let req = AdminReq {
-                buf,
-                kind: AdminKind::Sync(id),
-            };
-            a.qp.submit(sqe, data, dir, req).map_err(|(_, e)| match e {
-                SubmitError::Busy => Error::Busy,
-                SubmitError::Invalid => Error::InvalidArg("admin data".into()),
-                SubmitError::Disconnected => Error::Busy,
-            })?;
-            a.qp.flush();
-            id
-        };
-        let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            let mut done = Vec::new();
-            let mut mine = None;
-            if let Some(a) = self.admin.lock().as_mut() {
-                a.qp.process(&mut done);
-                Self::stash_sync(a, &mut done);
-                if let Some(p) = a.done_sync.iter().position(|d| d.0 == id) {
-                    mine = Some(a.done_sync.swap_remove(p));
-                }
-            } else {
-                return Err(Error::Busy);
-            }
-            self.deliver(done);
-            if let Some((_, status, dw0, buf)) = mine {
-                let mut c = Cqe::new(0, status, dw0);
-                c.set_status(status);
-                return Ok((c, buf));
-            }
-            spins += 1;
-            if spins.is_multiple_of(64) {
-                match self.health() {
-                    Health::Removed => return Err(Error::Removed),
-                    Health::Fatal => return Err(Error::Fatal),
-                    Health::Ok => {}
-                }
-                if start.elapsed() > self.opts.admin_timeout {
-                    return Err(Error::Timeout("an admin command"));
-                }
-            }
-            std::thread::yield_now();
-        }
+        self.admin.exec(sqe, buf, self.opts.admin_timeout, &check)
     }
 
     fn alloc_qid(&self) -> Result<u16> {

@@ -5,9 +5,12 @@
 //! # Layers
 //!
 //! ```text
-//! ctrlr      Controller<T>: bring-up, Identify, namespaces, features, admin
-//!            queue (sync for set-up, async with callbacks), async events,
+//! ctrlr      Controller<T>: bring-up, Identify, features, async events,
 //!            keep alive, disable/enable (reset), shutdown
+//! admin      the admin queue: shared behind a mutex, sync commands for
+//!            set-up, async ones with callbacks
+//! ns         namespaces: active list, Identify Namespace, identifiers
+//!            (UUID / NGUID / EUI-64)
 //! qpair      Qpair<Q, C>: slots (CID = slot index), completions, timeouts
 //!            by ageing, fused pairs; one per thread, no locks
 //! transport  Transport / QueueTransport: the seam (PCIe now, TCP next)
@@ -47,10 +50,12 @@
 //! ```
 #![warn(missing_docs)]
 
+mod admin;
 pub mod bus;
 pub mod ctrlr;
 pub mod emu;
 mod error;
+pub mod ns;
 pub mod pcie;
 pub mod prp;
 pub mod qpair;
@@ -58,8 +63,9 @@ pub mod sys;
 pub mod transport;
 pub mod vfio;
 
-pub use ctrlr::{Controller, ControllerOptions, Health, Namespace, State};
+pub use ctrlr::{Controller, ControllerOptions, Health, State};
 pub use error::{Error, Result};
+pub use ns::{Namespace, NsIds};
 pub use pcie::PcieTransport;
 pub use qpair::{Completion, Qpair};
 pub use transport::{Data, Dir, QueueTransport, Request, SubmitError, Transport};

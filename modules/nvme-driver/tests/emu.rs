@@ -197,6 +197,11 @@ mod tests {
         assert_eq!(ns.iter().map(|n| n.id).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(ns[1].block_size, 4096);
         assert_eq!(ns[1].num_blocks, 1 << 20);
+        // Identifiers from the descriptor list: an NGUID per namespace,
+        // no UUID or EUI-64 (the emulated controller reports none).
+        let (a, b) = (ns[0].ids, ns[1].ids);
+        assert!(a.nguid.is_some() && b.nguid.is_some() && a.nguid != b.nguid);
+        assert_eq!((a.uuid, a.eui64), (None, None));
         assert_eq!(rig.ctrlr.max_transfer_bytes(), 512 * 1024);
         assert_eq!(rig.ctrlr.health(), Health::Ok);
         rig.ctrlr.delete_io_qpair(rig.qp);

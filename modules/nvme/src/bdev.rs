@@ -1,20 +1,52 @@
 //! One bdev per active namespace: `<ctrlr>n<nsid>`.
 
+use std::fmt;
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevIo, BdevOps, BoxError, IoType};
-use bdevkit::thread::IoChannel;
+use bdevkit::thread::{IoChannel, IoDevice};
 use nvme_driver::Namespace;
 use nvme_spec::identify::IdentifyController;
 use serde_json::Value;
+use uuid::Uuid;
 
 use crate::channel::CtrlrChannel;
-use crate::ctrlr::NvmeCtrlr;
+
+/// The namespace of the UUIDs derived here (v5, SHA-1 name based): fixed,
+/// so that the same identifier always gives the same UUID.
+const UUID_NAMESPACE: Uuid = Uuid::from_u128(0x5d0c_62a4_1b3e_4b8f_9c2e_6f4b_7a1d_0e93);
+
+/// A namespace bdev's UUID, stable across attaches and resets: the
+/// namespace's UUID; else its NGUID (the same 16 bytes); else one derived
+/// from its EUI-64; else, with `generate` (`bdev_nvme_set_options`
+/// `generate_uuids`), one derived from the controller's serial number
+/// and the namespace id; else none (the bdev layer makes a random one).
+pub(crate) fn ns_uuid(ns: &Namespace, serial: &str, generate: bool) -> Option<Uuid> {
+    let ids = &ns.ids;
+    if let Some(u) = ids.uuid {
+        return Some(Uuid::from_bytes(u));
+    }
+    if let Some(n) = ids.nguid {
+        return Some(Uuid::from_bytes(n));
+    }
+    if let Some(e) = ids.eui64 {
+        return Some(Uuid::new_v5(&UUID_NAMESPACE, &e));
+    }
+    generate.then(|| Uuid::new_v5(&UUID_NAMESPACE, format!("{serial}:{}", ns.id).as_bytes()))
+}
+
+/// What a namespace's bdev reports about its controller (implemented by
+/// the controller, above this file).
+pub(crate) trait NsOwner: Send + Sync + fmt::Debug + 'static {
+    /// `driver_specific` of namespace `nsid`'s bdev.
+    fn bdev_json(&self, nsid: u32, can_share: bool) -> Value;
+}
 
 /// A namespace's bdev.
 #[derive(Debug)]
 pub struct NvmeBdev {
-    ctrlr: Arc<NvmeCtrlr>,
+    owner: Arc<dyn NsOwner>,
+    device: IoDevice<CtrlrChannel>,
     nsid: u32,
     flush: bool,
     write_zeroes: bool,
@@ -31,9 +63,18 @@ pub struct NvmeChannel {
 }
 
 impl NvmeBdev {
-    pub(crate) fn new(ctrlr: Arc<NvmeCtrlr>, ns: &Namespace, id: &IdentifyController) -> NvmeBdev {
-        let enable_flush = ctrlr.options().enable_flush;
+    /// The bdev of `ns` on a controller whose queue pairs are `device`'s
+    /// channels; `enable_flush` reports Flush without a write cache.
+    pub(crate) fn new(
+        owner: Arc<dyn NsOwner>,
+        device: IoDevice<CtrlrChannel>,
+        ns: &Namespace,
+        id: &IdentifyController,
+        enable_flush: bool,
+    ) -> NvmeBdev {
         NvmeBdev {
+            owner,
+            device,
             nsid: ns.id,
             flush: id.volatile_write_cache() || enable_flush,
             write_zeroes: id.supports_write_zeroes(),
@@ -41,7 +82,6 @@ impl NvmeBdev {
             compare: id.supports_compare(),
             compare_and_write: id.supports_compare() && id.fuses.get() & 1 != 0,
             shared: ns.data.nmic & 1 != 0,
-            ctrlr,
         }
     }
 
@@ -50,12 +90,6 @@ impl NvmeBdev {
     pub fn nsid(&self) -> u32 {
         self.nsid
     }
-
-    /// The controller.
-    #[must_use]
-    pub fn ctrlr(&self) -> &Arc<NvmeCtrlr> {
-        &self.ctrlr
-    }
 }
 
 impl BdevOps for NvmeBdev {
@@ -63,7 +97,7 @@ impl BdevOps for NvmeBdev {
 
     fn create_channel(&self) -> Result<NvmeChannel, BoxError> {
         Ok(NvmeChannel {
-            ch: self.ctrlr.device().get_channel()?,
+            ch: self.device.get_channel()?,
         })
     }
 
@@ -90,6 +124,6 @@ impl BdevOps for NvmeBdev {
     }
 
     fn dump_info_json(&self) -> Value {
-        self.ctrlr.bdev_json(self.nsid, self.shared)
+        self.owner.bdev_json(self.nsid, self.shared)
     }
 }

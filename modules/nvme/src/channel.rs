@@ -18,9 +18,11 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, IoVec, ModuleIo, NvmeCmd};
-use bdevkit::thread::{Poller, PollerStatus, Thread};
+use bdevkit::thread::{IoDevice, Poller, PollerStatus, Thread};
 use nvme_driver::pcie::PcieQueue;
-use nvme_driver::{Completion, Data, Dir, Qpair, QueueTransport, Request, SubmitError};
+use nvme_driver::{
+    Completion, Controller, Data, Dir, PcieTransport, Qpair, QueueTransport, Request, SubmitError,
+};
 use nvme_spec::admin::Abort;
 use nvme_spec::io::{
     BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
@@ -28,8 +30,25 @@ use nvme_spec::io::{
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Command, Sqe, Status};
 
-use crate::ctrlr::NvmeCtrlr;
-use crate::options::TimeoutAction;
+use crate::options::{Applied, TimeoutAction};
+
+/// Gets a reset's outcome.
+pub type ResetDone = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// What a channel needs from the controller it belongs to (implemented
+/// by the controller, above this file).
+pub(crate) trait ChannelOwner: Send + Sync + 'static {
+    /// Controller name (logs).
+    fn name(&self) -> &str;
+    /// The io_device whose channels these are (to find a channel again
+    /// from a message).
+    fn device(&self) -> &IoDevice<CtrlrChannel>;
+    /// Starts a controller reset; `done` gets its outcome.
+    fn start_reset(&self, done: Option<ResetDone>);
+}
+
+/// The driver's controller, as the channels see it.
+pub(crate) type Driver = Arc<Controller<PcieTransport>>;
 
 /// The scratch word of a `BdevIo` holding its namespace id.
 const CTX_NSID: usize = 0;
@@ -76,7 +95,9 @@ impl Request for NvmeIo {
 type Qp = Qpair<PcieQueue, NvmeIo>;
 
 pub(crate) struct ChInner {
-    ctrlr: Arc<NvmeCtrlr>,
+    owner: Arc<dyn ChannelOwner>,
+    driver: Driver,
+    opts: Applied,
     thread: Thread,
     qp: RefCell<Option<Qp>>,
     batch: RefCell<Vec<Completion<NvmeIo>>>,
@@ -102,18 +123,25 @@ pub struct CtrlrChannel {
 impl fmt::Debug for CtrlrChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CtrlrChannel")
-            .field("ctrlr", &self.inner.ctrlr.name())
+            .field("ctrlr", &self.inner.owner.name())
             .field("waiting", &self.inner.waiting.borrow().len())
             .finish()
     }
 }
 
 impl CtrlrChannel {
-    pub(crate) fn create(ctrlr: Arc<NvmeCtrlr>) -> Result<CtrlrChannel, BoxError> {
+    /// The calling thread's queue pair of `driver`.
+    pub(crate) fn create(
+        owner: Arc<dyn ChannelOwner>,
+        driver: Driver,
+        opts: Applied,
+    ) -> Result<CtrlrChannel, BoxError> {
         let thread = Thread::try_current()?;
-        let qp: Qp = ctrlr.driver().create_io_qpair()?;
+        let qp: Qp = driver.create_io_qpair()?;
         let inner = Rc::new(ChInner {
-            ctrlr: Arc::clone(&ctrlr),
+            owner,
+            driver,
+            opts,
             thread: thread.clone(),
             qp: RefCell::new(Some(qp)),
             batch: RefCell::new(Vec::with_capacity(nvme_driver::qpair::BATCH)),
@@ -129,7 +157,7 @@ impl CtrlrChannel {
             Some(c) => c.poll(),
             None => PollerStatus::Idle,
         });
-        let o = ctrlr.options();
+        let o = opts;
         let ages = (o.timeout_us > 0).then(|| {
             let w: Weak<ChInner> = Rc::downgrade(&inner);
             let period = (o.timeout_us / 4).max(1000);
@@ -155,7 +183,7 @@ impl Drop for CtrlrChannel {
             p.unregister();
         }
         if let Some(qp) = self.inner.qp.borrow_mut().take() {
-            self.inner.ctrlr.driver().delete_io_qpair(qp);
+            self.inner.driver.delete_io_qpair(qp);
         }
     }
 }
@@ -361,8 +389,7 @@ impl ChInner {
         }
         let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
         let retries = io.driver_ctx()[CTX_RETRIES];
-        if !passthru && retryable(st) && retries < u64::from(self.ctrlr.options().bdev_retry_count)
-        {
+        if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {
             io.driver_ctx()[CTX_RETRIES] = retries + 1;
             self.waiting.borrow_mut().push_back(io);
             return;
@@ -387,7 +414,7 @@ impl ChInner {
         let sqe = Sqe::from_dwords(cdw);
         let len = io.iov_len();
         let buf = if len > 0 {
-            match self.ctrlr.driver().transport().function().alloc_dma(len) {
+            match self.driver.transport().function().alloc_dma(len) {
                 Ok(m) => {
                     let mut tmp = vec![0u8; len];
                     io.copy_from_iovs(&mut tmp);
@@ -404,7 +431,7 @@ impl ChInner {
         };
         let id = self.park(io);
         let this = ChannelRef::new(self);
-        self.ctrlr.driver().submit_admin(
+        self.driver.submit_admin(
             sqe,
             buf,
             Box::new(move |st, dw0, buf| {
@@ -425,20 +452,17 @@ impl ChInner {
     fn reset(self: &Rc<Self>, io: BdevIo) {
         let id = self.park(io);
         let this = ChannelRef::new(self);
-        crate::reset::start(
-            &self.ctrlr,
-            Some(Box::new(move |r| {
-                this.run(move |ch| {
-                    if let Some(io) = ch.unpark(id) {
-                        io.complete(if r.is_ok() {
-                            IoStatus::Success
-                        } else {
-                            IoStatus::Failed
-                        });
-                    }
-                });
-            })),
-        );
+        self.owner.start_reset(Some(Box::new(move |r| {
+            this.run(move |ch| {
+                if let Some(io) = ch.unpark(id) {
+                    io.complete(if r.is_ok() {
+                        IoStatus::Success
+                    } else {
+                        IoStatus::Failed
+                    });
+                }
+            });
+        })));
     }
 
     fn abort(self: &Rc<Self>, io: BdevIo) {
@@ -453,7 +477,7 @@ impl ChInner {
         };
         let id = self.park(io);
         let this = ChannelRef::new(self);
-        self.ctrlr.driver().submit_admin(
+        self.driver.submit_admin(
             Abort { sqid, cid }.to_sqe(0),
             None,
             Box::new(move |st, dw0, _| {
@@ -472,7 +496,7 @@ impl ChInner {
     }
 
     fn age(self: &Rc<Self>) {
-        let o = self.ctrlr.options();
+        let o = self.opts;
         let mut timed_out = std::mem::take(&mut *self.timed_out.borrow_mut());
         let qid = {
             let mut g = self.qp.borrow_mut();
@@ -481,15 +505,15 @@ impl ChInner {
             qp.transport().qid()
         };
         for cid in timed_out.drain(..) {
-            tracing::warn!(ctrlr = self.ctrlr.name(), qid, cid, action = ?o.action_on_timeout, "I/O timed out");
+            tracing::warn!(ctrlr = self.owner.name(), qid, cid, action = ?o.action_on_timeout, "I/O timed out");
             match o.action_on_timeout {
                 TimeoutAction::None => {}
-                TimeoutAction::Abort => self.ctrlr.driver().submit_admin(
+                TimeoutAction::Abort => self.driver.submit_admin(
                     Abort { sqid: qid, cid }.to_sqe(0),
                     None,
                     Box::new(|_, _, _| {}),
                 ),
-                TimeoutAction::Reset => crate::reset::start(&self.ctrlr, None),
+                TimeoutAction::Reset => self.owner.start_reset(None),
             }
         }
         *self.timed_out.borrow_mut() = timed_out;
@@ -519,8 +543,7 @@ impl ChInner {
             let mut g = self.qp.borrow_mut();
             match g.as_mut() {
                 Some(qp) => self
-                    .ctrlr
-                    .driver()
+                    .driver
                     .reconnect_io_qpair(qp)
                     .map_err(|e| e.to_string()),
                 None => Err("no queue".into()),
@@ -530,7 +553,7 @@ impl ChInner {
         };
         self.paused.set(false);
         if let Err(e) = r {
-            tracing::warn!(ctrlr = self.ctrlr.name(), error = %e, "I/O queue not reconnected");
+            tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
             self.kill();
             return;
         }
@@ -555,25 +578,25 @@ impl ChInner {
     }
 }
 
-/// A `Send` way back to a channel: its thread and controller (the channel
-/// is found again there through the controller's io_device).
+/// A `Send` way back to a channel: its thread and the controller's
+/// io_device (the channel is found again there).
 struct ChannelRef {
-    ctrlr: Arc<NvmeCtrlr>,
+    device: IoDevice<CtrlrChannel>,
     thread: bdevkit::thread::ThreadHandle,
 }
 
 impl ChannelRef {
     fn new(ch: &ChInner) -> ChannelRef {
         ChannelRef {
-            ctrlr: Arc::clone(&ch.ctrlr),
+            device: ch.owner.device().clone(),
             thread: ch.thread.handle(),
         }
     }
 
     fn run(self, f: impl FnOnce(&Rc<ChInner>) + Send + 'static) {
-        let ctrlr = self.ctrlr;
+        let device = self.device;
         let r = self.thread.send_msg(move || {
-            if let Ok(ch) = ctrlr.device().get_channel() {
+            if let Ok(ch) = device.get_channel() {
                 f(&ch.inner);
             }
         });

@@ -1,25 +1,26 @@
-//! Attached controllers: the registry, attach (bring-up on a helper
-//! thread, then bdevs per namespace on the app thread), the admin poller
-//! (completions, CSTS.CFS → reset, all-ones registers → hot remove),
-//! namespace changes, detach, and the JSON of `bdev_nvme_get_controllers`
-//! and `driver_specific.nvme`.
+//! Attached controllers: the registry (one per module instance), attach
+//! (bring-up on a helper thread, then bdevs per namespace on the app
+//! thread), the admin poller (completions, CSTS.CFS → reset, all-ones
+//! registers → hot remove), namespace changes, detach, and the JSON of
+//! `bdev_nvme_get_controllers` and `driver_specific.nvme`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bdevkit::bdev::module::{BdevManager, BdevProps};
 use bdevkit::thread::{IoDevice, PollerStatus, Thread, ThreadHandle};
 use nvme_driver::bus::PciFunction;
-use nvme_driver::emu::{self, EmuController};
+use nvme_driver::emu::EmuController;
 use nvme_driver::vfio::VfioFunction;
 use nvme_driver::{Controller, ControllerOptions, Health, Namespace, PcieTransport};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use crate::bdev::NvmeBdev;
-use crate::channel::CtrlrChannel;
-use crate::options::{self, Applied};
+use crate::bdev::{ns_uuid, NsOwner, NvmeBdev};
+use crate::channel::{ChannelOwner, CtrlrChannel, Driver, ResetDone};
+use crate::options::Applied;
+use crate::reset::{self, ResetState, Resettable};
 use crate::{Error, Result, MODULE};
 
 /// Called with an attach's bdev names (or its error), on the app thread.
@@ -28,16 +29,16 @@ pub type AttachDone = Box<dyn FnOnce(Result<Vec<String>>) + Send>;
 /// One attached controller.
 pub struct NvmeCtrlr {
     name: String,
-    driver: Arc<Controller<PcieTransport>>,
+    driver: Driver,
     device: IoDevice<CtrlrChannel>,
     opts: Applied,
-    pub(crate) mgr: BdevManager,
-    pub(crate) app: ThreadHandle,
+    mgr: BdevManager,
+    app: ThreadHandle,
     bdevs: Mutex<Vec<(u32, String)>>,
-    pub(crate) resetting: AtomicBool,
-    pub(crate) reset_waiters: Mutex<Vec<crate::reset::ResetDone>>,
+    reset: ResetState,
     removed: AtomicBool,
     detached: AtomicBool,
+    me: Weak<NvmeCtrlr>,
     _emu: Option<Arc<EmuController>>,
 }
 
@@ -49,16 +50,117 @@ impl std::fmt::Debug for NvmeCtrlr {
     }
 }
 
-static CTRLRS: Mutex<Vec<Arc<NvmeCtrlr>>> = Mutex::new(Vec::new());
-
-/// The attached controller `name`.
-pub fn get(name: &str) -> Option<Arc<NvmeCtrlr>> {
-    CTRLRS.lock().iter().find(|c| c.name == name).cloned()
+#[derive(Default)]
+struct RegInner {
+    ctrlrs: Vec<Arc<NvmeCtrlr>>,
+    /// Attaches under way: (name, traddr), reserved until they finish.
+    pending: Vec<(String, String)>,
 }
 
-/// Every attached controller, in attach order.
-pub fn all() -> Vec<Arc<NvmeCtrlr>> {
-    CTRLRS.lock().clone()
+/// The controllers of one module instance.
+#[derive(Default)]
+pub struct Registry(Mutex<RegInner>);
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.all().iter().map(|c| c.name.clone()).collect();
+        f.debug_struct("Registry").field("ctrlrs", &names).finish()
+    }
+}
+
+impl Registry {
+    /// The attached controller `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<NvmeCtrlr>> {
+        self.0
+            .lock()
+            .ctrlrs
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+    }
+
+    /// Every attached controller, in attach order.
+    pub fn all(&self) -> Vec<Arc<NvmeCtrlr>> {
+        self.0.lock().ctrlrs.clone()
+    }
+
+    /// Whether a controller is attached (or being attached).
+    pub fn is_empty(&self) -> bool {
+        let r = self.0.lock();
+        r.ctrlrs.is_empty() && r.pending.is_empty()
+    }
+
+    /// Reserves `name` and `traddr` for an attach.
+    fn reserve(&self, name: &str, traddr: &str) -> Result<()> {
+        let mut r = self.0.lock();
+        if r.ctrlrs.iter().any(|c| c.name == name) || r.pending.iter().any(|p| p.0 == name) {
+            return Err(Error::Exists(format!(
+                "A controller named {name} already exists and multipath is disabled"
+            )));
+        }
+        if r.ctrlrs.iter().any(|c| c.traddr() == traddr) || r.pending.iter().any(|p| p.1 == traddr)
+        {
+            return Err(Error::Exists(format!("{traddr} is attached already")));
+        }
+        r.pending.push((name.to_string(), traddr.to_string()));
+        Ok(())
+    }
+
+    /// Ends the reservation of `name`, adding the controller if it came up.
+    fn settle(&self, name: &str, ctrlr: Option<Arc<NvmeCtrlr>>) {
+        let mut r = self.0.lock();
+        r.pending.retain(|p| p.0 != name);
+        if let Some(c) = ctrlr {
+            r.ctrlrs.push(c);
+        }
+    }
+
+    fn remove(&self, name: &str) -> Option<Arc<NvmeCtrlr>> {
+        let mut r = self.0.lock();
+        let i = r.ctrlrs.iter().position(|c| c.name == name)?;
+        Some(r.ctrlrs.remove(i))
+    }
+
+    fn take_all(&self) -> Vec<Arc<NvmeCtrlr>> {
+        std::mem::take(&mut self.0.lock().ctrlrs)
+    }
+}
+
+impl ChannelOwner for NvmeCtrlr {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn device(&self) -> &IoDevice<CtrlrChannel> {
+        &self.device
+    }
+    fn start_reset(&self, done: Option<ResetDone>) {
+        match self.me.upgrade() {
+            Some(c) => reset::start(&c, done),
+            None => {
+                if let Some(d) = done {
+                    d(Err("controller gone".into()));
+                }
+            }
+        }
+    }
+}
+
+impl Resettable for NvmeCtrlr {
+    fn reset_state(&self) -> &ResetState {
+        &self.reset
+    }
+    fn app(&self) -> &ThreadHandle {
+        &self.app
+    }
+    fn driver(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+impl NsOwner for NvmeCtrlr {
+    fn bdev_json(&self, nsid: u32, can_share: bool) -> Value {
+        NvmeCtrlr::bdev_json(self, nsid, can_share)
+    }
 }
 
 impl NvmeCtrlr {
@@ -72,9 +174,10 @@ impl NvmeCtrlr {
         &self.driver
     }
 
-    /// The io_device of its per-thread queue pairs.
-    pub fn device(&self) -> &IoDevice<CtrlrChannel> {
-        &self.device
+    /// Starts a controller reset (`bdev_nvme_reset_controller`); `done`
+    /// gets its outcome on the app thread.
+    pub fn reset(self: &Arc<Self>, done: ResetDone) {
+        reset::start(self, Some(done));
     }
 
     /// Options applied to it.
@@ -182,7 +285,9 @@ impl NvmeCtrlr {
             p.write_cache = id.volatile_write_cache();
             p.max_write_zeroes = 65536;
             p.max_unmap = u32::MAX;
-            let bdev = NvmeBdev::new(Arc::clone(self), ns, &id);
+            p.uuid = ns_uuid(ns, &id.serial(), self.opts.generate_uuids);
+            let owner: Arc<dyn NsOwner> = Arc::clone(self) as Arc<dyn NsOwner>;
+            let bdev = NvmeBdev::new(owner, self.device.clone(), ns, &id, self.opts.enable_flush);
             match self.mgr.register_bdev(MODULE, p, Arc::new(bdev)) {
                 Ok(_) => {
                     self.bdevs.lock().push((ns.id, name.clone()));
@@ -240,9 +345,9 @@ impl NvmeCtrlr {
         match self.driver.poll_admin() {
             Health::Ok => {}
             Health::Fatal => {
-                if !self.resetting.load(Ordering::Acquire) {
+                if !self.reset.running() {
                     tracing::warn!(ctrlr = %self.name, "controller fatal status: resetting");
-                    crate::reset::start(self, None);
+                    reset::start(self, None);
                 }
             }
             Health::Removed => self.surprise_removed(),
@@ -262,53 +367,56 @@ pub struct AttachArgs {
     pub num_io_queues: Option<u32>,
 }
 
+/// What an attach opens: a PCI function through VFIO, or an emulated
+/// controller of the module instance.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A PCI NVMe function bound to vfio-pci, by address.
+    Pci(String),
+    /// An emulated controller.
+    Emu(Arc<EmuController>),
+}
+
 /// A PCI function and, for an emulated one, its controller (kept alive).
 type Opened = (Arc<dyn PciFunction>, Option<Arc<EmuController>>);
 
-fn open_function(traddr: &str) -> nvme_driver::Result<Opened> {
-    if traddr.starts_with("emu:") {
-        let e =
-            emu::lookup(traddr).ok_or_else(|| nvme_driver::Error::NoDevice(traddr.to_string()))?;
-        Ok((e.function() as Arc<dyn PciFunction>, Some(e)))
-    } else {
-        Ok((VfioFunction::open(traddr)? as Arc<dyn PciFunction>, None))
+fn open_function(target: Target) -> nvme_driver::Result<Opened> {
+    match target {
+        Target::Emu(e) => Ok((e.function() as Arc<dyn PciFunction>, Some(e))),
+        Target::Pci(bdf) => Ok((VfioFunction::open(&bdf)? as Arc<dyn PciFunction>, None)),
     }
 }
 
-/// Attaches the controller at `args.traddr` as `args.name`; `done` gets
-/// the bdev names on the calling (app) thread. The bring-up runs on a
-/// helper thread.
-pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
+/// Attaches the controller at `target` as `args.name` into `reg`, with
+/// options `applied`; `done` gets the bdev names on the calling (app)
+/// thread. The bring-up runs on a helper thread.
+pub fn attach(
+    reg: &Arc<Registry>,
+    mgr: &BdevManager,
+    args: AttachArgs,
+    target: Target,
+    applied: Applied,
+    done: AttachDone,
+) {
     let Ok(app) = Thread::try_current() else {
         done(Err(Error::InvalidArg(
             "attach outside a bdevkit thread".into(),
         )));
         return;
     };
-    {
-        let c = CTRLRS.lock();
-        if c.iter().any(|c| c.name == args.name) {
-            done(Err(Error::Exists(format!(
-                "A controller named {} already exists and multipath is disabled",
-                args.name
-            ))));
-            return;
-        }
-        if c.iter().any(|c| c.traddr() == args.traddr) {
-            done(Err(Error::Exists(format!(
-                "{} is attached already",
-                args.traddr
-            ))));
-            return;
-        }
+    if let Err(e) = reg.reserve(&args.name, &args.traddr) {
+        done(Err(e));
+        return;
     }
-    let applied = options::options().applied();
     let app = app.handle();
     let mgr = mgr.clone();
+    let reg = Arc::clone(reg);
+    let reg2 = Arc::clone(&reg);
+    let name = args.name.clone();
     let spawned = std::thread::Builder::new()
         .name("nvme-attach".into())
         .spawn(move || {
-            let r = open_function(&args.traddr).and_then(|(f, e)| {
+            let r = open_function(target).and_then(|(f, e)| {
                 let t = PcieTransport::new(f)?;
                 let copts = ControllerOptions {
                     io_entries: applied.io_entries,
@@ -325,8 +433,15 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
             });
             let app2 = app.clone();
             let sent = app.send_msg(move || match r {
-                Ok((driver, e)) => finish_attach(&mgr, args.name, driver, e, applied, app2, done),
-                Err(err) => done(Err(Error::Driver(err))),
+                Ok((driver, e)) => {
+                    let c = new_ctrlr(&mgr, args.name, driver, e, applied, app2);
+                    reg.settle(&c.name, Some(Arc::clone(&c)));
+                    c.start(done);
+                }
+                Err(err) => {
+                    reg.settle(&args.name, None);
+                    done(Err(Error::Driver(err)));
+                }
             });
             if sent.is_err() {
                 tracing::warn!("app thread gone before the attach finished");
@@ -334,23 +449,24 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the attach thread");
+        reg2.settle(&name, None);
     }
 }
 
-fn finish_attach(
+fn new_ctrlr(
     mgr: &BdevManager,
     name: String,
-    driver: Arc<Controller<PcieTransport>>,
+    driver: Driver,
     emu: Option<Arc<EmuController>>,
     opts: Applied,
     app: ThreadHandle,
-    done: AttachDone,
-) {
-    let ctrlr = Arc::new_cyclic(|me: &Weak<NvmeCtrlr>| {
+) -> Arc<NvmeCtrlr> {
+    Arc::new_cyclic(|me: &Weak<NvmeCtrlr>| {
         let w = me.clone();
+        let d = Arc::clone(&driver);
         let device = IoDevice::register(format!("nvme_ctrlr_{name}"), move || {
             let c = w.upgrade().ok_or("controller gone")?;
-            CtrlrChannel::create(c)
+            CtrlrChannel::create(c as Arc<dyn ChannelOwner>, Arc::clone(&d), opts)
         });
         NvmeCtrlr {
             name,
@@ -360,56 +476,82 @@ fn finish_attach(
             mgr: mgr.clone(),
             app,
             bdevs: Mutex::new(Vec::new()),
-            resetting: AtomicBool::new(false),
-            reset_waiters: Mutex::new(Vec::new()),
+            reset: ResetState::default(),
             removed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
+            me: me.clone(),
             _emu: emu,
         }
-    });
-    CTRLRS.lock().push(Arc::clone(&ctrlr));
-    let w = Arc::downgrade(&ctrlr);
-    let app = ctrlr.app.clone();
-    ctrlr.driver.set_event_handler(Box::new(move |_ev| {
-        let w = w.clone();
-        let _ = app.send_msg(move || {
-            if let Some(c) = w.upgrade() {
-                c.namespaces_changed();
-            }
-        });
-    }));
-    if let Ok(t) = Thread::try_current() {
-        let w = Arc::downgrade(&ctrlr);
-        t.register_poller(
-            "bdev_nvme_adminq",
-            opts.adminq_poll_period_us,
-            move |p| match w.upgrade() {
-                Some(c) if !c.detached.load(Ordering::Acquire) => c.admin_poll(),
-                _ => {
-                    p.unregister();
-                    PollerStatus::Idle
-                }
-            },
-        );
-    }
-    let ns = ctrlr.driver.namespaces();
-    let names = ctrlr.add_bdevs(&ns);
-    tracing::info!(ctrlr = %ctrlr.name, bdevs = ?names, "NVMe controller attached");
-    mgr.wait_for_examine(move || done(Ok(names)));
+    })
 }
 
-/// Detaches controller `name`: its bdevs are unregistered, its queues
-/// deleted, and the controller shut down; `done` runs on the calling
-/// thread.
-pub fn detach(name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
-    let Some(c) = get(name) else {
+impl NvmeCtrlr {
+    /// After bring-up, on the app thread: event handler, admin poller,
+    /// bdevs; `done` once they are examined.
+    fn start(self: &Arc<Self>, done: AttachDone) {
+        let w = Arc::downgrade(self);
+        let app = self.app.clone();
+        self.driver.set_event_handler(Box::new(move |_ev| {
+            let w = w.clone();
+            let _ = app.send_msg(move || {
+                if let Some(c) = w.upgrade() {
+                    c.namespaces_changed();
+                }
+            });
+        }));
+        if let Ok(t) = Thread::try_current() {
+            let w = Arc::downgrade(self);
+            t.register_poller(
+                "bdev_nvme_adminq",
+                self.opts.adminq_poll_period_us,
+                move |p| match w.upgrade() {
+                    Some(c) if !c.detached.load(Ordering::Acquire) => c.admin_poll(),
+                    _ => {
+                        p.unregister();
+                        PollerStatus::Idle
+                    }
+                },
+            );
+        }
+        let ns = self.driver.namespaces();
+        let names = self.add_bdevs(&ns);
+        tracing::info!(ctrlr = %self.name, bdevs = ?names, "NVMe controller attached");
+        self.mgr.wait_for_examine(move || done(Ok(names)));
+    }
+
+    /// Shuts the controller down on a helper thread (unless it is gone),
+    /// then runs `done` on the app thread.
+    fn shutdown(self: Arc<Self>, done: impl FnOnce() + Send + 'static) {
+        let removed = self.removed.load(Ordering::Acquire);
+        let app = self.app.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nvme-detach".into())
+            .spawn(move || {
+                if !removed {
+                    if let Err(e) = self.driver.shutdown() {
+                        tracing::warn!(ctrlr = %self.name, error = %e, "shutdown failed");
+                    }
+                }
+                drop(self);
+                let _ = app.send_msg(done);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the detach thread");
+        }
+    }
+}
+
+/// Detaches controller `name` of `reg`: its bdevs are unregistered, its
+/// queues deleted, and the controller shut down; `done` runs on the
+/// calling thread.
+pub fn detach(reg: &Registry, name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
+    let Some(c) = reg.remove(name) else {
         done(Err(Error::NotFound(name.to_string())));
         return;
     };
-    CTRLRS.lock().retain(|x| x.name != name);
     c.detached.store(true, Ordering::Release);
     let names = c.bdev_names();
-    let left = Arc::new(std::sync::atomic::AtomicUsize::new(names.len() + 1));
+    let left = Arc::new(AtomicUsize::new(names.len() + 1));
     let c2 = Arc::clone(&c);
     let finish = Arc::new(Mutex::new(Some(done)));
     let step = move || {
@@ -419,24 +561,11 @@ pub fn detach(name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
         let c3 = Arc::clone(&c2);
         let finish = Arc::clone(&finish);
         c2.device.unregister(move || {
-            let removed = c3.removed.load(Ordering::Acquire);
-            let c4 = Arc::clone(&c3);
-            let app = c3.app.clone();
-            let _ = std::thread::Builder::new()
-                .name("nvme-detach".into())
-                .spawn(move || {
-                    if !removed {
-                        if let Err(e) = c4.driver.shutdown() {
-                            tracing::warn!(ctrlr = %c4.name, error = %e, "shutdown failed");
-                        }
-                    }
-                    drop(c4);
-                    let _ = app.send_msg(move || {
-                        if let Some(d) = finish.lock().take() {
-                            d(Ok(()));
-                        }
-                    });
-                });
+            c3.shutdown(move || {
+                if let Some(d) = finish.lock().take() {
+                    d(Ok(()));
+                }
+            });
         });
     };
     let step = Arc::new(step);
@@ -448,4 +577,19 @@ pub fn detach(name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
         }
     }
     step();
+}
+
+/// Module fini (every bdev is gone): forgets every controller of `reg`
+/// and shuts each down, waiting for it (bounded by CAP.TO: the process is
+/// exiting, and the devices should be quiet when it does).
+pub fn shutdown_all(reg: &Registry) {
+    for c in reg.take_all() {
+        c.detached.store(true, Ordering::Release);
+        if c.removed.load(Ordering::Acquire) {
+            continue;
+        }
+        if let Err(e) = c.driver.shutdown() {
+            tracing::warn!(ctrlr = %c.name, error = %e, "shutdown failed");
+        }
+    }
 }

@@ -2,71 +2,87 @@
 //! NVMe functions bound to vfio-pci as they appear (named `HotInNvme<N>`,
 //! as SPDK names hot-inserted controllers). Removal needs no poller: the
 //! admin poller of each controller sees its registers read all ones.
+//! The state is the module instance's (one per bdev manager).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use bdevkit::bdev::BdevManager;
 use bdevkit::thread::{PollerStatus, Thread};
 use parking_lot::Mutex;
 
-use crate::ctrlr::{self, AttachArgs};
+use crate::ctrlr::{AttachArgs, AttachDone, Registry};
 use crate::options::HotplugParams;
 
-static PARAMS: Mutex<HotplugParams> = Mutex::new(HotplugParams {
-    enable: false,
-    period_us: 100_000,
-});
-static POLLER: AtomicBool = AtomicBool::new(false);
-static NEXT: AtomicU32 = AtomicU32::new(0);
-static PROBING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// How the poller attaches a device it found (the module's attach, which
+/// applies the module's options).
+pub(crate) type AttachFn = fn(&BdevManager, AttachArgs, AttachDone);
 
-/// The current settings.
-pub fn params() -> HotplugParams {
-    *PARAMS.lock()
+/// The hotplug settings and poller of one module instance.
+#[derive(Debug, Default)]
+pub(crate) struct Hotplug {
+    params: Mutex<HotplugParams>,
+    poller: AtomicBool,
+    next: AtomicU32,
+    probing: Mutex<Vec<String>>,
 }
 
-/// Applies `p` (on a bdevkit thread: the poller lives there).
-pub fn set(mgr: &BdevManager, p: HotplugParams) {
-    *PARAMS.lock() = p;
-    if !p.enable || POLLER.swap(true, Ordering::AcqRel) {
-        return;
+impl Hotplug {
+    /// The current settings.
+    pub(crate) fn params(&self) -> HotplugParams {
+        *self.params.lock()
     }
-    let Ok(t) = Thread::try_current() else { return };
-    let mgr = mgr.clone();
-    t.register_poller("bdev_nvme_hotplug", p.period_us.max(1000), move |_| {
-        if params().enable {
-            probe(&mgr);
-        }
-        PollerStatus::Idle
-    });
-}
 
-fn probe(mgr: &BdevManager) {
-    let attached: Vec<String> = ctrlr::all()
-        .iter()
-        .map(|c| c.traddr().to_string())
-        .collect();
-    for bdf in nvme_driver::vfio::nvme_devices() {
-        if attached.contains(&bdf) || PROBING.lock().contains(&bdf) {
-            continue;
+    /// Applies `p` (on a bdevkit thread: the poller lives there); the
+    /// poller attaches new devices into `reg` with `attach`.
+    pub(crate) fn set(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        reg: &Arc<Registry>,
+        p: HotplugParams,
+        attach: AttachFn,
+    ) {
+        *self.params.lock() = p;
+        if !p.enable || self.poller.swap(true, Ordering::AcqRel) {
+            return;
         }
-        PROBING.lock().push(bdf.clone());
-        let name = format!("HotInNvme{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        tracing::info!(%bdf, %name, "hotplug: attaching");
-        let b2 = bdf.clone();
-        ctrlr::attach(
-            mgr,
-            AttachArgs {
-                name,
-                traddr: bdf,
-                num_io_queues: None,
-            },
-            Box::new(move |r| {
-                PROBING.lock().retain(|x| *x != b2);
-                if let Err(e) = r {
-                    tracing::warn!(bdf = %b2, error = %e, "hotplug attach failed");
-                }
-            }),
-        );
+        let Ok(t) = Thread::try_current() else { return };
+        let mgr = mgr.clone();
+        let me = Arc::clone(self);
+        let reg = Arc::clone(reg);
+        t.register_poller("bdev_nvme_hotplug", p.period_us.max(1000), move |_| {
+            if me.params().enable {
+                me.probe(&mgr, &reg, attach);
+            }
+            PollerStatus::Idle
+        });
+    }
+
+    fn probe(self: &Arc<Self>, mgr: &BdevManager, reg: &Registry, attach: AttachFn) {
+        let attached: Vec<String> = reg.all().iter().map(|c| c.traddr().to_string()).collect();
+        for bdf in nvme_driver::vfio::nvme_devices() {
+            if attached.contains(&bdf) || self.probing.lock().contains(&bdf) {
+                continue;
+            }
+            self.probing.lock().push(bdf.clone());
+            let name = format!("HotInNvme{}", self.next.fetch_add(1, Ordering::Relaxed));
+            tracing::info!(%bdf, %name, "hotplug: attaching");
+            let b2 = bdf.clone();
+            let me = Arc::clone(self);
+            attach(
+                mgr,
+                AttachArgs {
+                    name,
+                    traddr: bdf,
+                    num_io_queues: None,
+                },
+                Box::new(move |r| {
+                    me.probing.lock().retain(|x| *x != b2);
+                    if let Err(e) = r {
+                        tracing::warn!(bdf = %b2, error = %e, "hotplug attach failed");
+                    }
+                }),
+            );
+        }
     }
 }

@@ -27,18 +27,25 @@
 mod bdev;
 pub mod channel;
 pub mod ctrlr;
+pub mod emu;
 pub mod hotplug;
+mod module;
 pub mod options;
 mod reset;
 pub mod rpc;
 
 use std::sync::{Arc, OnceLock};
 
-use bdevkit::bdev::module::{add_registrar, BdevManager, BdevModule, MemoryRegistrar};
-use serde_json::{json, Value};
+use bdevkit::bdev::module::{add_registrar, BdevManager, MemoryRegistrar, RegistrarId};
 
 pub use bdev::{NvmeBdev, NvmeChannel};
-pub use options::{NvmeOptions, TimeoutAction};
+pub use ctrlr::{AttachArgs, AttachDone, NvmeCtrlr};
+pub use emu::{EmuCreateParams, EmuNsParams};
+pub use module::{
+    attach, controller, controllers, detach, emu, emu_create, emu_delete, emu_start,
+    emu_start_inline, module, options, set_hotplug, set_options, NvmeModule,
+};
+pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
 pub use rpc::register_rpcs;
 
 /// Module name.
@@ -57,6 +64,12 @@ pub enum Error {
     /// No such controller.
     #[error("no controller {0}")]
     NotFound(String),
+    /// Not allowed now.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    /// The nvme module is not registered with this bdev manager.
+    #[error("the nvme module is not registered")]
+    NotRegistered,
     /// The driver failed.
     #[error("nvme driver")]
     Driver(#[source] nvme_driver::Error),
@@ -67,9 +80,10 @@ impl Error {
     #[must_use]
     pub fn errno(&self) -> i32 {
         match self {
-            Error::InvalidArg(_) => libc::EINVAL,
+            Error::InvalidArg(_) | Error::NotRegistered => libc::EINVAL,
             Error::Exists(_) => libc::EALREADY,
             Error::NotFound(_) => libc::ENODEV,
+            Error::NotPermitted(_) => libc::EPERM,
             Error::Driver(e) => e.errno(),
         }
     }
@@ -78,25 +92,8 @@ impl Error {
 /// Module result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The nvme module.
-#[derive(Debug, Default)]
-pub struct NvmeModule;
-
-impl BdevModule for NvmeModule {
-    fn name(&self) -> &'static str {
-        MODULE
-    }
-
-    /// SPDK's order: options, one attach per controller, hotplug last.
-    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        let mut v = vec![options::config_entry()];
-        v.extend(ctrlr::all().iter().map(|c| c.config_json()));
-        let h = hotplug::params();
-        v.push(json!({"method": "bdev_nvme_set_hotplug", "params": {"period_us": h.period_us, "enable": h.enable}}));
-        v
-    }
-}
-
+/// The DMA registration hook for VFIO devices: maps every `DmaBuf` of the
+/// bdev layer for the process's VFIO container.
 struct VfioRegistrar;
 
 impl MemoryRegistrar for VfioRegistrar {
@@ -108,12 +105,16 @@ impl MemoryRegistrar for VfioRegistrar {
     }
 }
 
-/// The registrar, installed once per process and never removed.
-static REGISTRAR: OnceLock<bdevkit::bdev::module::RegistrarId> = OnceLock::new();
+/// The registrar is process-wide by nature, not module state: `DmaBuf`s
+/// belong to the process (any manager's I/O may use any buffer), and a
+/// process has one VFIO container (the kernel's model: an IOMMU group
+/// joins one container), whose mappings every controller of every
+/// manager shares. Installed once, never removed.
+static REGISTRAR: OnceLock<RegistrarId> = OnceLock::new();
 
 /// Adds the nvme module to `mgr` and (once per process) the DMA
 /// registration hook for VFIO devices.
 pub fn register(mgr: &BdevManager) {
     REGISTRAR.get_or_init(|| add_registrar(Arc::new(VfioRegistrar)));
-    mgr.register_module(Arc::new(NvmeModule));
+    mgr.register_module(Arc::new(NvmeModule::default()));
 }

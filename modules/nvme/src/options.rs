@@ -3,11 +3,12 @@
 //! does); those that mean something for a PCIe controller here are
 //! applied: `action_on_timeout`, `timeout_us`, `timeout_admin_us`,
 //! `keep_alive_timeout_ms`, `nvme_adminq_poll_period_us`,
-//! `bdev_retry_count`, `io_queue_requests` (I/O queue entries). The
+//! `bdev_retry_count`, `io_queue_requests` (I/O queue entries),
+//! `enable_flush`, `generate_uuids`. The
 //! others (fabrics, RDMA, DH-HMAC-CHAP, multipath, accel) are kept and
-//! saved back unchanged.
+//! saved back unchanged. The values live in the module instance
+//! ([`crate::NvmeModule`]), one per bdev manager.
 
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -70,7 +71,8 @@ pub struct NvmeOptions {
     pub fast_io_fail_timeout_sec: u32,
     /// Multipath failback (saved, not applied).
     pub disable_auto_failback: bool,
-    /// Generate UUIDs for namespaces without one (saved, not applied).
+    /// Derive UUIDs (from serial number and namespace id) for namespaces
+    /// that report no identifier.
     pub generate_uuids: bool,
     /// IP type of service (fabrics).
     pub transport_tos: u32,
@@ -167,6 +169,9 @@ pub struct Applied {
     pub enable_flush: bool,
     /// Keep alive.
     pub keep_alive_timeout_ms: u32,
+    /// Derive a UUID from the serial number and namespace id for a
+    /// namespace that reports no identifier.
+    pub generate_uuids: bool,
 }
 
 impl NvmeOptions {
@@ -197,6 +202,7 @@ impl NvmeOptions {
             },
             enable_flush: self.enable_flush,
             keep_alive_timeout_ms: self.keep_alive_timeout_ms,
+            generate_uuids: self.generate_uuids,
         }
     }
 }
@@ -225,22 +231,8 @@ impl Default for HotplugParams {
     }
 }
 
-static OPTIONS: Mutex<Option<NvmeOptions>> = Mutex::new(None);
-
-/// The current options.
-pub fn options() -> NvmeOptions {
-    OPTIONS.lock().clone().unwrap_or_default()
-}
-
-/// Replaces the options (applied by controllers attached afterwards).
-pub fn set_options(o: NvmeOptions) -> Result<(), String> {
-    o.validate()?;
-    *OPTIONS.lock() = Some(o);
-    Ok(())
-}
-
 /// The `bdev_nvme_set_options` entry of a saved config.
 #[must_use]
-pub fn config_entry() -> Value {
-    serde_json::json!({"method": "bdev_nvme_set_options", "params": options()})
+pub fn config_entry(o: &NvmeOptions) -> Value {
+    serde_json::json!({"method": "bdev_nvme_set_options", "params": o})
 }

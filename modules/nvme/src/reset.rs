@@ -12,37 +12,67 @@
 //! One reset at a time per controller; a reset asked for meanwhile
 //! completes with the running one.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::ctrlr::NvmeCtrlr;
+use bdevkit::thread::ThreadHandle;
+use parking_lot::Mutex;
 
-/// Gets a reset's outcome.
-pub type ResetDone = Box<dyn FnOnce(Result<(), String>) + Send>;
+use crate::channel::{ChannelOwner, Driver, ResetDone};
+
+/// A controller's reset bookkeeping.
+#[derive(Default)]
+pub(crate) struct ResetState {
+    running: AtomicBool,
+    waiters: Mutex<Vec<ResetDone>>,
+}
+
+impl ResetState {
+    /// Whether a reset is running.
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+}
+
+/// What a reset needs from the controller (implemented above this file).
+pub(crate) trait Resettable: ChannelOwner {
+    /// Its reset bookkeeping.
+    fn reset_state(&self) -> &ResetState;
+    /// The thread the steps run on between helper threads (app thread).
+    fn app(&self) -> &ThreadHandle;
+    /// The driver's controller.
+    fn driver(&self) -> &Driver;
+}
 
 /// Starts a reset of `c` (from any thread); `done` gets its outcome.
-pub fn start(c: &Arc<NvmeCtrlr>, done: Option<ResetDone>) {
-    if let Some(d) = done {
-        c.reset_waiters.lock().push(d);
-    }
-    if c.resetting.swap(true, Ordering::AcqRel) {
-        return;
+pub(crate) fn start<C: Resettable>(c: &Arc<C>, done: Option<ResetDone>) {
+    let st = c.reset_state();
+    {
+        // Under the waiters' lock: `finish` takes the waiters and clears
+        // `running` under it too, so no waiter is left behind.
+        let mut w = st.waiters.lock();
+        if let Some(d) = done {
+            w.push(d);
+        }
+        if st.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
     }
     let c = Arc::clone(c);
-    let app = c.app.clone();
+    let app = c.app().clone();
     let _ = app.send_msg(move || run(c));
 }
 
-fn helper(
-    c: Arc<NvmeCtrlr>,
-    work: impl FnOnce(&NvmeCtrlr) -> Result<(), String> + Send + 'static,
-    then: impl FnOnce(Arc<NvmeCtrlr>, Result<(), String>) + Send + 'static,
+fn helper<C: Resettable>(
+    c: Arc<C>,
+    work: impl FnOnce(&C) -> Result<(), String> + Send + 'static,
+    then: impl FnOnce(Arc<C>, Result<(), String>) + Send + 'static,
 ) {
     let spawned = std::thread::Builder::new()
         .name("nvme-reset".into())
         .spawn(move || {
             let r = work(&c);
-            let app = c.app.clone();
+            let app = c.app().clone();
             let _ = app.send_msg(move || then(c, r));
         });
     if let Err(e) = spawned {
@@ -50,7 +80,7 @@ fn helper(
     }
 }
 
-fn run(c: Arc<NvmeCtrlr>) {
+fn run<C: Resettable>(c: Arc<C>) {
     tracing::info!(ctrlr = c.name(), "resetting controller");
     c.driver().set_state(nvme_driver::State::Resetting);
     let c2 = Arc::clone(&c);
@@ -79,7 +109,7 @@ fn run(c: Arc<NvmeCtrlr>) {
                                     let c2 = Arc::clone(&c);
                                     c.device().for_each_channel(
                                         move |ch| ch.inner.reconnect(ok),
-                                        move || finish(&c2, r),
+                                        move || finish(&*c2, r),
                                     );
                                 },
                             );
@@ -91,13 +121,17 @@ fn run(c: Arc<NvmeCtrlr>) {
     );
 }
 
-fn finish(c: &NvmeCtrlr, r: Result<(), String>) {
+fn finish<C: Resettable>(c: &C, r: Result<(), String>) {
     match &r {
         Ok(()) => tracing::info!(ctrlr = c.name(), "controller reset done"),
         Err(e) => tracing::error!(ctrlr = c.name(), error = %e, "controller reset failed"),
     }
-    c.resetting.store(false, Ordering::Release);
-    let waiters: Vec<ResetDone> = std::mem::take(&mut *c.reset_waiters.lock());
+    let st = c.reset_state();
+    let waiters: Vec<ResetDone> = {
+        let mut w = st.waiters.lock();
+        st.running.store(false, Ordering::Release);
+        std::mem::take(&mut *w)
+    };
     for w in waiters {
         w(r.clone());
     }

@@ -7,16 +7,18 @@
 
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
-use bdevkit::bdev::BdevManager;
+use bdevkit::bdev::{BdevManager, IoStatus, NvmeCmd};
+use bdevkit::dma::DmaBuf;
+use bdevkit::thread::Thread;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME, STARTUP};
-use nvme_driver::emu::{self, EmuKind, EmuNamespace, EmuOptions};
 use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::Sqe;
+use nvme_spec::{Cqe, Sqe, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ctrlr::{self, AttachArgs};
-use crate::options::{self, HotplugParams, NvmeOptions};
+use crate::ctrlr::{AttachArgs, NvmeCtrlr};
+pub use crate::emu::{EmuCreateParams, EmuNsParams};
+use crate::options::{HotplugParams, NvmeOptions};
 use crate::Error;
 
 /// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
@@ -141,42 +143,6 @@ pub struct SendCmdParams {
     pub timeout_ms: Option<u32>,
 }
 
-/// One namespace of `bdev_nvme_emu_create`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EmuNsParams {
-    /// Namespace id.
-    pub nsid: u32,
-    /// `ram` or `null`.
-    pub kind: String,
-    /// Block size (512 or 4096).
-    pub block_size: u32,
-    /// Blocks.
-    pub num_blocks: u64,
-}
-
-/// `bdev_nvme_emu_create` params (ours).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EmuCreateParams {
-    /// Name; attach it with `traddr` `emu:NAME`.
-    pub name: String,
-    /// Namespaces.
-    pub namespaces: Vec<EmuNsParams>,
-    /// Serial number.
-    #[serde(default)]
-    pub serial: Option<String>,
-    /// Report SGLs (default true).
-    #[serde(default)]
-    pub sgl: Option<bool>,
-    /// Spin instead of parking when idle (benchmarks).
-    #[serde(default)]
-    pub spin: bool,
-    /// Pin the controller thread to this CPU.
-    #[serde(default)]
-    pub cpu: Option<usize>,
-}
-
 /// `bdev_nvme_emu_delete` params.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,42 +158,117 @@ fn b64_decode(s: &str) -> Result<Vec<u8>, RpcError> {
         .map_err(|_| RpcError::new(-22, "base64url decoding failed"))
 }
 
-/// Decodes, checks and starts an emulated controller.
-pub fn emu_create(p: &EmuCreateParams) -> Result<(), Error> {
-    let mut namespaces = Vec::new();
-    for n in &p.namespaces {
-        let kind = match n.kind.as_str() {
-            "ram" => EmuKind::Ram,
-            "null" => EmuKind::Null,
-            k => return Err(Error::InvalidArg(format!("namespace kind {k}"))),
-        };
-        if n.block_size != 512 && n.block_size != 4096 {
-            return Err(Error::InvalidArg("block_size must be 512 or 4096".into()));
-        }
-        namespaces.push(EmuNamespace {
-            nsid: n.nsid,
-            kind,
-            block_size: n.block_size,
-            num_blocks: n.num_blocks,
-        });
+/// The completion of a passthrough command, as SPDK answers
+/// `bdev_nvme_send_cmd`: the 16-byte CQE and, for c2h, the data.
+fn send_cmd_result(st: Status, dw0: u32, data: Option<&[u8]>) -> Value {
+    let mut cqe = Cqe::new(0, st, dw0);
+    cqe.set_status(st);
+    let mut out = json!({"cpl": URL_SAFE.encode(cqe.as_bytes())});
+    if let Some(d) = data {
+        out["data"] = json!(URL_SAFE.encode(d));
     }
-    let mut o = EmuOptions {
-        namespaces,
-        spin: p.spin,
-        cpu: p.cpu,
-        ..EmuOptions::default()
-    };
-    if let Some(s) = &p.serial {
-        o.serial.clone_from(s);
-    }
-    if let Some(s) = p.sgl {
-        o.sgl = s;
-    }
-    emu::create(&p.name, o).map(|_| ()).map_err(Error::Driver)
+    out
 }
 
-fn send_cmd(p: SendCmdParams, resp: Responder) {
-    let Some(c) = ctrlr::get(&p.name) else {
+/// An admin command on the controller's admin queue.
+fn send_admin(c: &NvmeCtrlr, sqe: Sqe, h2c: bool, data: &[u8], len: usize, resp: Responder) {
+    let buf = if len > 0 {
+        match c.driver().transport().function().alloc_dma(len) {
+            Ok(m) => {
+                m.write_bytes(0, data);
+                Some((m, len))
+            }
+            Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+        }
+    } else {
+        None
+    };
+    c.driver().submit_admin(
+        sqe,
+        buf,
+        Box::new(move |st, dw0, buf| {
+            let data = match (h2c, buf) {
+                (false, Some(m)) => {
+                    let mut v = vec![0u8; len];
+                    m.read_bytes(0, &mut v);
+                    Some(v)
+                }
+                _ => None,
+            };
+            resp.ok(send_cmd_result(st, dw0, data.as_deref()));
+        }),
+    );
+}
+
+/// An I/O command: an `nvme_io` on the bdev of its namespace (NSID 0: the
+/// controller's first namespace), through this thread's queue pair.
+fn send_io(
+    mgr: &BdevManager,
+    c: &NvmeCtrlr,
+    sqe: Sqe,
+    h2c: bool,
+    data: Vec<u8>,
+    len: usize,
+    resp: Responder,
+) {
+    let nsid = sqe.nsid.get();
+    let bdev = if nsid == 0 {
+        c.bdev_names().into_iter().next()
+    } else {
+        Some(format!("{}n{nsid}", c.name()))
+    };
+    let Some(bdev) = bdev.filter(|b| mgr.get(b).is_some()) else {
+        return resp.err(RpcError::new(-22, format!("namespace {nsid} has no bdev")));
+    };
+    let desc = match mgr.open(&bdev, true, |_| {}) {
+        Ok(d) => d,
+        Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+    };
+    let ch = match desc.get_io_channel() {
+        Ok(ch) => ch,
+        Err(e) => return resp.err(RpcError::from_errno(e.errno())),
+    };
+    let buf = if len > 0 {
+        let Ok(mut b) = DmaBuf::alloc(len, 4096) else {
+            return resp.err(RpcError::from_errno(libc::ENOMEM));
+        };
+        b[..data.len()].copy_from_slice(&data);
+        Some(b)
+    } else {
+        None
+    };
+    let Ok(t) = Thread::try_current() else {
+        return resp.err(RpcError::from_errno(libc::EINVAL));
+    };
+    let cdw = sqe.to_dwords();
+    t.spawn_local(async move {
+        let mut io = ch.alloc_io_async().await;
+        io.nvme_io(NvmeCmd { cdw }, buf);
+        let mut done = match ch.submit_async(io) {
+            Ok(f) => f.await,
+            Err(e) => return resp.err(RpcError::from_errno(e.error.errno())),
+        };
+        let st = match done.status() {
+            IoStatus::Success => Status::SUCCESS,
+            IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
+            other => {
+                drop(done);
+                drop(ch);
+                drop(desc);
+                return resp.err(RpcError::from_errno(other.errno()));
+            }
+        };
+        let dw0 = done.nvme_cdw0();
+        let out = if h2c { None } else { done.take_buf() };
+        drop(done);
+        drop(ch);
+        drop(desc);
+        resp.ok(send_cmd_result(st, dw0, out.as_deref()));
+    });
+}
+
+fn send_cmd(mgr: &BdevManager, p: SendCmdParams, resp: Responder) {
+    let Some(c) = crate::controller(mgr, &p.name) else {
         resp.err(RpcError::new(
             -19,
             format!("Controller {} does not exist", p.name),
@@ -257,38 +298,8 @@ fn send_cmd(p: SendCmdParams, resp: Responder) {
         .unwrap_or(0)
         .max(data.len());
     match p.cmd_type.as_str() {
-        "admin" => {
-            let buf = if len > 0 {
-                match c.driver().transport().function().alloc_dma(len) {
-                    Ok(m) => {
-                        m.write_bytes(0, &data);
-                        Some((m, len))
-                    }
-                    Err(e) => return resp.err(RpcError::from_errno(e.errno())),
-                }
-            } else {
-                None
-            };
-            c.driver().submit_admin(
-                sqe,
-                buf,
-                Box::new(move |st, dw0, buf| {
-                    let mut cqe = nvme_spec::Cqe::new(0, st, dw0);
-                    cqe.set_status(st);
-                    let mut out = json!({"cpl": URL_SAFE.encode(cqe.as_bytes())});
-                    if let (false, Some(m)) = (h2c, buf) {
-                        let mut v = vec![0u8; len];
-                        m.read_bytes(0, &mut v);
-                        out["data"] = json!(URL_SAFE.encode(&v));
-                    }
-                    resp.ok(out);
-                }),
-            );
-        }
-        "io" => resp.err(RpcError::new(
-            -95,
-            "io commands: submit an nvme_io to the namespace bdev",
-        )),
+        "admin" => send_admin(&c, sqe, h2c, &data, len, resp),
+        "io" => send_io(mgr, &c, sqe, h2c, data, len, resp),
         _ => resp.err(RpcError::new(-22, "cmd_type must be admin or io")),
     }
 }
@@ -319,7 +330,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 traddr: p.traddr,
                 num_io_queues: p.num_io_queues,
             };
-            ctrlr::attach(
+            crate::attach(
                 &m,
                 args,
                 Box::new(move |r| match r {
@@ -333,93 +344,95 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             );
         },
     )?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_detach_controller",
         RUNTIME,
         move |p: DetachParams, resp| {
-            ctrlr::detach(
+            crate::detach(
+                &m,
                 &p.name,
                 Box::new(move |r| resp.respond_errno(r.map(|()| true), Error::errno)),
             );
         },
     )?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_get_controllers",
         RUNTIME,
         move |p: GetParams, resp| {
             let list: Vec<Value> = match &p.name {
-                Some(n) => match ctrlr::get(n) {
+                Some(n) => match crate::controller(&m, n) {
                     Some(c) => vec![c.info_json()],
                     None => {
                         return resp
                             .err(RpcError::new(-22, format!("Controller {n} does not exist")))
                     }
                 },
-                None => ctrlr::all().iter().map(|c| c.info_json()).collect(),
+                None => crate::controllers(&m)
+                    .iter()
+                    .map(|c| c.info_json())
+                    .collect(),
             };
             resp.ok(Value::Array(list));
         },
     )?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_reset_controller",
         RUNTIME,
         move |p: ResetParams, resp| {
-            let Some(c) = ctrlr::get(&p.name) else {
+            let Some(c) = crate::controller(&m, &p.name) else {
                 return resp.err(RpcError::from_errno(libc::ENODEV));
             };
-            crate::reset::start(
-                &c,
-                Some(Box::new(move |r| match r {
-                    Ok(()) => resp.ok(json!(true)),
-                    Err(_) => resp.err(RpcError::from_errno(libc::EIO)),
-                })),
-            );
+            c.reset(Box::new(move |r| match r {
+                Ok(()) => resp.ok(json!(true)),
+                Err(_) => resp.err(RpcError::from_errno(libc::EIO)),
+            }));
         },
     )?;
-    reg.register_decoded("bdev_nvme_send_cmd", RUNTIME, send_cmd)?;
+    let m = mgr.clone();
+    reg.register_decoded("bdev_nvme_send_cmd", RUNTIME, move |p, resp| {
+        send_cmd(&m, p, resp);
+    })?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_set_options",
         STARTUP | RUNTIME,
-        move |p: NvmeOptions, resp| {
-            if !ctrlr::all().is_empty() {
-                return resp.err(RpcError::new(
-                    -1,
-                    "Operation not permitted: controllers are attached",
-                ));
+        move |p: NvmeOptions, resp| match crate::set_options(&m, p) {
+            Ok(()) => resp.ok(json!(true)),
+            Err(Error::NotPermitted(msg)) => {
+                resp.err(RpcError::new(-1, format!("Operation not permitted: {msg}")));
             }
-            match options::set_options(p) {
-                Ok(()) => resp.ok(json!(true)),
-                Err(e) => resp.err(RpcError::invalid_params(e)),
-            }
+            Err(Error::InvalidArg(msg)) => resp.err(RpcError::invalid_params(msg)),
+            Err(e) => resp.err(RpcError::from_errno(e.errno())),
         },
     )?;
-    reg.register_decoded("bdev_nvme_set_hotplug", STARTUP | RUNTIME, {
-        let m = mgr.clone();
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_nvme_set_hotplug",
+        STARTUP | RUNTIME,
         move |p: HotplugParams, resp| {
-            crate::hotplug::set(&m, p);
-            resp.ok(json!(true));
-        }
-    })?;
+            resp.respond_errno(crate::set_hotplug(&m, p).map(|()| true), Error::errno);
+        },
+    )?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_emu_create",
         STARTUP | RUNTIME,
         move |p: EmuCreateParams, resp| {
             resp.respond_errno(
-                emu_create(&p).map(|()| format!("emu:{}", p.name)),
+                crate::emu_create(&m, &p).map(|_| format!("emu:{}", p.name)),
                 Error::errno,
             );
         },
     )?;
+    let m = mgr.clone();
     reg.register_decoded(
         "bdev_nvme_emu_delete",
         RUNTIME,
         move |p: EmuDeleteParams, resp| {
-            let r = if emu::destroy(&p.name) {
-                Ok(true)
-            } else {
-                Err(Error::NotFound(p.name))
-            };
-            resp.respond_errno(r, Error::errno);
+            resp.respond_errno(crate::emu_delete(&m, &p.name).map(|()| true), Error::errno);
         },
     )?;
     Ok(())

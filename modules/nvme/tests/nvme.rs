@@ -1,21 +1,23 @@
 //! The nvme module over the emulated controller: conformance, the RPCs
-//! (attach, get, send_cmd, reset, detach, set_options/set_hotplug with
-//! SPDK's saved config), I/O sizes and alignments, and the faults at bdev
-//! level: error statuses reach the caller, retries, a reset under I/O
-//! loses nothing, CSTS.CFS resets, surprise removal fails I/O and
-//! hot-removes the bdev.
+//! (attach, get, send_cmd admin and io, reset, detach, set_options /
+//! set_hotplug with SPDK's saved config), namespace UUIDs, I/O sizes and
+//! alignments, two managers in one process, and the faults at bdev level:
+//! error statuses reach the caller, retries, CSTS.CFS resets, surprise
+//! removal fails I/O and hot-removes the bdev. All module state is per
+//! manager: every test uses the same names.
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use bdevkit::bdev::{BdevEvent, IoStatus, IoType, NvmeCmd};
+    use base64::Engine;
+    use bdevkit::bdev::{BdevEvent, BdevManager, IoStatus, IoType, NvmeCmd};
     use bdevkit::dma::DmaBuf;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
     use bdevkit_test::{conformance, TestEnv};
-    use nvme_driver::emu::{self, EmuKind, EmuNamespace, EmuOptions, Fault, FaultAction};
+    use nvme_driver::emu::{EmuController, EmuKind, EmuNamespace, EmuOptions, Fault, FaultAction};
     use nvme_spec::Status;
     use serde_json::{json, Value};
 
@@ -25,8 +27,9 @@ mod tests {
         TestEnv::with_modules("0x1", &[bdevkit_nvme::register])
     }
 
-    fn start_emu(name: &str, sgl: bool) -> Arc<emu::EmuController> {
-        emu::create(
+    fn start_emu(mgr: &BdevManager, name: &str, sgl: bool) -> Arc<EmuController> {
+        bdevkit_nvme::emu_start(
+            mgr,
             name,
             EmuOptions {
                 sgl,
@@ -69,8 +72,8 @@ mod tests {
 
     #[test]
     fn conformance_and_rpcs() {
-        let _e = start_emu("conf", true);
         env().run(|mgr| async move {
+            start_emu(&mgr, "conf", true);
             let reg = rpc::registry(&mgr, RPCS);
             let names = attach(&reg, "Nvme0", "conf").await;
             assert_eq!(names, json!(["Nvme0n1", "Nvme0n2"]));
@@ -117,7 +120,6 @@ mod tests {
             let mut cmd = [0u8; 64];
             cmd[0] = 0x06;
             cmd[40] = 1;
-            use base64::Engine;
             let b64 = base64::engine::general_purpose::URL_SAFE;
             let r = call(
                 &reg,
@@ -163,19 +165,17 @@ mod tests {
                 "{left}"
             );
         });
-        emu::destroy("conf");
     }
 
     /// 512 B … 1 MiB (split by the bdev layer at MDTS) at odd offsets in
     /// their buffers, PRP only (bounced when not PRP-shaped) and with SGLs.
     #[test]
     fn sizes_and_alignments_roundtrip() {
-        for (emu_name, sgl) in [("sz-sgl", true), ("sz-prp", false)] {
-            let _e = start_emu(emu_name, sgl);
-            let en = emu_name.to_string();
+        for sgl in [true, false] {
             env().run(move |mgr| async move {
+                start_emu(&mgr, "sz", sgl);
                 let reg = rpc::registry(&mgr, RPCS);
-                attach(&reg, "NvS", &en).await;
+                attach(&reg, "NvS", "sz").await;
                 let desc = mgr.open("NvSn1", true, |_| {}).unwrap();
                 let ch = desc.get_io_channel().unwrap();
                 let mut lba = 0u64;
@@ -234,17 +234,15 @@ mod tests {
                 drop(desc);
                 detach(&reg, "NvS").await;
             });
-            emu::destroy(emu_name);
         }
     }
 
     #[test]
     fn nvme_status_reaches_the_caller_and_retries_stop_at_dnr() {
-        let e = start_emu("st", true);
-        let e2 = Arc::clone(&e);
         env().run(move |mgr| async move {
+            let e2 = start_emu(&mgr, "emu", true);
             let reg = rpc::registry(&mgr, RPCS);
-            attach(&reg, "NvE", "st").await;
+            attach(&reg, "NvE", "emu").await;
             let desc = mgr.open("NvEn1", true, |_| {}).unwrap();
             let ch = desc.get_io_channel().unwrap();
             // A retryable error twice: retried, then it works.
@@ -281,16 +279,14 @@ mod tests {
             drop(desc);
             detach(&reg, "NvE").await;
         });
-        emu::destroy("st");
     }
 
     #[test]
     fn fatal_status_resets_and_io_goes_on() {
-        let e = start_emu("cfs", true);
-        let e2 = Arc::clone(&e);
         env().run(move |mgr| async move {
+            let e2 = start_emu(&mgr, "emu", true);
             let reg = rpc::registry(&mgr, RPCS);
-            attach(&reg, "NvF", "cfs").await;
+            attach(&reg, "NvF", "emu").await;
             let desc = mgr.open("NvFn1", true, |_| {}).unwrap();
             let ch = desc.get_io_channel().unwrap();
             let data = conformance::pattern(4096, 3);
@@ -300,21 +296,22 @@ mod tests {
             // The admin poller sees CFS and resets; I/O waits and goes on.
             let got = ch.read(8, 8, DmaBuf::new(4096).unwrap()).await.unwrap();
             assert_eq!(&got[..], &expect[..]);
-            assert!(wait_for(10, || nvme_driver::emu::lookup("cfs").is_some()).await);
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({"name": "NvF"}))
+                .await
+                .unwrap();
+            assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
             drop(ch);
             drop(desc);
             detach(&reg, "NvF").await;
         });
-        emu::destroy("cfs");
     }
 
     #[test]
     fn surprise_removal_fails_io_and_hot_removes() {
-        let e = start_emu("rm", true);
-        let e2 = Arc::clone(&e);
         env().run(move |mgr| async move {
+            let e2 = start_emu(&mgr, "emu", true);
             let reg = rpc::registry(&mgr, RPCS);
-            attach(&reg, "NvR", "rm").await;
+            attach(&reg, "NvR", "emu").await;
             let removed = Arc::new(AtomicUsize::new(0));
             let r2 = Arc::clone(&removed);
             let desc = mgr
@@ -351,6 +348,192 @@ mod tests {
             );
             detach(&reg, "NvR").await;
         });
-        emu::destroy("rm");
+    }
+
+    fn b64() -> base64::engine::GeneralPurpose {
+        base64::engine::general_purpose::URL_SAFE
+    }
+
+    /// `bdev_nvme_send_cmd` with `cmd_type: io`: an NVMe Write (h2c) then
+    /// a Read (c2h) of the same block on namespace 1, and the data comes
+    /// back; the bdev layer saw the same bytes.
+    #[test]
+    fn send_cmd_io_writes_and_reads() {
+        env().run(|mgr| async move {
+            start_emu(&mgr, "emu", true);
+            let reg = rpc::registry(&mgr, RPCS);
+            attach(&reg, "Nvme0", "emu").await;
+            let data: Vec<u8> = (0..512u32)
+                .map(|i| u8::try_from(i % 251).unwrap())
+                .collect();
+            let cmd = |opcode: u8| {
+                let mut c = [0u8; 64];
+                c[0] = opcode;
+                c[4..8].copy_from_slice(&1u32.to_le_bytes());
+                c[40..48].copy_from_slice(&7u64.to_le_bytes());
+                c
+            };
+            let w = call(
+                &reg,
+                "bdev_nvme_send_cmd",
+                json!({"name": "Nvme0", "cmd_type": "io", "data_direction": "h2c",
+                       "cmdbuf": b64().encode(cmd(0x01)), "data": b64().encode(&data)}),
+            )
+            .await
+            .unwrap();
+            let cpl = b64().decode(w["cpl"].as_str().unwrap()).unwrap();
+            assert_eq!(u16::from_le_bytes([cpl[14], cpl[15]]) >> 1, 0, "write ok");
+            assert!(w.get("data").is_none());
+            let r = call(
+                &reg,
+                "bdev_nvme_send_cmd",
+                json!({"name": "Nvme0", "cmd_type": "io", "data_direction": "c2h",
+                       "cmdbuf": b64().encode(cmd(0x02)), "data_len": 512}),
+            )
+            .await
+            .unwrap();
+            assert_eq!(b64().decode(r["data"].as_str().unwrap()).unwrap(), data);
+            let desc = mgr.open("Nvme0n1", false, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let got = ch.read(7, 1, DmaBuf::new(512).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &data[..]);
+            drop(ch);
+            drop(desc);
+            // A namespace without a bdev is refused.
+            let mut bad = cmd(0x02);
+            bad[4..8].copy_from_slice(&9u32.to_le_bytes());
+            let e = call(
+                &reg,
+                "bdev_nvme_send_cmd",
+                json!({"name": "Nvme0", "cmd_type": "io", "data_direction": "c2h",
+                       "cmdbuf": b64().encode(bad), "data_len": 512}),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.code, -22);
+            detach(&reg, "Nvme0").await;
+        });
+    }
+
+    /// A namespace bdev's UUID is its NGUID (the emulated controller
+    /// reports one in its descriptor list), the same after a detach and a
+    /// new attach; `generate_uuids` makes no difference when the
+    /// namespace has an identifier.
+    #[test]
+    fn namespace_uuid_comes_from_nguid_and_is_stable() {
+        env().run(|mgr| async move {
+            let e = start_emu(&mgr, "emu", true);
+            let reg = rpc::registry(&mgr, RPCS);
+            let mut seen = Vec::new();
+            for _ in 0..2 {
+                attach(&reg, "Nvme0", "emu").await;
+                let b = mgr.get("Nvme0n1").unwrap();
+                seen.push((b.uuid(), mgr.get("Nvme0n2").unwrap().uuid()));
+                drop(b);
+                detach(&reg, "Nvme0").await;
+            }
+            assert_eq!(seen[0], seen[1], "stable across attaches");
+            assert_ne!(seen[0].0, seen[0].1, "one per namespace");
+            // The same bytes the controller reports as NGUID.
+            let t = nvme_driver::PcieTransport::new(e.function()).unwrap();
+            let d = nvme_driver::Controller::attach(t, nvme_driver::ControllerOptions::default())
+                .unwrap();
+            let ns = d.namespaces();
+            let nguid = ns[0].ids.nguid.expect("an NGUID");
+            assert_eq!(seen[0].0.as_bytes(), &nguid);
+            d.shutdown().unwrap();
+        });
+    }
+
+    /// Two managers in one process: the same controller and emulator
+    /// names in both, each sees only its own.
+    #[test]
+    fn two_managers_are_independent() {
+        let (a, b) = (env(), env());
+        a.run(|mgr| async move {
+            start_emu(&mgr, "emu", true);
+            let reg = rpc::registry(&mgr, RPCS);
+            assert_eq!(
+                attach(&reg, "Nvme0", "emu").await,
+                json!(["Nvme0n1", "Nvme0n2"])
+            );
+        });
+        b.run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let none = call(&reg, "bdev_nvme_get_controllers", json!({}))
+                .await
+                .unwrap();
+            assert_eq!(
+                none,
+                json!([]),
+                "the other manager's controller is not here"
+            );
+            let e = call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                json!({"name": "Nvme0", "trtype": "PCIe", "traddr": "emu:emu"}),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.code, -libc::ENODEV, "nor its emulated controller");
+            // Options are per manager too: settable here while the other
+            // manager has a controller attached.
+            call(
+                &reg,
+                "bdev_nvme_set_options",
+                json!({"bdev_retry_count": 7}),
+            )
+            .await
+            .unwrap();
+            start_emu(&mgr, "emu", false);
+            assert_eq!(
+                attach(&reg, "Nvme0", "emu").await,
+                json!(["Nvme0n1", "Nvme0n2"])
+            );
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({}))
+                .await
+                .unwrap();
+            assert_eq!(c.as_array().unwrap().len(), 1);
+            detach(&reg, "Nvme0").await;
+        });
+        a.run(|mgr| async move {
+            assert_eq!(bdevkit_nvme::options(&mgr).unwrap().bdev_retry_count, 3);
+            assert!(mgr.get("Nvme0n1").is_some(), "still attached here");
+            let reg = rpc::registry(&mgr, RPCS);
+            let e = call(
+                &reg,
+                "bdev_nvme_set_options",
+                json!({"bdev_retry_count": 1}),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.code, -1, "refused while attached");
+            detach(&reg, "Nvme0").await;
+        });
+    }
+
+    /// SPDK's own saved config (format of `spdk_tgt`'s `save_config`):
+    /// its bdev_nvme_set_options and bdev_nvme_set_hotplug entries load.
+    #[test]
+    fn spdk_saved_options_load() {
+        let cfg: Value =
+            serde_json::from_str(include_str!("fixtures/spdk_tgt_bdev_nvme.json")).unwrap();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let entries = cfg["subsystems"][0]["config"].as_array().unwrap().clone();
+            for e in entries {
+                let m = e["method"].as_str().unwrap();
+                if m.starts_with("bdev_nvme_set") {
+                    call(&reg, m, e["params"].clone())
+                        .await
+                        .unwrap_or_else(|err| panic!("{m}: {err:?}"));
+                }
+            }
+            assert_eq!(bdevkit_nvme::options(&mgr).unwrap().bdev_retry_count, 3);
+            let bad = call(&reg, "bdev_nvme_set_options", json!({"no_such_key": 1}))
+                .await
+                .unwrap_err();
+            assert_eq!(bad.code, -32603, "SPDK: spdk_json_decode_object failed");
+        });
     }
 }

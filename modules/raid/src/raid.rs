@@ -381,12 +381,10 @@ impl Raid {
         m.insert("num_base_bdevs_discovered".into(), json!(discovered));
         m.insert("num_base_bdevs_operational".into(), json!(operational));
         if let Some(r) = ctl.rebuild {
-            #[expect(clippy::cast_precision_loss, reason = "a percentage for display")]
-            let percent = if r.total == 0 {
-                100.0
-            } else {
-                r.done as f64 * 100.0 / r.total as f64
-            };
+            // A whole number, as SPDK writes it (uint32, rounded down).
+            let percent = (u128::from(r.done) * 100)
+                .checked_div(u128::from(r.total))
+                .map_or(100, |p| u32::try_from(p).unwrap_or(100));
             m.insert(
                 "process".into(),
                 json!({

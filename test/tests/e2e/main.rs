@@ -4,9 +4,13 @@
 //! (Modules are `cfg(test)` so the workspace test lints treat them as test code.)
 
 #[cfg(test)]
+mod bdev_keys;
+#[cfg(test)]
 mod errors;
 #[cfg(test)]
 mod lifecycle;
+#[cfg(test)]
+mod readme;
 #[cfg(test)]
 mod spdk_rpc;
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! SPDK's own client (`spdk-rpc`, PyPI `spdk==26.9`) driving the real
-//! `bdev_tgt`. Each test returns early, saying why, when `spdk-rpc` is not
-//! installed (a failure under `BDEVKIT_REQUIRE_SPDK_RPC=1`).
+//! `bdev_tgt`. The client is found by `bdevkit_test::spdk_rpc` (the
+//! repository's `.venv` among others); a missing client fails each test
+//! unless `BDEVKIT_SKIP_SPDK_RPC=1`.
 
 use std::path::Path;
 
-use bdevkit_test::daemon::{run, spdk_rpc, temp_dir, text, Daemon};
+use bdevkit_test::daemon::{run, temp_dir, text, Daemon};
+use bdevkit_test::spdk_rpc::spdk_rpc;
 use serde_json::{json, Value};
 
 /// `spdk-rpc -s <daemon> <args>`; asserts success and parses stdout as

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use bdevkit_test::daemon::{run, spdk_rpc, text, Daemon};
+use bdevkit_test::daemon::{run, text, Daemon};
+use bdevkit_test::spdk_rpc::spdk_rpc;
 use serde_json::Value;
 
 /// Runs spdk-rpc: (success, stdout, everything for messages).

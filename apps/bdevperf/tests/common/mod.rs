@@ -43,6 +43,11 @@ impl ZServer {
         ZServer { child, sock, dir }
     }
 
+    /// Its RPC socket.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.sock
+    }
+
     /// A client, once the socket answers.
     pub fn client(&self) -> Client {
         let start = Instant::now();

@@ -133,7 +133,7 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
         }
         let list: Vec<Value> = crate::SUBSYSTEMS
             .iter()
-            .map(|s| json!({"subsystem": s, "depends_on": []}))
+            .map(|s| json!({"subsystem": s.name, "depends_on": s.depends_on}))
             .collect();
         resp.ok(Value::Array(list));
     })?;
@@ -156,6 +156,8 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 };
                 resp.ok(Value::Array(entries));
             }
+            // A subsystem without a config writer (SPDK answers null).
+            known if crate::has_subsystem(known) => resp.ok(Value::Null),
             other => resp.err(RpcError::invalid_params(format!(
                 "Subsystem '{other}' not found"
             ))),

@@ -5,7 +5,7 @@
 
 use nvme_spec::admin::{cns, csi, AdminCommand};
 use nvme_spec::features::{fid, NumberOfQueues};
-use nvme_spec::identify::NamespaceList;
+use nvme_spec::identify::{write_ns_id_descriptors, NamespaceList, NsIdDescriptor};
 use nvme_spec::io::{DsmRange, IoCommand};
 use nvme_spec::log::{copy_log_page, lid};
 use nvme_spec::sgl::{SglDescriptor, SglType};
@@ -109,7 +109,18 @@ impl Engine {
                         self.scratch.copy_from_slice(l.as_bytes());
                         true
                     }
-                    (cns::NS_ID_DESCRIPTORS, _) => true,
+                    (cns::NS_ID_DESCRIPTORS, _) => {
+                        match self.ns.get(id.nsid as usize).and_then(Option::as_ref) {
+                            Some(n) => {
+                                let descs = [
+                                    NsIdDescriptor::Nguid(n.id.nguid),
+                                    NsIdDescriptor::Csi(csi::NVM),
+                                ];
+                                write_ns_id_descriptors(&descs, &mut self.scratch).is_ok()
+                            }
+                            None => false,
+                        }
+                    }
                     (cns::CS_CONTROLLER, csi::NVM) => true,
                     _ => false,
                 };

@@ -60,9 +60,26 @@ pub(super) struct Engine {
     pub scratch: Box<[u8]>,
 }
 
-pub(super) fn build_ns(cfg: EmuNamespace) -> Ns {
+/// The namespace's NGUID: a hash of the controller's serial number and
+/// the namespace id (FNV-1a, twice), so that it is the same every time
+/// the same controller is started.
+pub(super) fn nguid_of(serial: &str, nsid: u32) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (half, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ half as u64;
+        for b in serial.bytes().chain(nsid.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        chunk.copy_from_slice(&h.to_be_bytes());
+    }
+    out
+}
+
+pub(super) fn build_ns(cfg: EmuNamespace, serial: &str) -> Ns {
     let lbads = u8::try_from(cfg.block_size.trailing_zeros()).unwrap_or(9);
     let mut id = Box::new(IdentifyNamespace::new_zeroed());
+    id.nguid = nguid_of(serial, cfg.nsid);
     id.nsze.set(cfg.num_blocks);
     id.ncap.set(cfg.num_blocks);
     id.nuse.set(cfg.num_blocks);
@@ -106,7 +123,7 @@ impl Engine {
             if n.nsid == 0 || n.nsid as usize >= ns.len() {
                 continue;
             }
-            ns[n.nsid as usize] = Some(build_ns(*n));
+            ns[n.nsid as usize] = Some(build_ns(*n, &opts.serial));
         }
         // CAP: MQES 1023, CQR, TO 10 (5 s), DSTRD 0, CSS NVM, MPSMIN 0, MPSMAX 4.
         let cap: u64 = 1023 | (1 << 16) | (10 << 24) | (1 << 37) | (4 << 52);
@@ -137,8 +154,16 @@ impl Engine {
                 continue;
             }
             idle = idle.saturating_add(1);
-            if spin || idle < IDLE_SPINS {
+            if spin {
                 std::hint::spin_loop();
+                continue;
+            }
+            if idle < IDLE_SPINS {
+                // Not pinned to a core of its own: let the driver's
+                // thread run (on a busy or small machine the two often
+                // share a core, and a spinning controller would only
+                // delay the doorbell it waits for).
+                std::thread::yield_now();
                 continue;
             }
             self.sh.sleeping.store(true, Ordering::SeqCst);
@@ -159,7 +184,7 @@ impl Engine {
     }
 
     /// One pass; true if it did anything.
-    fn step(&mut self) -> bool {
+    pub(super) fn step(&mut self) -> bool {
         if self.sh.removed.load(Ordering::Acquire) {
             return false;
         }
@@ -246,7 +271,7 @@ impl Engine {
             if i == 0 || i >= self.ns.len() {
                 continue;
             }
-            self.ns[i] = Some(build_ns(c));
+            self.ns[i] = Some(build_ns(c, &self.opts.serial));
             if !self.changed.contains(&c.nsid) {
                 self.changed.push(c.nsid);
             }

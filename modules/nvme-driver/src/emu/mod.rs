@@ -16,13 +16,16 @@
 //! The controller thread polls the doorbells; when idle for a while it
 //! parks, and a doorbell or register write wakes it (a flag check per
 //! doorbell write). With [`EmuOptions::spin`] it never parks (benchmarks,
-//! pinned to a core of its own).
+//! pinned to a core of its own). [`EmuController::start_inline`] makes a
+//! controller without a thread, a device model that runs inside the
+//! driver's register and doorbell writes (as a hypervisor runs one in the
+//! vCPU thread that wrote): no hand-off between threads, which keeps
+//! tests quick and steady on a busy machine.
 
 mod cmds;
 mod engine;
 mod sys;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -145,10 +148,41 @@ pub(crate) struct Shared {
     ns_changes: Mutex<Vec<EmuNamespace>>,
     ns_pending: AtomicBool,
     commands: AtomicU64,
+    /// Inline controller (no thread): its engine runs in `wake`.
+    is_inline: bool,
+    /// The engine of an inline controller. It holds an `Arc` of this:
+    /// [`EmuController`]'s drop takes it out.
+    inline: Mutex<Option<engine::Engine>>,
+    /// An inline run is wanted (set by every waker; the thread running
+    /// the engine loops until it finds it clear).
+    kick: AtomicBool,
 }
 
 impl Shared {
+    /// Runs an inline engine until it is idle and nobody asked for more.
+    /// Whoever finds the engine busy leaves `kick` set for its runner.
+    fn run_inline(&self) {
+        self.kick.store(true, Ordering::SeqCst);
+        loop {
+            let Some(mut g) = self.inline.try_lock() else {
+                return;
+            };
+            let Some(e) = g.as_mut() else { return };
+            while self.kick.swap(false, Ordering::SeqCst) {
+                while e.step() {}
+            }
+            drop(g);
+            if !self.kick.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
     fn wake(&self) {
+        if self.is_inline {
+            self.run_inline();
+            return;
+        }
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             if let Some(t) = self.thread.get() {
@@ -214,7 +248,8 @@ impl fmt::Debug for Shared {
     }
 }
 
-/// The emulated controller: owns its thread; dropping it stops the thread.
+/// The emulated controller: owns its thread (or, inline, its engine);
+/// dropping it stops the thread.
 #[derive(Debug)]
 pub struct EmuController {
     shared: Arc<Shared>,
@@ -222,9 +257,8 @@ pub struct EmuController {
 }
 
 impl EmuController {
-    /// Starts a controller named `name` (its address is `emu:NAME`).
-    pub fn start(name: &str, opts: EmuOptions) -> Result<EmuController> {
-        let shared = Arc::new(Shared {
+    fn shared(name: &str, is_inline: bool) -> Arc<Shared> {
+        Arc::new(Shared {
             name: format!("emu:{name}"),
             regs: (0..1024).map(|_| AtomicU32::new(0)).collect(),
             doorbells: (0..2 * MAX_QUEUES).map(|_| AtomicU32::new(0)).collect(),
@@ -238,7 +272,16 @@ impl EmuController {
             ns_changes: Mutex::new(Vec::new()),
             ns_pending: AtomicBool::new(false),
             commands: AtomicU64::new(0),
-        });
+            is_inline,
+            inline: Mutex::new(None),
+            kick: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts a controller named `name` (its address is `emu:NAME`) with
+    /// a thread of its own.
+    pub fn start(name: &str, opts: EmuOptions) -> Result<EmuController> {
+        let shared = Self::shared(name, false);
         let mut eng = engine::Engine::new(Arc::clone(&shared), &opts)?;
         let spin = opts.spin;
         let cpu = opts.cpu;
@@ -255,6 +298,22 @@ impl EmuController {
         Ok(EmuController {
             shared,
             thread: Some(thread),
+        })
+    }
+
+    /// A controller named `name` without a thread: every register or
+    /// doorbell write of the driver runs it until it has nothing left to
+    /// do, in the writing thread, before the write returns (so a command
+    /// has completed when its doorbell write returns). [`EmuOptions::spin`]
+    /// and [`EmuOptions::cpu`] do not apply.
+    pub fn start_inline(name: &str, opts: EmuOptions) -> Result<EmuController> {
+        let shared = Self::shared(name, true);
+        let eng = engine::Engine::new(Arc::clone(&shared), &opts)?;
+        *shared.inline.lock() = Some(eng);
+        shared.wake();
+        Ok(EmuController {
+            shared,
+            thread: None,
         })
     }
 
@@ -310,6 +369,8 @@ impl EmuController {
 
 impl Drop for EmuController {
     fn drop(&mut self) {
+        // An inline engine holds the shared state: break the cycle.
+        drop(self.shared.inline.lock().take());
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.shared.thread.get() {
             t.unpark();
@@ -371,37 +432,4 @@ impl PciFunction for EmuFunction {
     fn vendor_id(&self) -> u16 {
         0x1b36
     }
-}
-
-static REGISTRY: OnceLock<Mutex<HashMap<String, Arc<EmuController>>>> = OnceLock::new();
-
-fn registry() -> &'static Mutex<HashMap<String, Arc<EmuController>>> {
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Starts a controller and keeps it in the process-wide list, so that an
-/// attach by address (`emu:NAME`) finds it.
-pub fn create(name: &str, opts: EmuOptions) -> Result<Arc<EmuController>> {
-    let mut r = registry().lock();
-    if r.contains_key(name) {
-        return Err(Error::InvalidArg(format!(
-            "emulated controller {name} exists"
-        )));
-    }
-    let c = Arc::new(EmuController::start(name, opts)?);
-    r.insert(name.to_string(), Arc::clone(&c));
-    Ok(c)
-}
-
-/// The listed controller `name` (address `emu:NAME` or just `NAME`).
-#[must_use]
-pub fn lookup(name: &str) -> Option<Arc<EmuController>> {
-    let n = name.strip_prefix("emu:").unwrap_or(name);
-    registry().lock().get(n).cloned()
-}
-
-/// Stops and forgets the listed controller `name`.
-pub fn destroy(name: &str) -> bool {
-    let n = name.strip_prefix("emu:").unwrap_or(name);
-    registry().lock().remove(n).is_some()
 }

@@ -253,7 +253,10 @@ impl<T: StackedBdev> BaseEvents for T {
 
 /// Properties of a bdev called `name`, `num_blocks` long, stacked on
 /// `base`: the base's block size, physical block size, alignment need,
-/// write cache and metadata/DIF layout. Not its `optimal_io_boundary`: a
+/// write cache, metadata/DIF layout and NUMA node (SPDK's passthru and
+/// delay bdevs and its bdev parts, split and error, copy the NUMA node, so
+/// `bdev_get_bdevs` shows the base's `numa_id` on them). Not its
+/// `optimal_io_boundary`: a
 /// virtual bdev whose blocks are the base's blocks (passthru, delay) copies
 /// that as well.
 #[must_use]
@@ -268,6 +271,7 @@ pub fn props_over(base: &Bdev, name: &str, product_name: &str, num_blocks: u64) 
     p.dif_type = b.dif_type;
     p.dif_is_head_of_md = b.dif_is_head_of_md;
     p.dif_pi_format = b.dif_pi_format;
+    p.numa_id = b.numa_id;
     p
 }
 

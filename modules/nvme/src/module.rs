@@ -1,0 +1,189 @@
+//! The module instance ([`NvmeModule`], one per bdev manager): its
+//! controllers, options, hotplug state and emulated controllers, and the
+//! public surface that the RPC handlers and tests both call. Nothing of
+//! this is process-wide: two managers in one process are independent.
+
+use std::sync::Arc;
+
+use bdevkit::bdev::module::{BdevManager, BdevModule};
+use nvme_driver::emu::{EmuController, EmuOptions};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use crate::ctrlr::{self, AttachArgs, AttachDone, NvmeCtrlr, Registry, Target};
+use crate::emu::{EmuCreateParams, EmuRegistry};
+use crate::hotplug::Hotplug;
+use crate::options::{self, HotplugParams, NvmeOptions};
+use crate::{Error, Result, MODULE};
+
+/// The nvme module: registered with a manager by [`crate::register`].
+#[derive(Debug, Default)]
+pub struct NvmeModule {
+    ctrlrs: Arc<Registry>,
+    options: Mutex<NvmeOptions>,
+    hotplug: Arc<Hotplug>,
+    emus: EmuRegistry,
+}
+
+impl BdevModule for NvmeModule {
+    fn name(&self) -> &'static str {
+        MODULE
+    }
+
+    /// SPDK's order: options, one attach per controller, hotplug last.
+    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
+        let mut v = vec![options::config_entry(&self.options.lock())];
+        v.extend(self.ctrlrs.all().iter().map(|c| c.config_json()));
+        let h = self.hotplug.params();
+        v.push(json!({"method": "bdev_nvme_set_hotplug",
+            "params": {"period_us": h.period_us, "enable": h.enable}}));
+        v
+    }
+
+    /// Every bdev is gone: the controllers are shut down, the emulated
+    /// controllers stopped.
+    fn fini(&self, _mgr: &BdevManager) {
+        ctrlr::shutdown_all(&self.ctrlrs);
+        self.emus.clear();
+    }
+}
+
+/// The nvme module registered with `mgr`.
+///
+/// # Errors
+/// [`Error::NotRegistered`] when [`crate::register`] was not called for
+/// `mgr`.
+pub fn module(mgr: &BdevManager) -> Result<Arc<NvmeModule>> {
+    mgr.module_as::<NvmeModule>(MODULE)
+        .ok_or(Error::NotRegistered)
+}
+
+/// Attaches the controller at `args.traddr` (a PCI address, or `emu:NAME`
+/// for an emulated controller of this manager) with the current options;
+/// `done` gets the bdev names on the calling thread (an app thread).
+pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
+    let m = match module(mgr) {
+        Ok(m) => m,
+        Err(e) => return done(Err(e)),
+    };
+    let target = if args.traddr.starts_with("emu:") {
+        match m.emus.lookup(&args.traddr) {
+            Some(e) => Target::Emu(e),
+            None => {
+                return done(Err(Error::Driver(nvme_driver::Error::NoDevice(
+                    args.traddr.clone(),
+                ))))
+            }
+        }
+    } else {
+        Target::Pci(args.traddr.clone())
+    };
+    let applied = m.options.lock().applied();
+    ctrlr::attach(&m.ctrlrs, mgr, args, target, applied, done);
+}
+
+/// Detaches controller `name`; `done` runs on the calling thread.
+pub fn detach(mgr: &BdevManager, name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
+    match module(mgr) {
+        Ok(m) => ctrlr::detach(&m.ctrlrs, name, done),
+        Err(e) => done(Err(e)),
+    }
+}
+
+/// The attached controller `name`.
+#[must_use]
+pub fn controller(mgr: &BdevManager, name: &str) -> Option<Arc<NvmeCtrlr>> {
+    module(mgr).ok()?.ctrlrs.get(name)
+}
+
+/// Every attached controller, in attach order.
+#[must_use]
+pub fn controllers(mgr: &BdevManager) -> Vec<Arc<NvmeCtrlr>> {
+    module(mgr).map(|m| m.ctrlrs.all()).unwrap_or_default()
+}
+
+/// The current `bdev_nvme_set_options` values.
+///
+/// # Errors
+/// [`Error::NotRegistered`].
+pub fn options(mgr: &BdevManager) -> Result<NvmeOptions> {
+    Ok(module(mgr)?.options.lock().clone())
+}
+
+/// Replaces the options (applied by controllers attached afterwards).
+///
+/// # Errors
+/// [`Error::NotPermitted`] while controllers are attached (as SPDK),
+/// [`Error::InvalidArg`] for values SPDK refuses.
+pub fn set_options(mgr: &BdevManager, o: NvmeOptions) -> Result<()> {
+    let m = module(mgr)?;
+    if !m.ctrlrs.is_empty() {
+        return Err(Error::NotPermitted("controllers are attached".into()));
+    }
+    o.validate().map_err(Error::InvalidArg)?;
+    *m.options.lock() = o;
+    Ok(())
+}
+
+/// `bdev_nvme_set_hotplug` (on a bdevkit thread: the poller lives there).
+///
+/// # Errors
+/// [`Error::NotRegistered`].
+pub fn set_hotplug(mgr: &BdevManager, p: HotplugParams) -> Result<()> {
+    let m = module(mgr)?;
+    m.hotplug.set(mgr, &m.ctrlrs, p, attach);
+    Ok(())
+}
+
+/// Starts emulated controller `name` with a thread of its own (attach it
+/// at `emu:NAME`).
+///
+/// # Errors
+/// [`Error::Exists`] for a name in use, [`Error::Driver`] when its thread
+/// cannot start.
+pub fn emu_start(mgr: &BdevManager, name: &str, opts: EmuOptions) -> Result<Arc<EmuController>> {
+    module(mgr)?.emus.create(name, opts, false)
+}
+
+/// Starts emulated controller `name` without a thread: it runs inside the
+/// driver's register and doorbell writes, so that nothing is handed
+/// between threads (quick and steady tests on a busy machine).
+///
+/// # Errors
+/// As [`emu_start`].
+pub fn emu_start_inline(
+    mgr: &BdevManager,
+    name: &str,
+    opts: EmuOptions,
+) -> Result<Arc<EmuController>> {
+    module(mgr)?.emus.create(name, opts, true)
+}
+
+/// `bdev_nvme_emu_create`: checks `p`, then [`emu_start`] (or
+/// [`emu_start_inline`]).
+///
+/// # Errors
+/// As [`emu_start`], and [`Error::InvalidArg`] for bad params.
+pub fn emu_create(mgr: &BdevManager, p: &EmuCreateParams) -> Result<Arc<EmuController>> {
+    module(mgr)?.emus.create(&p.name, p.to_options()?, p.inline)
+}
+
+/// The emulated controller `name` (`NAME` or `emu:NAME`), for fault
+/// injection.
+#[must_use]
+pub fn emu(mgr: &BdevManager, name: &str) -> Option<Arc<EmuController>> {
+    module(mgr).ok()?.emus.lookup(name)
+}
+
+/// `bdev_nvme_emu_delete`: forgets emulated controller `name`; it stops
+/// once no attached controller uses it.
+///
+/// # Errors
+/// [`Error::NotFound`].
+pub fn emu_delete(mgr: &BdevManager, name: &str) -> Result<()> {
+    if module(mgr)?.emus.destroy(name) {
+        Ok(())
+    } else {
+        Err(Error::NotFound(name.to_string()))
+    }
+}
