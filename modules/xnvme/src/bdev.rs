@@ -3,8 +3,8 @@
 //! `io_uring` and `libaio`: the uring and aio modules' own bdevs) and
 //! forwards the I/O path to them unchanged (no dispatch per I/O: each
 //! mechanism is its own `XnvmeBdev<B>` type), adding what every xnvme bdev
-//! answers alike: its `driver_specific` info and the `bdev_xnvme_create`
-//! call of a saved config.
+//! answers alike: the `bdev_xnvme_create` call of a saved config, an empty
+//! `driver_specific` (SPDK's) and [`XnvmeBdev::info`].
 
 use bdevkit::bdev::module::{BdevIo, BdevOps, BoxError, Done, IoType};
 use serde_json::{json, Map, Value};
@@ -42,6 +42,22 @@ impl<B> XnvmeBdev<B> {
     pub fn mechanism_bdev(&self) -> &B {
         &self.inner
     }
+
+    /// What the bdev is and does: `{filename, io_mechanism, conserve_cpu}`,
+    /// for `io_uring_cmd` also the namespace id, the controller's char
+    /// device, whether I/O is polled (`iopoll`), the serial and model
+    /// numbers and what deallocated blocks read back as
+    /// (`deallocated_read`). Not in `driver_specific`, which is `{}` as
+    /// SPDK's bdev_xnvme writes it ([`crate::info`] reads it from a bdev).
+    #[must_use]
+    pub fn info(&self) -> Value {
+        let mut info = Map::new();
+        info.insert("filename".into(), json!(self.params.filename));
+        info.insert("io_mechanism".into(), json!(self.params.io_mechanism));
+        info.insert("conserve_cpu".into(), json!(self.params.conserve_cpu));
+        info.extend(self.details.clone());
+        Value::Object(info)
+    }
 }
 
 impl<B: BdevOps> BdevOps for XnvmeBdev<B> {
@@ -62,19 +78,6 @@ impl<B: BdevOps> BdevOps for XnvmeBdev<B> {
 
     fn destruct(&self, done: Done) {
         self.inner.destruct(done);
-    }
-
-    /// `{"xnvme": {filename, io_mechanism, conserve_cpu, ...}}`; for
-    /// `io_uring_cmd` also the namespace id, the controller's char device,
-    /// whether I/O is polled, and the serial and model numbers. (SPDK's
-    /// bdev_xnvme answers `{}`.)
-    fn dump_info_json(&self) -> Value {
-        let mut info = Map::new();
-        info.insert("filename".into(), json!(self.params.filename));
-        info.insert("io_mechanism".into(), json!(self.params.io_mechanism));
-        info.insert("conserve_cpu".into(), json!(self.params.conserve_cpu));
-        info.extend(self.details.clone());
-        json!({ "xnvme": info })
     }
 
     /// SPDK's `bdev_xnvme_create` entry.

@@ -205,7 +205,7 @@ pub fn create(mgr: &BdevManager, params: XnvmeCreateParams) -> Result<Bdev> {
             register_bdev(mgr, props, XnvmeBdev::new(params, a, Map::new()))?
         }
     };
-    tracing::info!(bdev = %b.name(), io_mechanism = mechanism.name(), block_size = b.block_size(), num_blocks = b.num_blocks(), "xnvme bdev created");
+    tracing::info!(bdev = %b.name(), block_size = b.block_size(), num_blocks = b.num_blocks(), info = %info(&b).unwrap_or_default(), "xnvme bdev created");
     Ok(b)
 }
 
@@ -215,6 +215,20 @@ fn register_bdev<B: BdevOps>(mgr: &BdevManager, props: BdevProps, ops: B) -> Res
             bdevkit::Error::Exists(n) => bdevkit_kfile::Error::Exists(n).into(),
             e => bdevkit_kfile::Error::Register(e).into(),
         })
+}
+
+/// [`XnvmeBdev::info`] of `bdev`, whatever its mechanism; `None` when it
+/// is not an xnvme bdev.
+#[must_use]
+pub fn info(bdev: &Bdev) -> Option<serde_json::Value> {
+    if let Some(b) = bdev.ops_as::<XnvmeBdev<CmdBdev>>() {
+        return Some(b.info());
+    }
+    if let Some(b) = bdev.ops_as::<XnvmeBdev<bdevkit_uring::UringBdev>>() {
+        return Some(b.info());
+    }
+    bdev.ops_as::<XnvmeBdev<bdevkit_aio::AioBdev>>()
+        .map(|b| b.info())
 }
 
 /// Deletes the xnvme bdev `name`; `done` gets the outcome on the calling

@@ -187,6 +187,13 @@ fn every_module_writes_spdk_keys() {
         "bdev_uring_create",
         Some(json!({"name": "Uring0", "filename": file("uring.img"), "block_size": 512})),
     );
+    // xnvme's libaio mechanism runs wherever aio does (io_uring_cmd needs
+    // an NVMe device: the VM lane checks its driver_specific).
+    create(
+        &d,
+        "bdev_xnvme_create",
+        json!({"name": "Xnvme0", "filename": file("xnvme.img"), "io_mechanism": "libaio"}),
+    );
     for base in ["PtBase", "SplitBase", "R0", "R1", "DelayBase", "ErrBase"] {
         malloc(base);
     }
@@ -313,6 +320,8 @@ fn every_module_writes_spdk_keys() {
             "EE_ErrBase",
             expected(on_malloc, &["error_disk", "error_disk.base_bdev"]),
         ),
+        // SPDK's bdev_xnvme writes an empty driver_specific.
+        ("Xnvme0", expected(Generic::default(), &[])),
     ];
     // io_uring may be unavailable (an old kernel, a seccomp profile): the
     // create fails with SPDK's one message, and the uring row is not
