@@ -75,26 +75,29 @@ xnvme_bdev() {
         "$1" "$2" "$3" "${4:-false}"
 }
 
-# verify_2cores CONFIG BDEV LABEL: bdevperf -w verify for 2 s on 2 cores
-# (-m 0x3 -C: one job per core, each on its own half of the bdev), QD 16,
-# 4 KiB: writes a pattern, reads it back and compares. Checks the exit
-# status, one job per core, I/O done and no failed or timed-out I/O.
+# verify_2cores CONFIG BDEV LABEL [BDEVPERF-ARGS...]: bdevperf -w verify
+# for 2 s on 2 cores (-m 0x3 -C: one job per core, each on its own half of
+# the bdev), QD 16, 4 KiB: writes a pattern, reads it back and compares.
+# Checks the exit status, one job per core, I/O done and no failed or
+# timed-out I/O.
 verify_2cores() {
     _out=/tmp/verify.$$.out
-    bdevperf --json "$1" -m 0x3 -C -q 16 -o 4096 -w verify -t 2 > "$_out" 2>&1
+    _cfg=$1 _bdev=$2 _label=$3
+    shift 3
+    bdevperf "$@" --json "$_cfg" -m 0x3 -C -q 16 -o 4096 -w verify -t 2 > "$_out" 2>&1
     _rc=$?
     cat "$_out"
-    assert_eq "$_rc" 0 "bdevperf exit status ($3)"
+    assert_eq "$_rc" 0 "bdevperf exit status ($_label)"
     for _mask in 0x1 0x2; do
-        check "a verify job on core mask $_mask ($3)" \
-            grep -q "Job: $2 (Core Mask $_mask, workload: verify" "$_out"
+        check "a verify job on core mask $_mask ($_label)" \
+            grep -q "Job: $_bdev (Core Mask $_mask, workload: verify" "$_out"
     done
     # The Total line (after "\r Total :"): IOPS MiB/s Fail/s TO/s Average min max.
     _total=$(grep -a 'Total *:' "$_out" | head -n 1 | sed 's/.*Total *: *//')
     _iops=$(echo "$_total" | awk '{ print $1 }')
-    echo "$3: ${_iops:-?} IOPS"
-    check "I/O completed ($3)" awk -v v="${_iops:-0}" 'BEGIN { exit !(v + 0 > 0) }'
-    assert_eq "$(echo "$_total" | awk '{ print $3 + $4 }')" 0 "no failed or timed-out I/O ($3)"
+    echo "$_label: ${_iops:-?} IOPS"
+    check "I/O completed ($_label)" awk -v v="${_iops:-0}" 'BEGIN { exit !(v + 0 > 0) }'
+    assert_eq "$(echo "$_total" | awk '{ print $3 + $4 }')" 0 "no failed or timed-out I/O ($_label)"
 }
 
 # dd_roundtrip CONFIG BDEV DEVICE BASE LABEL: bdev_dd writes a 3 MiB random

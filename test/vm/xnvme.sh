@@ -15,6 +15,8 @@
 # * every mechanism: bdevperf -w verify on 2 cores; bdev_dd writes a
 #   pattern onto the bdev and the kernel reads the same bytes back from
 #   /dev/nvme0n1, and the reverse.
+# * io_uring_cmd with conserve_cpu true: bdevperf --interrupt-mode verify
+#   (completions wake sleeping reactors through the ring's eventfd).
 # QEMU's -drive ignores discards by default (the namespace would still
 # claim that deallocated blocks read 0): discard=unmap makes it punch holes.
 # vm: --qemu-arg -set --qemu-arg drive.nvm.discard=unmap
@@ -39,5 +41,11 @@ for mech in io_uring_cmd io_uring libaio; do
     unit=$((unit + 1))
     dd_roundtrip /tmp/$mech.json X0 /dev/nvme0n1 $base "$mech"
 done
+
+# conserve_cpu true in an interrupt-mode app: the reactors sleep, and the
+# ring's eventfd (in their wake-up set) must wake them for completions.
+bdev_config /tmp/intr.json "$(xnvme_bdev X0 /dev/ng0n1 io_uring_cmd true)"
+step "io_uring_cmd, conserve_cpu true: bdevperf --interrupt-mode verify, cores 0x3"
+verify_2cores /tmp/intr.json X0 "io_uring_cmd interrupt mode" --interrupt-mode
 
 finish
