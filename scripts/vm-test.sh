@@ -21,9 +21,10 @@
 # A guest script asks for harness options in header lines "# vm: OPTIONS"
 # (e.g. "# vm: --deb nvme-cli --deb libnvme1"; several lines add up). Every
 # script gets test/vm/lib.sh (assertions), scripts/setup.sh, bdevperf,
-# bdev_dd, bdev_tgt, bdev_rpc and the nvme_io_sizes example in /opt/vmtest,
-# its working directory and on PATH. Must run as root (QEMU,
-# apt-get); the harness installs QEMU and fetches a Debian kernel once.
+# bdev_dd, bdev_tgt, bdev_rpc and the test programs (the nvme_io_sizes and
+# xnvme_vm examples) in /opt/vmtest, its working directory and on PATH.
+# Must run as root (QEMU, apt-get); the harness installs QEMU and fetches a
+# Debian kernel once.
 #
 # Environment: VMTEST_HARNESS (default ../shared/vm/run-vm-test.sh from the
 # repository root), VMTEST_LANE_OUT, VMTEST_LANE_TIMEOUT (per VM, default 300 s),
@@ -41,8 +42,9 @@ TARGET_DIR=$ROOT/target/vm
 BIN=$TARGET_DIR/$TARGET/release
 PACKAGES=(bdevperf bdev_dd bdevkit-bdev-tgt bdevkit-bdev-rpc)
 BINARIES=(bdevperf bdev_dd bdev_tgt bdev_rpc)
-# Examples built with the binaries: PACKAGE:EXAMPLE (in $BIN/examples).
-EXAMPLES=(bdevkit-nvme:nvme_io_sizes)
+# Guest test programs that are examples of library crates (PACKAGE:EXAMPLE,
+# built into $BIN/examples).
+EXAMPLES=(bdevkit-nvme:nvme_io_sizes bdevkit-xnvme:xnvme_vm)
 # Files of the repository the guests get too.
 EXTRA_FILES=(scripts/setup.sh)
 
@@ -114,10 +116,11 @@ if [ "$BUILD" = 1 ]; then
     # --target keeps build scripts and proc-macros dynamic.
     args=()
     for p in "${PACKAGES[@]}"; do args+=(-p "$p"); done
-    static() { (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
-        cargo build --release --quiet --target "$TARGET" "$@") || die "static build failed"; }
-    static "${args[@]}"
-    for e in "${EXAMPLES[@]}"; do static -p "${e%%:*}" --example "${e#*:}"; done
+    # --bins keeps the packages' binaries selected next to the examples.
+    args+=(--bins)
+    for e in "${EXAMPLES[@]}"; do args+=(-p "${e%%:*}" --example "${e#*:}"); done
+    (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET_DIR \
+        cargo build --release --quiet --target "$TARGET" "${args[@]}") || die "static build failed"
     say "static build (${PACKAGES[*]} ${EXAMPLES[*]}): $(since "$t") s"
 fi
 FILES=(-f "$LIB")
@@ -126,8 +129,9 @@ for b in "${BINARIES[@]}"; do
     FILES+=(-f "$BIN/$b")
 done
 for e in "${EXAMPLES[@]}"; do
-    [ -x "$BIN/examples/${e#*:}" ] || die "$BIN/examples/${e#*:} missing (run without --no-build)"
-    FILES+=(-f "$BIN/examples/${e#*:}")
+    x=$BIN/examples/${e#*:}
+    [ -x "$x" ] || die "$x missing (run without --no-build)"
+    FILES+=(-f "$x")
 done
 for f in "${EXTRA_FILES[@]}"; do FILES+=(-f "$ROOT/$f"); done
 

@@ -28,15 +28,7 @@ for module in aio uring; do
     must bdev_dd --json /tmp/$module.json --ib N0 --of /tmp/lba0 --bs 512 --count 1
     assert_eq "$(head -c 17 /tmp/lba0)" VMTEST-NVME-IMAGE "signature in LBA 0 ($module)"
 
-    step "$module: bdev_dd writes, the kernel reads back"
-    must bdev_dd --json /tmp/$module.json --if /tmp/pattern-a --ob N0 --bs 64k --qd 4 --seek $base
-    must dd if=/dev/nvme0n1 of=/tmp/back-a iflag=direct bs=64k skip=$base count=48 2>/dev/null
-    same_bytes /tmp/pattern-a /tmp/back-a "kernel reads what bdev_dd wrote ($module)"
-
-    step "$module: the kernel writes, bdev_dd reads back"
-    must dd if=/tmp/pattern-b of=/dev/nvme0n1 oflag=direct conv=notrunc bs=64k seek=$((base + 64)) 2>/dev/null
-    must bdev_dd --json /tmp/$module.json --ib N0 --of /tmp/back-b --bs 64k --qd 4 --skip $((base + 64)) --count 48
-    same_bytes /tmp/pattern-b /tmp/back-b "bdev_dd reads what the kernel wrote ($module)"
+    dd_roundtrip /tmp/$module.json N0 /dev/nvme0n1 $base "$module"
 
     step "$module: a short last unit"
     must bdev_dd --json /tmp/$module.json --if /tmp/pattern-odd --ob N0 --bs 4k --seek $(((base + 112) * 16))

@@ -68,6 +68,56 @@ kernel_bdev() {
     printf '{"method":"bdev_%s_create","params":{"name":"%s","filename":"%s"}}' "$1" "$2" "$3"
 }
 
+# xnvme_bdev NAME FILENAME MECHANISM [CONSERVE_CPU]: the create entry of an
+# xnvme bdev (CONSERVE_CPU true or false, default false).
+xnvme_bdev() {
+    printf '{"method":"bdev_xnvme_create","params":{"name":"%s","filename":"%s","io_mechanism":"%s","conserve_cpu":%s}}' \
+        "$1" "$2" "$3" "${4:-false}"
+}
+
+# verify_2cores CONFIG BDEV LABEL [BDEVPERF-ARGS...]: bdevperf -w verify
+# for 2 s on 2 cores (-m 0x3 -C: one job per core, each on its own half of
+# the bdev), QD 16, 4 KiB: writes a pattern, reads it back and compares.
+# Checks the exit status, one job per core, I/O done and no failed or
+# timed-out I/O.
+verify_2cores() {
+    _out=/tmp/verify.$$.out
+    _cfg=$1 _bdev=$2 _label=$3
+    shift 3
+    bdevperf "$@" --json "$_cfg" -m 0x3 -C -q 16 -o 4096 -w verify -t 2 > "$_out" 2>&1
+    _rc=$?
+    cat "$_out"
+    assert_eq "$_rc" 0 "bdevperf exit status ($_label)"
+    for _mask in 0x1 0x2; do
+        check "a verify job on core mask $_mask ($_label)" \
+            grep -q "Job: $_bdev (Core Mask $_mask, workload: verify" "$_out"
+    done
+    # The Total line (after "\r Total :"): IOPS MiB/s Fail/s TO/s Average min max.
+    _total=$(grep -a 'Total *:' "$_out" | head -n 1 | sed 's/.*Total *: *//')
+    _iops=$(echo "$_total" | awk '{ print $1 }')
+    echo "$_label: ${_iops:-?} IOPS"
+    check "I/O completed ($_label)" awk -v v="${_iops:-0}" 'BEGIN { exit !(v + 0 > 0) }'
+    assert_eq "$(echo "$_total" | awk '{ print $3 + $4 }')" 0 "no failed or timed-out I/O ($_label)"
+}
+
+# dd_roundtrip CONFIG BDEV DEVICE BASE LABEL: bdev_dd writes a 3 MiB random
+# pattern onto BDEV at 64 KiB unit BASE and the kernel reads the same bytes
+# back from the block device DEVICE (dd iflag=direct); then the kernel
+# writes another pattern at unit BASE+64 (dd oflag=direct) and bdev_dd
+# reads the same bytes back.
+dd_roundtrip() {
+    [ -f /tmp/pattern-a ] || must dd if=/dev/urandom of=/tmp/pattern-a bs=64k count=48 2>/dev/null
+    [ -f /tmp/pattern-b ] || must dd if=/dev/urandom of=/tmp/pattern-b bs=64k count=48 2>/dev/null
+    step "$5: bdev_dd writes, the kernel reads back"
+    must bdev_dd --json "$1" --if /tmp/pattern-a --ob "$2" --bs 64k --qd 4 --seek "$4"
+    must dd if="$3" of=/tmp/back-a iflag=direct bs=64k skip="$4" count=48 2>/dev/null
+    same_bytes /tmp/pattern-a /tmp/back-a "kernel reads what bdev_dd wrote ($5)"
+    step "$5: the kernel writes, bdev_dd reads back"
+    must dd if=/tmp/pattern-b of="$3" oflag=direct conv=notrunc bs=64k seek=$(($4 + 64)) 2>/dev/null
+    must bdev_dd --json "$1" --ib "$2" --of /tmp/back-b --bs 64k --qd 4 --skip $(($4 + 64)) --count 48
+    same_bytes /tmp/pattern-b /tmp/back-b "bdev_dd reads what the kernel wrote ($5)"
+}
+
 # finish: the script's last command.
 finish() {
     echo

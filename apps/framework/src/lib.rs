@@ -163,6 +163,12 @@ pub fn default_modules() -> Vec<ModuleDef> {
             register: bdevkit_nvme::register,
             register_rpcs: bdevkit_nvme::rpc::register_rpcs,
         },
+        // After aio and uring: its io_uring and libaio bdevs are theirs.
+        ModuleDef {
+            name: bdevkit_xnvme::MODULE,
+            register: bdevkit_xnvme::register,
+            register_rpcs: bdevkit_xnvme::rpc::register_rpcs,
+        },
     ]
 }
 

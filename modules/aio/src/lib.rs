@@ -210,6 +210,23 @@ impl BdevOps for AioBdev {
 /// for a taken name, `EINVAL` for a bad block size or a size that is not
 /// a multiple of it, `ENOTSUP` for `nowait` on a file.
 pub fn create(mgr: &BdevManager, params: AioCreateParams) -> Result<Bdev> {
+    let name = params.name.clone();
+    let bdev = open(mgr, params)?;
+    let (direct, g) = (bdev.disk.direct, bdev.disk.geometry);
+    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
+    tracing::info!(bdev = %b.name(), direct, block_size = g.block_size, num_blocks = g.num_blocks, "aio bdev created");
+    Ok(b)
+}
+
+/// The aio bdev [`create`] would register, not registered: for a module
+/// that serves its own bdevs through this one's (xnvme's `libaio`
+/// mechanism), which registers it under its own name
+/// ([`KfileBdev::disk`] gives its properties). Its I/O uses the aio
+/// module's per-thread contexts, shared with the aio bdevs.
+///
+/// # Errors
+/// As [`create`].
+pub fn open(mgr: &BdevManager, params: AioCreateParams) -> Result<AioBdev> {
     let module = mgr
         .module_as::<AioModule>(MODULE)
         .ok_or(Error::NotRegistered(MODULE))?;
@@ -220,19 +237,14 @@ pub fn create(mgr: &BdevManager, params: AioCreateParams) -> Result<Bdev> {
         return Err(Error::NowaitNotBlockDevice(params.filename));
     }
     let disk = backing.into_disk(&params.filename, params.block_size, params.uuid)?;
-    let (direct, g) = (disk.direct, disk.geometry);
-    let name = params.name.clone();
-    let bdev = AioBdev {
+    Ok(AioBdev {
         fallocate: params.fallocate.unwrap_or(false),
         readonly,
         params,
         disk,
         rw_flags: if nowait { libc::RWF_NOWAIT } else { 0 },
         groups: module.groups.clone(),
-    };
-    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
-    tracing::info!(bdev = %b.name(), direct, block_size = g.block_size, num_blocks = g.num_blocks, "aio bdev created");
-    Ok(b)
+    })
 }
 
 /// Deletes the aio bdev `name`; `done` gets the outcome on the calling

@@ -272,6 +272,28 @@ impl BdevOps for UringBdev {
 /// for a taken name, `EINVAL` for a bad block size or a size that is not
 /// a multiple of it, `ENOSYS` where io_uring cannot be used.
 pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
+    let name = params.name.clone();
+    let bdev = open(mgr, params)?;
+    let (direct, polled, punts, g) = (
+        bdev.disk.direct,
+        bdev.polled,
+        bdev.punts,
+        bdev.disk.geometry,
+    );
+    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
+    tracing::info!(bdev = %b.name(), direct, polled, io_wq = punts, block_size = g.block_size, num_blocks = g.num_blocks, "uring bdev created");
+    Ok(b)
+}
+
+/// The uring bdev [`create`] would register, not registered: for a
+/// module that serves its own bdevs through this one's (xnvme's
+/// `io_uring` mechanism), which registers it under its own name
+/// ([`KfileBdev::disk`] gives its properties). Its I/O uses the uring
+/// module's per-thread rings and options, shared with the uring bdevs.
+///
+/// # Errors
+/// As [`create`].
+pub fn open(mgr: &BdevManager, params: UringCreateParams) -> Result<UringBdev> {
     let module = module(mgr)?;
     bdevkit_kfile::check_name(mgr, &params.name)?;
     let base = probe::base_setup().map_err(|reason| Error::Unavailable {
@@ -295,17 +317,13 @@ pub fn create(mgr: &BdevManager, params: UringCreateParams) -> Result<Bdev> {
             }
         };
     let punts = !sys::supports_nowait(disk.fd(), g.block_size);
-    let (direct, name) = (disk.direct, params.name.clone());
-    let bdev = UringBdev {
+    Ok(UringBdev {
         params,
         disk,
         polled,
         punts,
         groups: module.groups.clone(),
-    };
-    let b = bdevkit_kfile::register(mgr, MODULE, &name, PRODUCT_NAME, bdev)?;
-    tracing::info!(bdev = %b.name(), direct, polled, io_wq = punts, block_size = g.block_size, num_blocks = g.num_blocks, "uring bdev created");
-    Ok(b)
+    })
 }
 
 /// Deletes the uring bdev `name`; `done` gets the outcome on the calling
