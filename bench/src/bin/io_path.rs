@@ -187,11 +187,7 @@ fn create(app: &ThreadHandle, mgr: &BdevManager, kind: &str, blocks: u64) -> Str
         } else {
             bdevkit_nvme::emu_start_inline(&m, "emu", opts).expect("emulated controller");
         }
-        let args = bdevkit_nvme::AttachArgs {
-            name: "Nvme0".into(),
-            traddr: "emu:emu".into(),
-            num_io_queues: None,
-        };
+        let args = bdevkit_nvme::AttachArgs::pcie("Nvme0", "emu:emu");
         bdevkit_nvme::attach(
             &m,
             args,

@@ -29,11 +29,7 @@ fn main() -> ExitCode {
             traddr
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let args = AttachArgs {
-            name: "Nvme0".into(),
-            traddr,
-            num_io_queues: None,
-        };
+        let args = AttachArgs::pcie("Nvme0", traddr);
         bdevkit_nvme::attach(
             &mgr,
             args,

@@ -449,6 +449,18 @@ fn tcp_key(o: &TcpOptions) -> String {
 }
 
 impl AttachArgs {
+    /// A PCIe (or emulated, `emu:NAME`) controller at `traddr` with the
+    /// module's defaults.
+    pub fn pcie(name: impl Into<String>, traddr: impl Into<String>) -> Self {
+        AttachArgs {
+            name: name.into(),
+            traddr: traddr.into(),
+            num_io_queues: None,
+            tcp: None,
+            reconnect: None,
+        }
+    }
+
     fn path_key(&self) -> String {
         match &self.tcp {
             Some(o) => tcp_key(o),

@@ -80,13 +80,7 @@ impl Hotplug {
             let me = Arc::clone(self);
             attach(
                 mgr,
-                AttachArgs {
-                    name,
-                    traddr: bdf,
-                    num_io_queues: None,
-                    tcp: None,
-                    reconnect: None,
-                },
+                AttachArgs::pcie(name, bdf),
                 Box::new(move |r| {
                     me.probing.lock().retain(|x| *x != b2);
                     if let Err(e) = r {

@@ -40,13 +40,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         bdevkit_nvme::attach(
             &mgr,
-            AttachArgs {
-                name: "Nvme0".into(),
-                traddr: "emu:emu".into(),
-                num_io_queues: None,
-                tcp: None,
-                reconnect: None,
-            },
+            AttachArgs::pcie("Nvme0", "emu:emu"),
             Box::new(move |r| {
                 tx.send(r.map_err(|e| e.to_string())).unwrap();
             }),
