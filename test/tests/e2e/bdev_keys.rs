@@ -35,6 +35,22 @@ const IO_TYPES: [&str; 22] = [
     "write_uncorrectable",
 ];
 
+/// The generic keys every bdev starts with, in SPDK's order (before the
+/// conditional `numa_id` and the metadata block).
+pub(crate) const LEADING_KEYS: [&str; 11] = [
+    "name",
+    "aliases",
+    "product_name",
+    "block_size",
+    "num_blocks",
+    "preferred_write_alignment",
+    "preferred_write_granularity",
+    "optimal_write_size",
+    "preferred_unmap_alignment",
+    "preferred_unmap_granularity",
+    "uuid",
+];
+
 /// What SPDK writes conditionally for one bdev.
 #[derive(Clone, Copy, Default)]
 struct Generic {
@@ -49,21 +65,7 @@ struct Generic {
 /// SPDK's generic keys (`rpc_dump_bdev_info`), then `driver_specific`'s
 /// paths, as [`paths`] writes them.
 fn expected(g: Generic, driver_specific: &[&str]) -> Vec<String> {
-    let mut k: Vec<String> = [
-        "name",
-        "aliases",
-        "product_name",
-        "block_size",
-        "num_blocks",
-        "preferred_write_alignment",
-        "preferred_write_granularity",
-        "optimal_write_size",
-        "preferred_unmap_alignment",
-        "preferred_unmap_granularity",
-        "uuid",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut k: Vec<String> = LEADING_KEYS.map(String::from).to_vec();
     if g.numa {
         k.push("numa_id".into());
     }
@@ -213,6 +215,19 @@ fn every_module_writes_spdk_keys() {
             "avg_write_latency": 1, "p99_write_latency": 2}),
     );
     create(&d, "bdev_error_create", json!({"base_name": "ErrBase"}));
+    // The nvme module over its emulated controller (PCIe keys; the
+    // controller is ours, the JSON shape is SPDK's bdev_nvme).
+    create(
+        &d,
+        "bdev_nvme_emu_create",
+        json!({"name": "keys", "inline": true, "namespaces": [
+            {"nsid": 1, "kind": "ram", "block_size": 512, "num_blocks": 8192}]}),
+    );
+    create(
+        &d,
+        "bdev_nvme_attach_controller",
+        json!({"name": "Nvme0", "trtype": "PCIe", "traddr": "emu:keys"}),
+    );
 
     let on_malloc = Generic {
         numa: true,
@@ -253,6 +268,39 @@ fn every_module_writes_spdk_keys() {
                     "aio.readonly",
                     "aio.fallocate",
                     "aio.nowait",
+                ],
+            ),
+        ),
+        (
+            "Nvme0n1",
+            expected(
+                Generic::default(),
+                &[
+                    "nvme",
+                    "nvme[].pci_address",
+                    "nvme[].trid",
+                    "nvme[].trid.trtype",
+                    "nvme[].trid.traddr",
+                    "nvme[].ctrlr_data",
+                    "nvme[].ctrlr_data.cntlid",
+                    "nvme[].ctrlr_data.vendor_id",
+                    "nvme[].ctrlr_data.model_number",
+                    "nvme[].ctrlr_data.serial_number",
+                    "nvme[].ctrlr_data.firmware_revision",
+                    "nvme[].ctrlr_data.subnqn",
+                    "nvme[].ctrlr_data.oacs",
+                    "nvme[].ctrlr_data.oacs.security",
+                    "nvme[].ctrlr_data.oacs.format",
+                    "nvme[].ctrlr_data.oacs.firmware",
+                    "nvme[].ctrlr_data.oacs.ns_manage",
+                    "nvme[].ctrlr_data.multi_ctrlr",
+                    "nvme[].ctrlr_data.ana_reporting",
+                    "nvme[].vs",
+                    "nvme[].vs.nvme_version",
+                    "nvme[].ns_data",
+                    "nvme[].ns_data.id",
+                    "nvme[].ns_data.can_share",
+                    "mp_policy",
                 ],
             ),
         ),

@@ -69,27 +69,15 @@ fn create_get_resize_delete_and_field_types() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(
-        keys,
-        [
-            "name",
-            "aliases",
-            "product_name",
-            "block_size",
-            "num_blocks",
-            "preferred_write_alignment",
-            "preferred_write_granularity",
-            "optimal_write_size",
-            "preferred_unmap_alignment",
-            "preferred_unmap_granularity",
-            "uuid",
-            "assigned_rate_limits",
-            "claimed",
-            "zoned",
-            "supported_io_types",
-            "driver_specific",
-        ]
-    );
+    let mut expect = crate::bdev_keys::LEADING_KEYS.to_vec();
+    expect.extend([
+        "assigned_rate_limits",
+        "claimed",
+        "zoned",
+        "supported_io_types",
+        "driver_specific",
+    ]);
+    assert_eq!(keys, expect);
     assert!(null["name"].is_string());
     assert!(null["aliases"]
         .as_array()
