@@ -23,7 +23,8 @@ fi
 # register_decoded(...) call on the next line.
 for f in modules/*/src/rpc.rs; do
     m=$(basename "$(dirname "$(dirname "$f")")")
-    tr '\n' ' ' < "$f" | grep -oE 'register(_decoded)?\( *"[a-z_]*"' \
+    # (kfile's rpc.rs is shared code that registers no name itself: no match is fine.)
+    tr '\n' ' ' < "$f" | { grep -oE 'register(_decoded)?\( *"[a-z_]*"' || true; } \
         | sed -E 's/.*"([a-z_]*)"/\1/' | while read -r name; do
         case "$name" in
             bdev_"$m"_*) ;;
