@@ -278,7 +278,12 @@ impl NvmeCtrlr {
         let id = self.driver.identify();
         let oacs = id.oacs.get();
         let vs = self.driver.version();
-        let mut nvme = json!({
+        // SPDK's order: pci_address (PCIe only) first.
+        let mut nvme = serde_json::Map::new();
+        if self.driver.transport().pcie().is_some() {
+            nvme.insert("pci_address".into(), json!(self.traddr()));
+        }
+        let rest = json!({
                 "trid": self.trid(),
                 "ctrlr_data": {
                     "cntlid": id.cntlid.get(),
@@ -299,8 +304,8 @@ impl NvmeCtrlr {
                 "vs": {"nvme_version": format!("{}.{}", vs.major(), vs.minor())},
                 "ns_data": {"id": nsid, "can_share": can_share},
         });
-        if self.driver.transport().pcie().is_some() {
-            nvme["pci_address"] = json!(self.traddr());
+        if let Value::Object(m) = rest {
+            nvme.extend(m);
         }
         json!({"nvme": [nvme], "mp_policy": "active_passive"})
     }
