@@ -380,6 +380,12 @@ impl Walk {
             };
             let step = match self.classify(entry) {
                 Ok(s) => s,
+                // SPDK's loader with --json-ignore-init-errors: a method
+                // this app lacks (another module's options) is skipped.
+                Err(Error::ConfigMethodNotFound { method }) if self.opts.ignore_errors => {
+                    tracing::warn!(%method, "config method not found; skipping (--json-ignore-init-errors)");
+                    Step::Skip
+                }
                 Err(e) => return self.finish(Err(e)),
             };
             self.entry += 1;

@@ -301,6 +301,26 @@ fn json_config_failures() {
     // Errors ignored: the rest loads.
     let d = Daemon::start(&["--json", &f, "--json-ignore-init-errors"]);
     assert_eq!(names(&d), ["D", "E"]);
+    drop(d);
+
+    // A method this app lacks (SPDK's saved configs carry the options of
+    // modules we do not have, e.g. bdev_iscsi_set_options): an error,
+    // unless errors are ignored; then it is skipped and the rest loads.
+    let other = write(
+        "other.json",
+        r#"{"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_iscsi_set_options", "params": {"timeout_sec": 30}},
+        {"method": "bdev_null_create", "params": {"name": "F", "num_blocks": 8, "block_size": 512}}
+    ]}]}"#,
+    );
+    let (st, log) = run_tgt_to_exit(&sock, &["--json", &other]);
+    assert_eq!(st.code(), Some(1));
+    assert!(
+        log.contains("Method 'bdev_iscsi_set_options' was not found"),
+        "{log}"
+    );
+    let d = Daemon::start(&["--json", &other, "--json-ignore-init-errors"]);
+    assert_eq!(names(&d), ["F"]);
 
     // Batches must agree on a state.
     let f = write(
