@@ -303,9 +303,8 @@ fn json_config_failures() {
     assert_eq!(names(&d), ["D", "E"]);
     drop(d);
 
-    // A method this app lacks (SPDK's saved configs carry the options of
-    // modules we do not have, e.g. bdev_iscsi_set_options): an error,
-    // unless errors are ignored; then it is skipped and the rest loads.
+    // The options of a module this build lacks (SPDK's saved configs carry
+    // bdev_iscsi_set_options): skipped with a notice, the rest loads.
     let other = write(
         "other.json",
         r#"{"subsystems": [{"subsystem": "bdev", "config": [
@@ -313,14 +312,26 @@ fn json_config_failures() {
         {"method": "bdev_null_create", "params": {"name": "F", "num_blocks": 8, "block_size": 512}}
     ]}]}"#,
     );
+    let d = Daemon::start(&["--json", &other]);
+    assert_eq!(names(&d), ["F"]);
+    drop(d);
+    // Any other unknown method fails the start, unless errors are ignored:
+    // then it is skipped and the rest loads (SPDK's loader).
+    let other = write(
+        "other2.json",
+        r#"{"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_iscsi_create", "params": {"name": "I"}},
+        {"method": "bdev_null_create", "params": {"name": "G", "num_blocks": 8, "block_size": 512}}
+    ]}]}"#,
+    );
     let (st, log) = run_tgt_to_exit(&sock, &["--json", &other]);
     assert_eq!(st.code(), Some(1));
     assert!(
-        log.contains("Method 'bdev_iscsi_set_options' was not found"),
+        log.contains("Method 'bdev_iscsi_create' was not found"),
         "{log}"
     );
     let d = Daemon::start(&["--json", &other, "--json-ignore-init-errors"]);
-    assert_eq!(names(&d), ["F"]);
+    assert_eq!(names(&d), ["G"]);
 
     // Batches must agree on a state.
     let f = write(
@@ -448,4 +459,31 @@ fn bdev_rpc_cli_round_trip() {
         sorted(d2.ok("bdev_get_bdevs", None)),
         sorted(d.ok("bdev_get_bdevs", None))
     );
+}
+
+/// spdk_tgt's own saved bdev section (bdev_set_options, bdev_raid_set_options,
+/// bdev_iscsi_set_options, bdev_nvme_set_options, bdev_nvme_set_hotplug,
+/// bdev_wait_for_examine) loads unchanged, and the nvme options come back
+/// in save_config.
+#[test]
+fn spdk_tgts_saved_bdev_section_loads() {
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../modules/nvme/tests/fixtures/spdk_tgt_bdev_nvme.json"
+    );
+    let d = Daemon::start(&["--json", f]);
+    let saved = d.ok("framework_get_config", Some(json!({"name": "bdev"})));
+    let methods: Vec<&str> = saved
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["method"].as_str())
+        .collect();
+    for m in [
+        "bdev_set_options",
+        "bdev_nvme_set_options",
+        "bdev_nvme_set_hotplug",
+    ] {
+        assert!(methods.contains(&m), "{m} missing from {methods:?}");
+    }
 }
