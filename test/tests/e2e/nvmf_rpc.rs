@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use crate::spdk_rpc::rpc_ok as ok;
 use bdevkit_test::daemon::{run, temp_dir, text, Daemon};
 use bdevkit_test::nvmf::free_port;
 use bdevkit_test::spdk_rpc::spdk_rpc;
@@ -20,20 +21,6 @@ fn rpc(exe: &Path, d: &Daemon, args: &[&str]) -> (bool, String) {
     full.extend_from_slice(args);
     let o = run(exe, &full, None);
     (o.status.success(), text(&o))
-}
-
-fn ok(exe: &Path, d: &Daemon, args: &[&str]) -> Value {
-    let sock = d.socket.to_str().expect("invariant: utf-8 temp path");
-    let mut full = vec!["-s", sock];
-    full.extend_from_slice(args);
-    let o = run(exe, &full, None);
-    assert!(o.status.success(), "spdk-rpc {args:?}: {}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    if out.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&out).unwrap_or_else(|_| Value::String(out.trim().to_string()))
-    }
 }
 
 /// The error object `spdk-rpc` printed for a failed call.

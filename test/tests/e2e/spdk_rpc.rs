@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 /// `spdk-rpc -s <daemon> <args>`; asserts success and parses stdout as
 /// JSON when there is any.
-fn rpc_ok(exe: &Path, d: &Daemon, args: &[&str]) -> Value {
+pub(crate) fn rpc_ok(exe: &Path, d: &Daemon, args: &[&str]) -> Value {
     let sock = d.socket.to_str().expect("invariant: utf-8 temp path");
     let mut full = vec!["-s", sock];
     full.extend_from_slice(args);
