@@ -151,7 +151,7 @@ impl TcpTransport {
 
     /// Starts connecting queue `qid` of `entries` entries: the socket
     /// (connected here), then ICReq/ICResp and the Fabrics Connect, which
-    /// the queue's polls carry on (see [`TcpQueue::is_connecting`]).
+    /// the queue's polls carry on (see [`QueueTransport::is_connecting`]).
     fn open(&self, qid: u16, entries: u16, kato_ms: u32, cntlid: u16) -> Result<TcpQueue> {
         if entries < 2 {
             return Err(Error::InvalidArg(format!("queue of {entries} entries")));

@@ -191,13 +191,6 @@ impl TcpQueue {
         self.dead_reason.as_deref()
     }
 
-    /// Whether the queue is still connecting (ICReq/ICResp, Fabrics
-    /// Connect); commands submitted meanwhile wait in it.
-    #[must_use]
-    pub fn is_connecting(&self) -> bool {
-        self.conn.is_some()
-    }
-
     /// Appends the capsule of `sqe` (its data pointer set here) carrying
     /// `len` bytes, in the capsule or by R2T.
     fn push_capsule(&mut self, sqe: &mut Sqe, len: u32, in_capsule: bool) -> bool {
@@ -721,5 +714,9 @@ impl QueueTransport for TcpQueue {
 
     fn is_alive(&self) -> bool {
         self.sock.is_some()
+    }
+
+    fn is_connecting(&self) -> bool {
+        self.conn.is_some()
     }
 }
