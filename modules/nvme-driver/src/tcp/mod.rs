@@ -149,16 +149,23 @@ impl TcpTransport {
         self.addr
     }
 
-    /// Starts connecting queue `qid` of `entries` entries: the socket
-    /// (connected here), then ICReq/ICResp and the Fabrics Connect, which
-    /// the queue's polls carry on (see [`QueueTransport::is_connecting`]).
+    /// Starts connecting queue `qid` of `entries` entries: the TCP
+    /// handshake (waited for on the admin queue, which connects on a
+    /// helper thread, so that a refused connection is its error; left to
+    /// the kernel on an I/O queue), then ICReq/ICResp and the Fabrics
+    /// Connect, which the queue's polls carry on (see
+    /// [`QueueTransport::is_connecting`]).
     fn open(&self, qid: u16, entries: u16, kato_ms: u32, cntlid: u16) -> Result<TcpQueue> {
         if entries < 2 {
             return Err(Error::InvalidArg(format!("queue of {entries} entries")));
         }
         let t = self.opts.connect_timeout;
-        let sock = TcpStream::connect_timeout(&self.addr, t)
-            .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
+        let sock = if qid == ADMIN_QID {
+            TcpStream::connect_timeout(&self.addr, t)
+        } else {
+            crate::sys::tcp_connect_nonblocking(&self.addr)
+        }
+        .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
         let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
             .map_err(|e| Error::InvalidArg(e.to_string()))?;
         let c = Connect::new(qid, u32::from(entries), kato_ms);
@@ -237,9 +244,9 @@ impl Transport for TcpTransport {
         Ok(q)
     }
 
-    /// Starts connecting an I/O queue and returns it connecting: its polls
-    /// finish the connection (nothing here waits for the controller past
-    /// the TCP handshake), and I/O submitted meanwhile waits in it.
+    /// Starts connecting an I/O queue and returns it connecting: nothing
+    /// here waits for the network (the TCP handshake is the kernel's, the
+    /// rest the queue's polls'), and I/O submitted meanwhile waits in it.
     fn connect_io_queue(
         &self,
         qid: u16,
