@@ -479,4 +479,26 @@ mod tests {
         assert_eq!(read(&mut qp, 8, 4096).1, data);
         c.delete_io_qpair(qp);
     }
+
+    #[test]
+    fn r2t_for_in_capsule_data_is_fatal() {
+        let t = MiniTarget::start();
+        let c = attach(&t, false);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        assert!(write(&mut qp, 0, pattern(4096, 41)).is_success());
+        // The controller asks again, by R2T, for data it got in the
+        // capsule: a protocol error (the host has no copy to send).
+        t.state.faults.r2t_in_capsule.store(true, Ordering::Relaxed);
+        let st = write(&mut qp, 8, pattern(4096, 42));
+        assert!(st.is(Status::TRANSIENT_TRANSPORT_ERROR), "{st}");
+        assert!(!qp.transport().is_alive());
+        let reason = qp.transport().dead_reason().unwrap().to_string();
+        assert!(reason.contains("protocol error"), "{reason}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while t.state.term_reqs.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "no H2CTermReq");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.delete_io_qpair(qp);
+    }
 }

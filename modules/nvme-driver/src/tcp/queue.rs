@@ -35,10 +35,10 @@ use nvme_spec::tcp::{TxConfig, DIGEST_LEN};
 use nvme_spec::{Cqe, Sqe, Status};
 
 use super::connect::{Connecting, Failure, Phase};
-
-mod connecting;
 use crate::error::{Error, Result};
 use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
+
+mod connecting;
 
 /// The reason of a deliberate close (disconnect, reset): not a warning.
 const CLEARED: &str = "queue cleared";
@@ -59,6 +59,9 @@ struct Slot {
     len: usize,
     /// Data comes from the controller into `buf`.
     from_dev: bool,
+    /// Its write data went in the capsule (an R2T for it is a protocol
+    /// error).
+    in_capsule: bool,
     /// Read data arrived with a bad data digest.
     bad_digest: bool,
     /// Read data bytes received.
@@ -493,7 +496,7 @@ impl TcpQueue {
                 let Some(s) = self.live_slot(cid) else {
                     return self.fatal_at(Fes::InvalidHeaderField, "R2T for no command");
                 };
-                if s.from_dev || off.saturating_add(len) > s.len {
+                if s.from_dev || s.in_capsule || off.saturating_add(len) > s.len {
                     return self.fatal_at(Fes::DataOutOfRange, "R2T out of range");
                 }
                 self.send_h2c(cid, r.ttag.get(), off, len);
@@ -616,6 +619,7 @@ impl QueueTransport for TcpQueue {
         s.got = 0;
         s.len = len;
         s.from_dev = dir == Dir::FromDevice && len > 0;
+        s.in_capsule = in_capsule;
         if in_capsule {
             let mut digest = DataDigest::new();
             let out = &mut self.out;

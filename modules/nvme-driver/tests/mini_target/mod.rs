@@ -52,6 +52,8 @@ pub struct Faults {
     pub hold_icresp: AtomicBool,
     /// Reject the next I/O queue's Fabrics Connect.
     pub reject_io_connect: AtomicBool,
+    /// Ask for the data of the next in-capsule write again, by R2T.
+    pub r2t_in_capsule: AtomicBool,
 }
 
 /// The controller's state.
@@ -426,7 +428,9 @@ impl Conn {
         match sqe.opcode {
             0x00 => self.respond(cid, Status::SUCCESS, 0, 0),
             0x01 => {
-                let data = if in_capsule.is_empty() {
+                let again = !in_capsule.is_empty()
+                    && self.st.faults.r2t_in_capsule.swap(false, Ordering::AcqRel);
+                let data = if in_capsule.is_empty() || again {
                     self.pull(cid, len)?
                 } else {
                     in_capsule
@@ -463,6 +467,10 @@ impl Conn {
                 Pdu::CapsuleCmd(c) => {
                     self.pending.push_back((c.sqe, piece));
                     continue;
+                }
+                Pdu::H2CTermReq(_) => {
+                    self.st.term_reqs.fetch_add(1, Ordering::AcqRel);
+                    return Err("the host terminated the connection".into());
                 }
                 other => return Err(format!("expected H2CData, got {other:?}")),
             };

@@ -74,6 +74,7 @@ impl TcpQueue {
         s.got = 0;
         s.len = data.len();
         s.from_dev = false;
+        s.in_capsule = true;
     }
 
     /// The Fabrics Connect's response: the queue is ready and sends what
@@ -100,6 +101,7 @@ impl TcpQueue {
             if !self.push_capsule(&mut sqe, len32, in_capsule) {
                 return self.close("cannot build a command capsule");
             }
+            self.slots[usize::from(slot)].in_capsule = in_capsule;
             if in_capsule {
                 let piece = &self.slots[usize::from(slot)].buf[..len];
                 self.out.extend_from_slice(piece);
