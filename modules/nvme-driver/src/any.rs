@@ -114,6 +114,10 @@ impl QueueTransport for AnyQueue {
     fn is_alive(&self) -> bool {
         each_q!(self, q => q.is_alive())
     }
+
+    fn is_connecting(&self) -> bool {
+        each_q!(self, q => q.is_connecting())
+    }
 }
 
 impl Transport for AnyTransport {

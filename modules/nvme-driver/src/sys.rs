@@ -1,7 +1,8 @@
 //! The driver's unsafe layer (VFIO's ioctls apart, in `vfio/sys.rs`):
 //! DMA memory the device reads and writes ([`DmaMem`]), the mapped
 //! register window of a PCI function ([`Mmio`]) and doorbells
-//! ([`Doorbell`]). Everything above this file is safe code.
+//! ([`Doorbell`]), and a TCP connect that does not wait for the handshake
+//! ([`tcp_connect_nonblocking`]). Everything above this file is safe code.
 //!
 //! Rules (STYLE.md §6): no `&`/`&mut` into device-writable memory while
 //! it is mapped — every access here is a raw or volatile copy; a mapping
@@ -9,6 +10,8 @@
 
 use std::fmt;
 use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -413,10 +416,122 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// Starts a TCP connection to `addr` without waiting for the handshake
+/// (a nonblocking socket whose `connect` answers `EINPROGRESS`): the
+/// kernel finishes it. Until then the socket's reads and writes would
+/// block; a refused or failed handshake is the error of its next one.
+pub fn tcp_connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
+    let (family, sa, len) = sockaddr(addr);
+    let ty = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: a plain syscall without pointers.
+    let fd = unsafe { libc::socket(family, ty, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket just made and owned by nothing else;
+    // `OwnedFd` closes it on every path from here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `sa` holds a socket address of `len` bytes and lives across
+    // the call; `connect` only reads it.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            std::ptr::addr_of!(sa).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(TcpStream::from(fd))
+}
+
+/// `addr` as the C socket address `connect` takes: family, storage, length.
+fn sockaddr(addr: &SocketAddr) -> (libc::c_int, libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len =
+        |n: usize| libc::socklen_t::try_from(n).expect("invariant: a socket address is small");
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::sa_family_t::try_from(libc::AF_INET)
+                    .expect("invariant: AF_INET fits sa_family_t"),
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and
+            // aligned for every socket address type.
+            unsafe { std::ptr::write(std::ptr::addr_of_mut!(ss).cast(), sin) };
+            (
+                libc::AF_INET,
+                ss,
+                len(std::mem::size_of::<libc::sockaddr_in>()),
+            )
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::sa_family_t::try_from(libc::AF_INET6)
+                    .expect("invariant: AF_INET6 fits sa_family_t"),
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write(std::ptr::addr_of_mut!(ss).cast(), sin6) };
+            (
+                libc::AF_INET6,
+                ss,
+                len(std::mem::size_of::<libc::sockaddr_in6>()),
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nvme_spec::Status;
+
+    #[test]
+    fn tcp_connect_nonblocking_connects_and_refuses() {
+        use std::io::{Read, Write};
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(l) = std::net::TcpListener::bind(bind) else {
+                continue; // no IPv6 loopback here
+            };
+            let addr = l.local_addr().unwrap();
+            let mut s = tcp_connect_nonblocking(&addr).unwrap();
+            let (mut peer, _) = l.accept().unwrap();
+            s.set_nonblocking(false).unwrap();
+            s.write_all(b"ping").unwrap();
+            let mut b = [0u8; 4];
+            peer.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"ping");
+            drop(l);
+            drop(peer);
+            // Nothing listens there now: refused, at connect or at the
+            // first I/O.
+            let r = tcp_connect_nonblocking(&addr).and_then(|mut s| {
+                s.set_nonblocking(false)?;
+                s.read(&mut b)
+            });
+            assert_eq!(
+                r.unwrap_err().raw_os_error(),
+                Some(libc::ECONNREFUSED),
+                "{bind}"
+            );
+        }
+    }
 
     #[test]
     fn dma_mem_roundtrips_and_posts_cqes() {

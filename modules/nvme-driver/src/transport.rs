@@ -112,6 +112,14 @@ pub trait QueueTransport: Send + fmt::Debug {
     fn is_alive(&self) -> bool {
         true
     }
+
+    /// Whether the queue is still connecting (a fabrics queue connects
+    /// from its own polls): commands submitted meanwhile wait in it, and
+    /// fail with Transient Transport Error if the connect fails (then
+    /// [`QueueTransport::is_alive`] turns false).
+    fn is_connecting(&self) -> bool {
+        false
+    }
 }
 
 /// Executes admin commands synchronously for a transport that needs them

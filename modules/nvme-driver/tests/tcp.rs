@@ -137,6 +137,8 @@ mod tests {
         let t = MiniTarget::start();
         let c = attach(&t, true);
         let mut qp: Qp = c.create_io_qpair().unwrap();
+        round_trip(&t, &mut qp);
+        // Negotiated by the ICResp, which the queue's polls received.
         assert_eq!(
             qp.transport().digests(),
             Digests {
@@ -144,7 +146,6 @@ mod tests {
                 data: true
             }
         );
-        round_trip(&t, &mut qp);
         // Many commands in flight at once, mixed sizes.
         for i in 0..32u64 {
             let len = if i % 2 == 0 { 4096 } else { 16384 };
@@ -353,5 +354,151 @@ mod tests {
         assert_eq!(e.errno(), libc::ECONNREFUSED, "{e}");
         assert!(TcpTransport::new(TcpOptions::new("127.0.0.1", "x", NQN)).is_err());
         assert!(TcpTransport::new(TcpOptions::new("127.0.0.1", "4420", "not an nqn")).is_err());
+    }
+
+    /// Polls `qp` until `f` holds; a hang fails the test.
+    fn poll_until(qp: &mut Qp, what: &str, mut f: impl FnMut(&mut Qp) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut batch = Vec::with_capacity(64);
+        while !f(qp) {
+            qp.flush();
+            qp.process(&mut batch);
+            assert!(batch.is_empty(), "{what}: a command completed");
+            assert!(Instant::now() < deadline, "{what}: never happened");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    #[test]
+    fn io_queue_connects_from_its_polls_and_holds_io_meanwhile() {
+        let t = MiniTarget::start();
+        let c = attach(&t, true);
+        let f = &t.state.faults;
+        // A controller that does not answer the ICReq yet: making the
+        // queue pair does not wait for it (it used to, up to the connect
+        // timeout, then failed).
+        f.hold_icresp.store(true, Ordering::Release);
+        let ic_before = t.state.ic_reqs.load(Ordering::Acquire);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        assert!(qp.transport().is_connecting());
+        assert!(qp.transport().is_alive());
+        // I/O submitted now waits in the queue: in the capsule and by R2T.
+        let small = pattern(4096, 21);
+        let big = pattern(65536, 22);
+        for (lba, data) in [(0u64, small.clone()), (16, big.clone())] {
+            let n = (data.len() / BLOCK) as u32;
+            let sqe = Write::new(1, BlockRange::new(lba, n).unwrap()).to_sqe(0);
+            qp.submit(sqe, Data::Main, Dir::ToDevice, Buf(data))
+                .map_err(|(_, e)| e)
+                .unwrap();
+        }
+        // The ICReq went out from the polls; nothing completes and no
+        // command reaches the controller while it does not answer.
+        poll_until(&mut qp, "ICReq", |_| {
+            t.state.ic_reqs.load(Ordering::Acquire) > ic_before
+        });
+        for _ in 0..100 {
+            poll_until(&mut qp, "poll", |_| true);
+        }
+        assert!(qp.transport().is_connecting());
+        assert_eq!(t.state.io_cmds.load(Ordering::Acquire), 0);
+        assert_eq!(qp.outstanding(), 2);
+        // The controller answers: Connect, then the held writes go out.
+        f.hold_icresp.store(false, Ordering::Release);
+        for c in wait(&mut qp, 2) {
+            assert!(c.status.is_success(), "{}", c.status);
+        }
+        assert!(!qp.transport().is_connecting());
+        assert_eq!(read(&mut qp, 0, 4096).1, small);
+        assert_eq!(read(&mut qp, 16, 65536).1, big);
+        assert_eq!(&t.state.ram.lock().unwrap()[..4096], &small[..]);
+        c.delete_io_qpair(qp);
+        c.shutdown().unwrap();
+    }
+
+    /// Held I/O fails with Transient Transport Error and the queue is
+    /// dead, as for a dropped connection.
+    fn held_io_fails(qp: &mut Qp) {
+        let sqe = Read::new(1, BlockRange::new(0, 8).unwrap()).to_sqe(0);
+        qp.submit(sqe, Data::Main, Dir::FromDevice, Buf(vec![0; 4096]))
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let done = wait(qp, 1);
+        assert!(
+            done[0].status.is(Status::TRANSIENT_TRANSPORT_ERROR),
+            "{}",
+            done[0].status
+        );
+        assert!(!qp.transport().is_alive());
+        assert!(!qp.transport().is_connecting());
+        assert_eq!(qp.outstanding(), 0);
+    }
+
+    #[test]
+    fn io_queue_connect_failures_fail_held_io() {
+        let t = MiniTarget::start();
+        let mut o = TcpOptions::new("127.0.0.1", &t.port(), NQN);
+        o.connect_timeout = Duration::from_secs(2);
+        let opts = ControllerOptions {
+            num_io_queues: 4,
+            ..ControllerOptions::default()
+        };
+        let c = Controller::attach(TcpTransport::new(o).unwrap(), opts).unwrap();
+        let f = &t.state.faults;
+
+        // The controller closes the connection before the ICResp.
+        f.down.store(true, Ordering::Release);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        held_io_fails(&mut qp);
+        assert!(qp.transport().dead_reason().is_some());
+        f.down.store(false, Ordering::Release);
+        c.delete_io_qpair(qp);
+
+        // The controller rejects the Fabrics Connect.
+        f.reject_io_connect.store(true, Ordering::Release);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        held_io_fails(&mut qp);
+        let why = qp.transport().dead_reason().unwrap().to_string();
+        assert!(why.contains("Connect rejected"), "{why}");
+        c.delete_io_qpair(qp);
+
+        // The controller never answers the ICReq: the connect timeout.
+        f.hold_icresp.store(true, Ordering::Release);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        held_io_fails(&mut qp);
+        let why = qp.transport().dead_reason().unwrap().to_string();
+        assert!(why.contains("timed out"), "{why}");
+        f.hold_icresp.store(false, Ordering::Release);
+
+        // A reset connects it again, and I/O goes on.
+        c.disable().unwrap();
+        c.enable().unwrap();
+        c.reconnect_io_qpair(&mut qp).unwrap();
+        let data = pattern(4096, 23);
+        assert!(write(&mut qp, 8, data.clone()).is_success());
+        assert_eq!(read(&mut qp, 8, 4096).1, data);
+        c.delete_io_qpair(qp);
+    }
+
+    #[test]
+    fn r2t_for_in_capsule_data_is_fatal() {
+        let t = MiniTarget::start();
+        let c = attach(&t, false);
+        let mut qp: Qp = c.create_io_qpair().unwrap();
+        assert!(write(&mut qp, 0, pattern(4096, 41)).is_success());
+        // The controller asks again, by R2T, for data it got in the
+        // capsule: a protocol error (the host has no copy to send).
+        t.state.faults.r2t_in_capsule.store(true, Ordering::Relaxed);
+        let st = write(&mut qp, 8, pattern(4096, 42));
+        assert!(st.is(Status::TRANSIENT_TRANSPORT_ERROR), "{st}");
+        assert!(!qp.transport().is_alive());
+        let reason = qp.transport().dead_reason().unwrap().to_string();
+        assert!(reason.contains("protocol error"), "{reason}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while t.state.term_reqs.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "no H2CTermReq");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.delete_io_qpair(qp);
     }
 }

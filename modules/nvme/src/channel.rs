@@ -15,10 +15,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, IoVec, ModuleIo, NvmeCmd};
-use bdevkit::thread::{IoDevice, Poller, PollerStatus, Thread};
+use bdevkit::thread::{ChannelStep, IoDevice, Poller, PollerStatus, Thread};
 use nvme_driver::{
     AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, Request,
     SubmitError, Transport,
@@ -115,6 +116,9 @@ pub(crate) struct ChInner {
     parked: RefCell<HashMap<u64, BdevIo>>,
     next_park: Cell<u64>,
     timed_out: RefCell<Vec<u16>>,
+    /// A reset waits for this queue to finish connecting (fabrics): its
+    /// walk's step, and the flag to raise if the connect fails.
+    connect_wait: RefCell<Option<(ChannelStep, Arc<AtomicBool>)>>,
 }
 
 /// One thread's queue pair of a controller (the controller io_device's
@@ -158,6 +162,7 @@ impl CtrlrChannel {
             parked: RefCell::new(HashMap::new()),
             next_park: Cell::new(1),
             timed_out: RefCell::new(Vec::new()),
+            connect_wait: RefCell::new(None),
         });
         let w: Weak<ChInner> = Rc::downgrade(&inner);
         let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| match w.upgrade() {
@@ -356,6 +361,8 @@ impl ChInner {
             self.resubmit_waiting();
         }
         let mut batch = std::mem::take(&mut *self.batch.borrow_mut());
+        // A reset's reconnect finished here: whether it connected.
+        let settled: Option<bool>;
         let busy = {
             let mut g = self.qp.borrow_mut();
             let Some(qp) = g.as_mut() else {
@@ -363,6 +370,16 @@ impl ChInner {
             };
             qp.flush();
             qp.process(&mut batch);
+            let q = qp.transport();
+            settled =
+                (!q.is_connecting() && self.connect_wait.borrow().is_some()).then(|| q.is_alive());
+            if settled == Some(false) {
+                // The queue a reset reconnected did not connect: that
+                // reset failed (its reconnect policy decides what next);
+                // I/O keeps waiting here.
+                self.reset_asked.set(true);
+                qp.set_connected(false);
+            }
             if !qp.transport().is_alive() && !self.reset_asked.get() && !self.dead.get() {
                 // A fabrics connection dropped: what was in flight came
                 // back in `batch` (retryable); a reset connects again.
@@ -379,6 +396,18 @@ impl ChInner {
             self.finish(c);
         }
         *self.batch.borrow_mut() = batch;
+        if let Some(connected) = settled {
+            let wait = self.connect_wait.borrow_mut().take();
+            if let Some((step, failed)) = wait {
+                if connected {
+                    self.paused.set(false);
+                    self.resubmit_waiting();
+                } else {
+                    failed.store(true, Ordering::Release);
+                }
+                step.next();
+            }
+        }
         if busy || !self.waiting.borrow().is_empty() {
             PollerStatus::Busy
         } else {
@@ -558,8 +587,16 @@ impl ChInner {
         }
     }
 
-    /// Reset, step 3: reconnect and resubmit, or give up.
-    pub(crate) fn reconnect(self: &Rc<Self>, ok: bool) {
+    /// Reset, step 3: reconnect and resubmit, or give up. `step` moves
+    /// the reset on once the queue is connected: now, or (a fabrics queue
+    /// connecting from its polls) from the poller, which raises `failed`
+    /// if the connect failed.
+    pub(crate) fn reconnect(
+        self: &Rc<Self>,
+        ok: bool,
+        step: ChannelStep,
+        failed: &Arc<AtomicBool>,
+    ) {
         let r = if ok {
             let mut g = self.qp.borrow_mut();
             match g.as_mut() {
@@ -572,15 +609,28 @@ impl ChInner {
         } else {
             Err("reset failed".into())
         };
-        self.paused.set(false);
         self.reset_asked.set(false);
         self.failing.set(false);
         if let Err(e) = r {
+            self.paused.set(false);
             tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
             self.kill();
             return;
         }
+        let connecting = self
+            .qp
+            .borrow()
+            .as_ref()
+            .is_some_and(|qp| qp.transport().is_connecting());
+        if connecting {
+            // I/O keeps waiting here (no retry spent on a connect that
+            // may fail) until the poller sees the queue connected.
+            *self.connect_wait.borrow_mut() = Some((step, Arc::clone(failed)));
+            return;
+        }
+        self.paused.set(false);
         self.resubmit_waiting();
+        step.next();
     }
 
     /// The controller is lost past `fast_io_fail_timeout_sec`: what waits

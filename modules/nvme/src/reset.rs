@@ -7,7 +7,10 @@
 //!    a retry (up to `bdev_retry_count`, never after a DNR status) or
 //!    fails;
 //! 4. the controller is enabled and initialised again (helper thread);
-//! 5. every channel reconnects its queue pair and resubmits.
+//! 5. every channel reconnects its queue pair and resubmits; a fabrics
+//!    queue connects from its channel's poller, and the reset waits for
+//!    it: one that does not connect fails the reset (then the reconnect
+//!    policy retries later or gives up, as for a failed enable).
 //!
 //! One reset at a time per controller; a reset asked for meanwhile
 //! completes with the running one.
@@ -108,9 +111,7 @@ fn run<C: Resettable>(c: Arc<C>) {
                                     c.driver().enable().map_err(|e| e.to_string())
                                 },
                                 |c, r| {
-                                    if r.is_ok() {
-                                        c.reconnect().1.succeeded();
-                                    } else if retry_later(&c) {
+                                    if r.is_err() && retry_later(&c) {
                                         finish(&*c, r);
                                         return;
                                     }
@@ -118,10 +119,12 @@ fn run<C: Resettable>(c: Arc<C>) {
                                         c.driver().set_state(nvme_driver::State::Failed);
                                     }
                                     let ok = r.is_ok();
+                                    let failed = Arc::new(AtomicBool::new(false));
+                                    let f2 = Arc::clone(&failed);
                                     let c2 = Arc::clone(&c);
-                                    c.device().for_each_channel(
-                                        move |ch| ch.inner.reconnect(ok),
-                                        move || finish(&*c2, r),
+                                    c.device().for_each_channel_async(
+                                        move |ch, step| ch.inner.reconnect(ok, step, &f2),
+                                        move || connected(c2, r, &failed),
                                     );
                                 },
                             );
@@ -131,6 +134,26 @@ fn run<C: Resettable>(c: Arc<C>) {
             );
         },
     );
+}
+
+/// Step 5 done: every channel's queue connected, or one did not (the
+/// reset failed after all).
+fn connected<C: Resettable>(c: Arc<C>, r: Result<(), String>, failed: &AtomicBool) {
+    if r.is_err() {
+        return finish(&*c, r);
+    }
+    if !failed.load(Ordering::Acquire) {
+        c.reconnect().1.succeeded();
+        return finish(&*c, r);
+    }
+    let r = Err("an I/O queue did not connect".to_string());
+    if retry_later(&c) {
+        return finish(&*c, r);
+    }
+    c.driver().set_state(nvme_driver::State::Failed);
+    let c2 = Arc::clone(&c);
+    c.device()
+        .for_each_channel(|ch| ch.inner.kill(), move || finish(&*c2, r));
 }
 
 /// A failed reset of a fabrics controller that may keep trying: the

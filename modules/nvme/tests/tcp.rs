@@ -363,4 +363,92 @@ mod tests {
             assert!(bdevkit_test::env::wait_for(60, move || m2.get("Gn1").is_none()).await);
         });
     }
+
+    #[test]
+    fn channel_on_a_slow_target_does_not_wait_for_it() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_attach_controller", params("Slow", &t))
+                .await
+                .unwrap();
+            let desc = mgr.open("Slown1", true, |_| {}).unwrap();
+            // The controller does not answer the I/O queue's ICReq until
+            // the channel exists: a channel that waited for the answer
+            // would never be made (its connect times out and fails).
+            let created = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            t.state.faults.hold_icresp.store(true, Ordering::Release);
+            let (st, flag) = (
+                std::sync::Arc::clone(&t.state),
+                std::sync::Arc::clone(&created),
+            );
+            let answer = std::thread::spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                st.faults.hold_icresp.store(false, Ordering::Release);
+            });
+            let ch = desc.get_io_channel().unwrap();
+            created.store(true, Ordering::Release);
+            // I/O issued meanwhile completes once the controller answered.
+            let data = conformance::pattern(8192, 31);
+            let expect = data.to_vec();
+            ch.write(0, 16, data).await.unwrap();
+            let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            answer.join().unwrap();
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Slow"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn reset_whose_io_queue_is_rejected_fails_and_is_retried() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                with_reconnect("J", &t, 60, 1, 0),
+            )
+            .await
+            .unwrap();
+            let desc = mgr.open("Jn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let data = conformance::pattern(8192, 32);
+            let expect = data.to_vec();
+            ch.write(0, 16, data).await.unwrap();
+            // A reset whose admin queue connects but whose I/O queue's
+            // Connect is rejected failed (the reset waits for the channels'
+            // queues); the next one, reconnect_delay_sec later, connects,
+            // and I/O issued meanwhile completes there.
+            let f = &t.state.faults;
+            f.reject_io_connect.store(true, Ordering::Release);
+            let e = call(&reg, "bdev_nvme_reset_controller", json!({"name": "J"}))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -libc::EIO, "{}", e.message);
+            let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            assert!(!f.reject_io_connect.load(Ordering::Acquire));
+            let ctrlr = bdevkit_nvme::controller(&mgr, "J").unwrap();
+            assert!(
+                bdevkit_test::env::wait_for(30, || {
+                    ctrlr.info_json()["ctrlrs"][0]["state"] == "enabled"
+                })
+                .await,
+                "the reset finished"
+            );
+            drop(ctrlr);
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "J"}))
+                .await
+                .unwrap();
+        });
+    }
 }

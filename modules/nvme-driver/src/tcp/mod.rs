@@ -9,11 +9,12 @@
 //! again by [`Transport::admin_queue`], each I/O queue by
 //! [`Transport::reconnect_io_queue`].
 
+mod connect;
 mod queue;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nvme_spec::fabrics::{
     uuid_nqn, Connect, ConnectData, ConnectResponse, ADMIN_QID, CNTLID_DYNAMIC,
@@ -23,6 +24,7 @@ use nvme_spec::tcp::Digests;
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::Command;
 
+use self::connect::Connecting;
 pub use self::queue::TcpQueue;
 use crate::error::{Error, Result};
 use crate::sys::DmaMem;
@@ -147,37 +149,41 @@ impl TcpTransport {
         self.addr
     }
 
-    /// Connects queue `qid` of `entries` entries: socket, ICReq/ICResp,
-    /// Fabrics Connect.
+    /// Starts connecting queue `qid` of `entries` entries: the TCP
+    /// handshake (waited for on the admin queue, which connects on a
+    /// helper thread, so that a refused connection is its error; left to
+    /// the kernel on an I/O queue), then ICReq/ICResp and the Fabrics
+    /// Connect, which the queue's polls carry on (see
+    /// [`QueueTransport::is_connecting`]).
     fn open(&self, qid: u16, entries: u16, kato_ms: u32, cntlid: u16) -> Result<TcpQueue> {
         if entries < 2 {
             return Err(Error::InvalidArg(format!("queue of {entries} entries")));
         }
         let t = self.opts.connect_timeout;
-        let sock = TcpStream::connect_timeout(&self.addr, t)
-            .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
-        let mut q = TcpQueue::new(qid, entries - 1, sock, self.opts.max_data_bytes)?;
-        q.initialize(self.opts.digests, t)?;
-        q.set_in_capsule_limit(ADMIN_IN_CAPSULE);
+        let sock = if qid == ADMIN_QID {
+            TcpStream::connect_timeout(&self.addr, t)
+        } else {
+            crate::sys::tcp_connect_nonblocking(&self.addr)
+        }
+        .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
         let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
             .map_err(|e| Error::InvalidArg(e.to_string()))?;
         let c = Connect::new(qid, u32::from(entries), kato_ms);
-        let cqe = q.exec_blocking(c.to_sqe(0), data.as_bytes(), t)?;
-        let st = cqe.status();
-        if !st.is_success() {
-            return Err(Error::Command {
-                opcode: Connect::OPCODE,
-                status: st,
-            });
-        }
-        if qid == ADMIN_QID {
-            let r = ConnectResponse::from_dword(cqe.dw0.get());
-            self.cntlid.store(r.cntlid, Ordering::Release);
+        let in_capsule = if qid == ADMIN_QID {
+            ADMIN_IN_CAPSULE
         } else {
-            let icd = self.io_in_capsule.load(Ordering::Acquire);
-            q.set_in_capsule_limit(icd);
-        }
-        tracing::debug!(qid, addr = %self.addr, digests = ?q.digests(), "NVMe/TCP queue connected");
+            self.io_in_capsule.load(Ordering::Acquire)
+        };
+        let conn = Connecting::new(
+            self.opts.digests,
+            Instant::now() + t,
+            c.to_sqe(0),
+            data.as_bytes().to_vec(),
+            in_capsule,
+        );
+        let mut q = TcpQueue::new(qid, entries - 1, sock, self.opts.max_data_bytes, conn)?;
+        q.set_in_capsule_limit(ADMIN_IN_CAPSULE);
+        q.send_ic_req();
         Ok(q)
     }
 }
@@ -221,15 +227,26 @@ impl Transport for TcpTransport {
         ))
     }
 
+    /// Connects the admin queue, waiting for it: the controller code
+    /// builds it at attach and at reset, on helper threads (the bdev
+    /// module's `nvme-attach` and `nvme-reset`), never on a reactor.
     fn admin_queue(&self, entries: u16) -> Result<TcpQueue> {
-        self.open(
+        let mut q = self.open(
             ADMIN_QID,
             entries,
             self.opts.keep_alive_timeout_ms,
             CNTLID_DYNAMIC,
-        )
+        )?;
+        let dw0 = q.wait_connected()?;
+        let r = ConnectResponse::from_dword(dw0);
+        self.cntlid.store(r.cntlid, Ordering::Release);
+        tracing::debug!(addr = %self.addr, digests = ?q.digests(), "NVMe/TCP admin queue connected");
+        Ok(q)
     }
 
+    /// Starts connecting an I/O queue and returns it connecting: nothing
+    /// here waits for the network (the TCP handshake is the kernel's, the
+    /// rest the queue's polls'), and I/O submitted meanwhile waits in it.
     fn connect_io_queue(
         &self,
         qid: u16,

@@ -18,19 +18,27 @@
 //! ([`QueueTransport::is_alive`]) so that the owner resets. A bad data
 //! digest on read data is not fatal: that command completes with
 //! Transient Transport Error.
+//!
+//! A new queue is still connecting (ICReq/ICResp, Fabrics Connect: see
+//! `connect.rs`); its polls ([`QueueTransport::flush`],
+//! [`QueueTransport::reap`]) move it on, and what is submitted meanwhile
+//! waits in the queue (write data copied into the slot's buffer) until it
+//! is ready.
 
 use std::collections::VecDeque;
 use std::io::{self, Read as _, Write as _};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
 use nvme_spec::sgl::SglDescriptor;
 use nvme_spec::tcp::{self, DataDigest, DataHeader, Digests, Fes, Pdu, PduError, RecvConfig, Role};
 use nvme_spec::tcp::{TxConfig, DIGEST_LEN};
 use nvme_spec::{Cqe, Sqe, Status};
 
+use super::connect::{Connecting, Failure, Phase};
 use crate::error::{Error, Result};
 use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
+
+mod connecting;
 
 /// The reason of a deliberate close (disconnect, reset): not a warning.
 const CLEARED: &str = "queue cleared";
@@ -51,6 +59,9 @@ struct Slot {
     len: usize,
     /// Data comes from the controller into `buf`.
     from_dev: bool,
+    /// Its write data went in the capsule (an R2T for it is a protocol
+    /// error).
+    in_capsule: bool,
     /// Read data arrived with a bad data digest.
     bad_digest: bool,
     /// Read data bytes received.
@@ -104,6 +115,12 @@ pub struct TcpQueue {
     st: Rx,
     ready: VecDeque<Cqe>,
     dead_reason: Option<String>,
+    /// The connection attempt, while not ready.
+    conn: Option<Box<Connecting>>,
+    /// Why the connection attempt failed, when it did.
+    failure: Option<Failure>,
+    /// Dword 0 of the Fabrics Connect's response.
+    connect_dw0: u32,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
@@ -112,8 +129,15 @@ fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
 
 impl TcpQueue {
     /// A queue of `depth` slots on `sock` (connected, nothing exchanged
-    /// yet), carrying up to `max_data` bytes per command.
-    pub(crate) fn new(qid: u16, depth: u16, sock: TcpStream, max_data: usize) -> Result<Self> {
+    /// yet), carrying up to `max_data` bytes per command, that connects
+    /// as `conn` says from its polls (the ICReq is queued here).
+    pub(crate) fn new(
+        qid: u16,
+        depth: u16,
+        sock: TcpStream,
+        max_data: usize,
+        conn: Connecting,
+    ) -> Result<Self> {
         sock.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
         sock.set_nonblocking(true)
             .map_err(io_err("nonblocking socket"))?;
@@ -129,7 +153,8 @@ impl TcpQueue {
             maxh2cdata: tcp::MIN_MAXH2CDATA,
             icd_max: 0,
             max_data,
-            slots: (0..depth).map(|_| Slot::default()).collect(),
+            // One slot more than the queue pair uses: the Fabrics Connect's.
+            slots: (0..=depth).map(|_| Slot::default()).collect(),
             out: Vec::with_capacity(64 * 1024),
             out_pos: 0,
             rbuf: vec![0u8; RBUF].into_boxed_slice(),
@@ -137,65 +162,19 @@ impl TcpQueue {
             st: Rx::Header { have: 0, need: 8 },
             ready: VecDeque::with_capacity(usize::from(depth) + 1),
             dead_reason: None,
+            conn: None,
+            failure: None,
+            connect_dw0: 0,
         };
         q.rx.connected = false;
-        Ok(q)
-    }
-
-    /// Runs ICReq/ICResp, asking for `digests`; waits up to `timeout`.
-    pub(crate) fn initialize(&mut self, digests: Digests, timeout: Duration) -> Result<()> {
         let mut b = [0u8; 128];
-        let n = tcp::build_ic_req(&mut b, 0, digests, 0)
+        let n = tcp::build_ic_req(&mut b, 0, conn.digests, 0)
             .map_err(|e| Error::InvalidArg(e.to_string()))?;
-        self.out.extend_from_slice(&b[..n]);
-        let deadline = Instant::now() + timeout;
-        let mut hdr = [0u8; 128];
-        let mut have = 0;
-        while have < 128 {
-            self.send_pending();
-            let sock = self.sock.as_mut().ok_or(Error::Removed)?;
-            match sock.read(&mut hdr[have..]) {
-                Ok(0) => return Err(self.conn_error("connection closed during ICReq")),
-                Ok(k) => have += k,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err(Error::Timeout("ICResp"));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                Err(e) => return Err(Error::sys("receive ICResp")(e)),
-            }
-            // A TermReq is shorter than an ICResp: look at the header early.
-            if have >= 8 {
-                let l = tcp::parse_common_header(&hdr[..8], &self.rx)
-                    .map_err(|e| self.conn_error(&format!("ICResp: {e}")))?;
-                if l.plen as usize != 128 {
-                    return Err(self.conn_error("controller refused the connection (TermReq)"));
-                }
-            }
-        }
-        let (pdu, _) = tcp::parse_header(&hdr, &self.rx)
-            .map_err(|e| self.conn_error(&format!("ICResp: {e}")))?;
-        let Pdu::IcResp(r) = pdu else {
-            return Err(self.conn_error("expected ICResp"));
-        };
-        let got = Digests {
-            header: r.dgst & tcp::digest_bits::HEADER != 0,
-            data: r.dgst & tcp::digest_bits::DATA != 0,
-        };
-        if (got.header && !digests.header) || (got.data && !digests.data) {
-            return Err(self.conn_error("controller enabled digests not asked for"));
-        }
-        if got != digests {
-            tracing::warn!(asked = ?digests, got = ?got, "NVMe/TCP digests not all enabled");
-        }
-        self.maxh2cdata = r.maxh2cdata.get();
-        self.tx = TxConfig {
-            digests: got,
-            pda: r.cpda,
-        };
-        self.rx = self.rx.connected(got, 0);
-        Ok(())
+        q.out.extend_from_slice(&b[..n]);
+        let mut conn = Box::new(conn);
+        conn.held.reserve(usize::from(depth));
+        q.conn = Some(conn);
+        Ok(q)
     }
 
     /// Sets the most write data sent in a command capsule.
@@ -203,7 +182,7 @@ impl TcpQueue {
         self.icd_max = bytes;
     }
 
-    /// The negotiated digests.
+    /// The negotiated digests (none until the ICResp arrived).
     #[must_use]
     pub fn digests(&self) -> Digests {
         self.tx.digests
@@ -215,49 +194,19 @@ impl TcpQueue {
         self.dead_reason.as_deref()
     }
 
-    fn conn_error(&mut self, what: &str) -> Error {
-        self.close(what);
-        Error::Unsupported(format!("NVMe/TCP: {what}"))
-    }
-
-    /// Runs one command synchronously on a queue nobody else uses yet
-    /// (Fabrics Connect), with `data` in the capsule; waits up to
-    /// `timeout`.
-    pub(crate) fn exec_blocking(
-        &mut self,
-        sqe: Sqe,
-        data: &[u8],
-        timeout: Duration,
-    ) -> Result<Cqe> {
-        let req = Bytes(data);
-        let mut sqe = sqe;
-        sqe.cid.set(0);
-        let d = if data.is_empty() {
-            Data::None
+    /// Appends the capsule of `sqe` (its data pointer set here) carrying
+    /// `len` bytes, in the capsule or by R2T.
+    fn push_capsule(&mut self, sqe: &mut Sqe, len: u32, in_capsule: bool) -> bool {
+        let sgl = if in_capsule {
+            SglDescriptor::offset_data_block(0, len)
         } else {
-            Data::Main
+            SglDescriptor::transport_data_block(len)
         };
-        self.submit(0, &mut sqe, &req, d, Dir::ToDevice)
-            .map_err(|e| Error::InvalidArg(format!("fabrics command not sent: {e:?}")))?;
-        self.flush();
-        let deadline = Instant::now() + timeout;
-        let mut c = [Cqe::new(0, Status::SUCCESS, 0)];
-        loop {
-            if self.reap(&mut c) == 1 {
-                self.release(0, None);
-                return Ok(c[0]);
-            }
-            if !self.is_alive() {
-                return Err(Error::Unsupported(format!(
-                    "NVMe/TCP: {}",
-                    self.dead_reason.as_deref().unwrap_or("connection lost")
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout("a fabrics command"));
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
+        sqe.set_sgl1(&sgl);
+        let tx = self.tx;
+        let icd = if in_capsule { len } else { 0 };
+        let sqe_copy = *sqe;
+        self.push_header(|b| tcp::build_capsule_cmd(b, &sqe_copy, icd, &tx))
     }
 
     /// Closes the connection: every command in flight completes with
@@ -272,6 +221,9 @@ impl TcpQueue {
             let _ = s.shutdown(std::net::Shutdown::Both);
             self.dead_reason = Some(why.to_string());
         }
+        self.conn = None;
+        let connect_slot = usize::from(self.depth);
+        self.slots[connect_slot].busy = false;
         for (i, s) in self.slots.iter_mut().enumerate() {
             if s.busy && !s.completed {
                 s.completed = true;
@@ -480,6 +432,9 @@ impl TcpQueue {
 
     fn complete(&mut self, mut cqe: Cqe) {
         let cid = cqe.cid.get();
+        if cid == self.depth {
+            return self.connect_done(&cqe);
+        }
         let Some(s) = self.slots.get_mut(usize::from(cid)) else {
             return;
         };
@@ -541,10 +496,14 @@ impl TcpQueue {
                 let Some(s) = self.live_slot(cid) else {
                     return self.fatal_at(Fes::InvalidHeaderField, "R2T for no command");
                 };
-                if s.from_dev || off.saturating_add(len) > s.len {
+                if s.from_dev || s.in_capsule || off.saturating_add(len) > s.len {
                     return self.fatal_at(Fes::DataOutOfRange, "R2T out of range");
                 }
                 self.send_h2c(cid, r.ttag.get(), off, len);
+            }
+            Pdu::IcResp(r) if self.conn.as_ref().is_some_and(|c| c.phase == Phase::IcResp) => {
+                let (dgst, cpda, maxh2cdata) = (r.dgst, r.cpda, r.maxh2cdata.get());
+                self.ic_resp_done(dgst, cpda, maxh2cdata);
             }
             Pdu::C2HTermReq(t) => {
                 let (fes, fei) = (t.fes.get(), t.fei.get());
@@ -637,34 +596,30 @@ impl QueueTransport for TcpQueue {
         if self.sock.is_none() {
             return Err(SubmitError::Disconnected);
         }
+        if slot >= self.depth {
+            return Err(SubmitError::Invalid);
+        }
         let len = data_len(req, data);
         if len > self.max_data {
             return Err(SubmitError::Invalid);
         }
         let len32 = u32::try_from(len).map_err(|_| SubmitError::Invalid)?;
-        let in_capsule = dir == Dir::ToDevice && len > 0 && len <= self.icd_max;
-        let sgl = if in_capsule {
-            SglDescriptor::offset_data_block(0, len32)
-        } else {
-            SglDescriptor::transport_data_block(len32)
-        };
-        sqe.set_sgl1(&sgl);
-        let tx = self.tx;
-        let icd = if in_capsule { len32 } else { 0 };
-        let sqe_copy = *sqe;
-        if !self.push_header(|b| tcp::build_capsule_cmd(b, &sqe_copy, icd, &tx)) {
+        // While connecting, the command waits in the queue (its write data
+        // in the slot's buffer) and goes out once the queue is ready.
+        let connecting = self.conn.is_some();
+        let in_capsule = !connecting && dir == Dir::ToDevice && len > 0 && len <= self.icd_max;
+        if !connecting && !self.push_capsule(sqe, len32, in_capsule) {
             return Err(SubmitError::Invalid);
         }
-        let s = self
-            .slots
-            .get_mut(usize::from(slot))
-            .ok_or(SubmitError::Invalid)?;
+        let tx = self.tx;
+        let s = &mut self.slots[usize::from(slot)];
         s.busy = true;
         s.completed = false;
         s.bad_digest = false;
         s.got = 0;
         s.len = len;
         s.from_dev = dir == Dir::FromDevice && len > 0;
+        s.in_capsule = in_capsule;
         if in_capsule {
             let mut digest = DataDigest::new();
             let out = &mut self.out;
@@ -688,6 +643,9 @@ impl QueueTransport for TcpQueue {
                 });
             }
         }
+        if let Some(c) = self.conn.as_mut() {
+            c.held.push_back((slot, *sqe));
+        }
         Ok(())
     }
 
@@ -706,15 +664,15 @@ impl QueueTransport for TcpQueue {
     }
 
     fn flush(&mut self) {
-        self.send_pending();
+        if self.conn.is_some() {
+            self.advance();
+        } else {
+            self.send_pending();
+        }
     }
 
     fn reap(&mut self, out: &mut [Cqe]) -> usize {
-        if self.sock.is_some() {
-            self.receive();
-            // R2Ts just received queued data.
-            self.send_pending();
-        }
+        self.advance();
         let mut n = 0;
         while n < out.len() {
             let Some(c) = self.ready.pop_front() else {
@@ -750,6 +708,7 @@ impl QueueTransport for TcpQueue {
         if self.sock.is_some() {
             self.close(CLEARED);
         }
+        self.conn = None;
         self.ready.clear();
         for s in self.slots.iter_mut() {
             s.busy = false;
@@ -759,5 +718,9 @@ impl QueueTransport for TcpQueue {
 
     fn is_alive(&self) -> bool {
         self.sock.is_some()
+    }
+
+    fn is_connecting(&self) -> bool {
+        self.conn.is_some()
     }
 }

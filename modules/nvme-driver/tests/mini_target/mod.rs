@@ -47,6 +47,13 @@ pub struct Faults {
     pub bogus_cid: AtomicBool,
     /// Send only the first half of the next read's data, then success.
     pub short_read: AtomicBool,
+    /// Answer no ICReq while set (a slow controller: the connection
+    /// waits; clearing it lets every waiting one go on).
+    pub hold_icresp: AtomicBool,
+    /// Reject the next I/O queue's Fabrics Connect.
+    pub reject_io_connect: AtomicBool,
+    /// Ask for the data of the next in-capsule write again, by R2T.
+    pub r2t_in_capsule: AtomicBool,
 }
 
 /// The controller's state.
@@ -65,6 +72,8 @@ pub struct State {
     pub term_reqs: AtomicUsize,
     /// Keep Alive commands received.
     pub keep_alives: AtomicUsize,
+    /// ICReqs received.
+    pub ic_reqs: AtomicUsize,
 }
 
 /// A running target.
@@ -87,6 +96,7 @@ impl MiniTarget {
             refused: AtomicUsize::new(0),
             term_reqs: AtomicUsize::new(0),
             keep_alives: AtomicUsize::new(0),
+            ic_reqs: AtomicUsize::new(0),
         });
         let st = Arc::clone(&state);
         std::thread::spawn(move || {
@@ -211,6 +221,10 @@ impl Conn {
         let Pdu::IcReq(r) = pdu else {
             return Err("expected ICReq".into());
         };
+        self.st.ic_reqs.fetch_add(1, Ordering::AcqRel);
+        while self.st.faults.hold_icresp.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let d = Digests {
             header: r.dgst & tcp::digest_bits::HEADER != 0,
             data: r.dgst & tcp::digest_bits::DATA != 0,
@@ -275,6 +289,15 @@ impl Conn {
             Some(FabricsCommand::Connect(c)) => {
                 let cd = ConnectData::read_from_bytes(data).map_err(|_| "connect data")?;
                 let _ = cd;
+                if c.qid != 0
+                    && self
+                        .st
+                        .faults
+                        .reject_io_connect
+                        .swap(false, Ordering::AcqRel)
+                {
+                    return self.respond(cid, Status::INVALID_FIELD, 0, 0);
+                }
                 self.qid = c.qid;
                 self.respond(cid, Status::SUCCESS, 1, 0)
             }
@@ -405,7 +428,9 @@ impl Conn {
         match sqe.opcode {
             0x00 => self.respond(cid, Status::SUCCESS, 0, 0),
             0x01 => {
-                let data = if in_capsule.is_empty() {
+                let again = !in_capsule.is_empty()
+                    && self.st.faults.r2t_in_capsule.swap(false, Ordering::AcqRel);
+                let data = if in_capsule.is_empty() || again {
                     self.pull(cid, len)?
                 } else {
                     in_capsule
@@ -442,6 +467,10 @@ impl Conn {
                 Pdu::CapsuleCmd(c) => {
                     self.pending.push_back((c.sqe, piece));
                     continue;
+                }
+                Pdu::H2CTermReq(_) => {
+                    self.st.term_reqs.fetch_add(1, Ordering::AcqRel);
+                    return Err("the host terminated the connection".into());
                 }
                 other => return Err(format!("expected H2CData, got {other:?}")),
             };
