@@ -47,7 +47,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use bdevkit::bdev::module::{BdevManager, BdevOptions};
+//! use bdevkit::bdev::{BdevManager, BdevOptions};
 //! use bdevkit_aio::AioCreateParams;
 //!
 //! let mgr = BdevManager::new(BdevOptions::default());

@@ -60,7 +60,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use bdevkit::bdev::module::{BdevManager, BdevOptions};
+//! use bdevkit::bdev::{BdevManager, BdevOptions};
 //! use bdevkit_uring::UringCreateParams;
 //!
 //! let mgr = BdevManager::new(BdevOptions::default());
