@@ -140,19 +140,32 @@ impl<S: Sock + 'static> QpInner<S> {
         self.opts.max_io_size
     }
 
-    fn fabrics(&mut self, _me: &Rc<Qpair<S>>, env: &Env, slot: u16) {
+    /// Sets up a fabrics or admin command's data transfer: `true` when it
+    /// can run now; otherwise it was answered (bad transfer) or an R2T
+    /// asks for its data and it runs when that arrives.
+    fn data_ready(&mut self, slot: u16) -> bool {
         let max = self.max_xfer();
         let s = &mut self.slots[usize::from(slot)];
         let x = match setup_xfer(s, max) {
             Ok(x) => x,
-            Err(st) => return self.respond(slot, st, 0, 0),
+            Err(st) => {
+                self.respond(slot, st, 0, 0);
+                return false;
+            }
         };
         if x == Xfer::Fetch {
             let len = s.xfer as usize;
             s.ensure(len, true);
-            return self.send_r2t(slot);
+            self.send_r2t(slot);
+            return false;
         }
-        self.fabrics_exec(env, slot);
+        true
+    }
+
+    fn fabrics(&mut self, _me: &Rc<Qpair<S>>, env: &Env, slot: u16) {
+        if self.data_ready(slot) {
+            self.fabrics_exec(env, slot);
+        }
     }
 
     fn fabrics_exec(&mut self, env: &Env, slot: u16) {
@@ -281,18 +294,9 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     fn admin(&mut self, env: &Env, slot: u16) {
-        let max = self.max_xfer();
-        let s = &mut self.slots[usize::from(slot)];
-        let x = match setup_xfer(s, max) {
-            Ok(x) => x,
-            Err(st) => return self.respond(slot, st, 0, 0),
-        };
-        if x == Xfer::Fetch {
-            let len = s.xfer as usize;
-            s.ensure(len, true);
-            return self.send_r2t(slot);
+        if self.data_ready(slot) {
+            self.admin_exec(env, slot);
         }
-        self.admin_exec(env, slot);
     }
 
     fn admin_exec(&mut self, env: &Env, slot: u16) {
