@@ -142,6 +142,18 @@ fn active_ns(h: &mut bdevkit_test::nvmf::Host<std::net::TcpStream>) -> Vec<u32> 
     NamespaceList::read_from_bytes(&d).unwrap().iter().collect()
 }
 
+/// The changed namespace list (log page 04h, read with RAE clear).
+fn changed_ns(h: &mut bdevkit_test::nvmf::Host<std::net::TcpStream>) -> Vec<u32> {
+    let (c, d) = h
+        .exec(
+            &GetLogPage::new(lid::CHANGED_NS_LIST, 0xffff_ffff, 4096).unwrap(),
+            4096,
+        )
+        .unwrap();
+    assert!(c.status().is_success());
+    NamespaceList::read_from_bytes(&d).unwrap().iter().collect()
+}
+
 #[test]
 fn namespace_changes_arrive_as_events() {
     let env = NvmfEnv::start();
@@ -171,20 +183,7 @@ fn namespace_changes_arrive_as_events() {
         }
         r => panic!("{r:?}"),
     }
-    let (c, d) = admin
-        .exec(
-            &GetLogPage::new(lid::CHANGED_NS_LIST, 0xffff_ffff, 4096).unwrap(),
-            4096,
-        )
-        .unwrap();
-    assert!(c.status().is_success());
-    assert_eq!(
-        NamespaceList::read_from_bytes(&d)
-            .unwrap()
-            .iter()
-            .collect::<Vec<_>>(),
-        vec![5]
-    );
+    assert_eq!(changed_ns(&mut admin), vec![5]);
     assert_eq!(active_ns(&mut admin), vec![1, 5]);
     let (c, _) = io
         .exec(&Read::new(5, BlockRange::new(0, 1).unwrap()), 4096)
@@ -212,20 +211,7 @@ fn namespace_changes_arrive_as_events() {
     assert!(c.status().is(Status::INVALID_NAMESPACE));
     // The notice stays masked until the host reads log 04h: read it (RAE
     // clear), then namespace 1 goes by RPC and its notice arrives.
-    let (c, d) = admin
-        .exec(
-            &GetLogPage::new(lid::CHANGED_NS_LIST, 0xffff_ffff, 4096).unwrap(),
-            4096,
-        )
-        .unwrap();
-    assert!(c.status().is_success());
-    assert_eq!(
-        NamespaceList::read_from_bytes(&d)
-            .unwrap()
-            .iter()
-            .collect::<Vec<_>>(),
-        vec![5]
-    );
+    assert_eq!(changed_ns(&mut admin), vec![5]);
     let aer = post_aer(&mut admin);
     env.call(|t, tx| {
         t.remove_ns(SUBNQN, 1, move |r| {
