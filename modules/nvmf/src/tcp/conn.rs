@@ -30,17 +30,23 @@ pub(crate) struct RxBuf {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadOutcome {
     /// This many bytes arrived (into the buffer and, for `read_into`, the
-    /// destination first).
+    /// destination first), filling all the space offered: the socket may
+    /// have more.
     Got(usize),
+    /// This many bytes arrived, fewer than the space offered: the socket
+    /// was empty after them, so reading again before the next readable
+    /// event would only return `WouldBlock` (one syscall per PDU saved).
+    Drained(usize),
     /// Nothing now.
     WouldBlock,
     /// The peer closed the connection.
     Eof,
 }
 
-fn outcome(r: io::Result<usize>) -> io::Result<ReadOutcome> {
+fn outcome(r: io::Result<usize>, offered: usize) -> io::Result<ReadOutcome> {
     match r {
         Ok(0) => Ok(ReadOutcome::Eof),
+        Ok(n) if n < offered => Ok(ReadOutcome::Drained(n)),
         Ok(n) => Ok(ReadOutcome::Got(n)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadOutcome::WouldBlock),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(ReadOutcome::Got(0)),
@@ -92,9 +98,10 @@ impl RxBuf {
     /// Reads into the free space of the buffer.
     pub fn read_from<S: Read>(&mut self, s: &mut S) -> io::Result<ReadOutcome> {
         self.make_room(256);
-        let r = s.read(&mut self.buf[self.end..]);
-        let o = outcome(r)?;
-        if let ReadOutcome::Got(n) = o {
+        let space = &mut self.buf[self.end..];
+        let offered = space.len();
+        let o = outcome(s.read(space), offered)?;
+        if let ReadOutcome::Got(n) | ReadOutcome::Drained(n) = o {
             self.end += n;
         }
         Ok(o)
@@ -112,10 +119,11 @@ impl RxBuf {
         self.start = 0;
         self.end = 0;
         let want = dest.len();
+        let offered = want + self.buf.len();
         let mut iov = [IoSliceMut::new(dest), IoSliceMut::new(&mut self.buf[..])];
-        let o = outcome(s.read_vectored(&mut iov))?;
+        let o = outcome(s.read_vectored(&mut iov), offered)?;
         let mut to_dest = 0;
-        if let ReadOutcome::Got(n) = o {
+        if let ReadOutcome::Got(n) | ReadOutcome::Drained(n) = o {
             to_dest = n.min(want);
             self.end = n - to_dest;
         }
@@ -314,15 +322,31 @@ mod tests {
     fn rx_buffer_compacts_and_reads_into() {
         let mut rx = RxBuf::new(16);
         let mut src: &[u8] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        assert_eq!(rx.read_from(&mut src).unwrap(), ReadOutcome::Got(10));
+        // Fewer bytes than the space offered: the socket is empty now.
+        assert_eq!(rx.read_from(&mut src).unwrap(), ReadOutcome::Drained(10));
         rx.consume(10);
         let mut dest = [0u8; 4];
         let mut src: &[u8] = &[9, 9, 9, 9, 1, 2];
         let (o, n) = rx.read_into(&mut src, &mut dest).unwrap();
-        assert_eq!((o, n), (ReadOutcome::Got(6), 4));
+        assert_eq!((o, n), (ReadOutcome::Drained(6), 4));
         assert_eq!(dest, [9; 4]);
         assert_eq!(rx.avail(), &[1, 2]);
         let mut empty: &[u8] = &[];
         assert_eq!(rx.read_from(&mut empty).unwrap(), ReadOutcome::Eof);
+    }
+
+    #[test]
+    fn a_read_that_fills_the_space_may_have_more() {
+        let mut rx = RxBuf::new(4);
+        let mut src: &[u8] = &[1, 2, 3, 4, 5, 6];
+        assert_eq!(rx.read_from(&mut src).unwrap(), ReadOutcome::Got(4));
+        let mut dest = [0u8; 2];
+        rx.consume(4);
+        let (o, n) = rx.read_into(&mut src, &mut dest).unwrap();
+        assert_eq!((o, n), (ReadOutcome::Drained(2), 2));
+        let mut src: &[u8] = &[7; 9];
+        rx.consume(rx.len());
+        let (o, n) = rx.read_into(&mut src, &mut dest).unwrap();
+        assert_eq!((o, n), (ReadOutcome::Got(6), 2));
     }
 }

@@ -377,6 +377,12 @@ impl<S: Sock + 'static> QpInner<S> {
             }
             match self.read_more() {
                 Ok(ReadOutcome::Got(_)) => busy = true,
+                // Edge-triggered events: bytes arriving after this read
+                // raise a new readable event, so waiting for it is safe.
+                Ok(ReadOutcome::Drained(_)) => {
+                    busy = true;
+                    self.can_read = false;
+                }
                 Ok(ReadOutcome::WouldBlock) => {
                     self.can_read = false;
                     return busy;
