@@ -118,6 +118,24 @@ dd_roundtrip() {
     same_bytes /tmp/pattern-b /tmp/back-b "bdev_dd reads what the kernel wrote ($5)"
 }
 
+# ns_dev NSID: the kernel NVMe host's block device of namespace NSID of
+# subsystem $NQN (names follow the order the host found them, not the nsid).
+ns_dev() {
+    for _b in /sys/block/nvme*n*; do
+        [ -e "$_b/nsid" ] || continue
+        [ "$(cat "$_b/nsid")" = "$1" ] || continue
+        _s=$(cat "$_b/device/subsysnqn" 2>/dev/null || cat "$_b/device/../subsysnqn" 2>/dev/null)
+        [ -z "$_s" ] || [ "$_s" = "$NQN" ] || continue
+        # nvme0: the emulated PCIe controller; nvmeXcYnZ: a multipath
+        # path's hidden disk (no /dev node).
+        case $(basename "$_b") in nvme0n* | nvme*c*n*) continue ;; esac
+        [ -b "/dev/$(basename "$_b")" ] || continue
+        echo "/dev/$(basename "$_b")"
+        return 0
+    done
+    return 1
+}
+
 # finish: the script's last command.
 finish() {
     echo
