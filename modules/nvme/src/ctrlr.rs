@@ -429,9 +429,27 @@ impl NvmeCtrlr {
         tracing::warn!(ctrlr = %self.name, "controller removed (gone, or its connection lost for good)");
         self.driver.set_state(nvme_driver::State::Removed);
         let me = Arc::clone(self);
-        // I/O in flight moves to the other paths of its bdev, if any.
-        self.device
-            .for_each_channel(|ch| ch.inner.kill(), move || me.leave_bdevs(|| {}));
+        // I/O in flight moves to the other paths of its bdev, if any;
+        // then a path of a multipath name goes (the single path stays,
+        // `deleting`, until detached).
+        let siblings = self.has_other_paths();
+        self.device.for_each_channel(
+            |ch| ch.inner.kill(),
+            move || {
+                let me2 = Arc::clone(&me);
+                me.leave_bdevs(move || {
+                    if !siblings {
+                        return;
+                    }
+                    if let Some(reg) = me2.reg.upgrade() {
+                        reg.remove_path(me2.id);
+                    }
+                    me2.detached.store(true, Ordering::Release);
+                    let me3 = Arc::clone(&me2);
+                    me2.device.unregister(move || me3.shutdown(|| {}));
+                });
+            },
+        );
     }
 
     fn admin_poll(self: &Arc<Self>) -> PollerStatus {
