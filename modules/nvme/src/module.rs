@@ -197,7 +197,7 @@ pub fn io_paths_json(
         )],
         None => all_ns_paths(mgr),
     };
-    let acc: Arc<Mutex<Vec<(String, Vec<Value>)>>> = Arc::new(Mutex::new(Vec::new()));
+    let acc: Groups = Arc::new(Mutex::new(Vec::new()));
     walk_io_paths(list, acc, Box::new(done));
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! namespace (the same namespace id and identifiers: a second path to
 //! the same subsystem).
 //!
-//! * [`NsPaths`] is the namespace's side of the control plane: its
+//! * `NsPaths` is the namespace's side of the control plane: its
 //!   paths (one per controller) and its policy. Each bdev has its own
-//!   io_device whose channel ([`MpChannel`], one per thread) holds this
+//!   io_device whose channel (`MpChannel`, one per thread) holds this
 //!   thread's queue-pair channel of every path in a small array; adding
 //!   or removing a path, or changing the policy, visits those channels.
 //! * **Path choice, per I/O**: an index into that array, no lock and no
@@ -18,7 +18,7 @@
 //!   waits there for a reconnect).
 //! * **Moving I/O between paths**: a queue-pair channel that cannot
 //!   serve an I/O (its connection dropped and it resets, it failed, its
-//!   path is being removed) hands it back here ([`Reroute`]) and another
+//!   path is being removed) hands it back here (`Reroute`) and another
 //!   path serves it; its connection is closed first, so nothing of that
 //!   I/O can still arrive on the old path.
 

@@ -37,11 +37,7 @@ pub(crate) fn prepare(reg: &Registry, mut args: AttachArgs) -> Result<Prepared> 
         )));
     }
     let key = args.path_key();
-    if reg
-        .all()
-        .iter()
-        .any(|c| c.path_keys().iter().any(|k| *k == key))
-    {
+    if reg.all().iter().any(|c| c.path_keys().contains(&key)) {
         return Err(Error::Exists(format!(
             "A controller named {name} already exists with the specified network path"
         )));

@@ -34,8 +34,11 @@ mod tests {
         let t = NvmfEnv::start();
         let p2 = free_port();
         let r: Result<(), String> = t.call(move |tg, tx| {
-            tx.send(tg.add_listener(&listener(SUBNQN, p2)).map_err(|e| e.to_string()))
-                .unwrap();
+            tx.send(
+                tg.add_listener(&listener(SUBNQN, p2))
+                    .map_err(|e| e.to_string()),
+            )
+            .unwrap();
         });
         r.unwrap();
         let p1 = t.addr.port();
@@ -169,13 +172,21 @@ mod tests {
         let host = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
         host.run(move |mgr| async move {
             let reg = rpc::registry(&mgr, RPCS);
-            let names = call(&reg, "bdev_nvme_attach_controller", params("F", p1, Some("failover")))
-                .await
-                .unwrap();
+            let names = call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                params("F", p1, Some("failover")),
+            )
+            .await
+            .unwrap();
             assert_eq!(names, json!(["Fn1"]));
-            let names = call(&reg, "bdev_nvme_attach_controller", params("F", p2, Some("failover")))
-                .await
-                .unwrap();
+            let names = call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                params("F", p2, Some("failover")),
+            )
+            .await
+            .unwrap();
             assert_eq!(names, json!(["Fn1"]));
             let c = controllers(&reg, "F").await;
             let ctrlrs = c[0]["ctrlrs"].as_array().unwrap();
@@ -283,7 +294,7 @@ mod tests {
                 (&json!("active_active"), &json!("round_robin"), &json!(1))
             );
 
-            let load = start_load(&mgr, "Mn1", 4, 300);
+            let load = start_load(&mgr, "Mn1", 8, 300);
             load.wait_rounds(20).await;
             let p = call(&reg, "bdev_nvme_get_io_paths", json!({"name": "Mn1"}))
                 .await
@@ -307,7 +318,9 @@ mod tests {
                 .filter(|e| e["method"] == "bdev_nvme_attach_controller")
                 .collect();
             assert_eq!(attaches.len(), 2);
-            assert!(attaches.iter().all(|e| e["params"]["multipath"] == "multipath"));
+            assert!(attaches
+                .iter()
+                .all(|e| e["params"]["multipath"] == "multipath"));
             let pol = cfg
                 .iter()
                 .find(|e| e["method"] == "bdev_nvme_set_multipath_policy")
@@ -331,7 +344,11 @@ mod tests {
             let p = call(&reg, "bdev_nvme_get_io_paths", json!({}))
                 .await
                 .unwrap();
-            assert_eq!(p["poll_groups"][0]["io_paths"].as_array().unwrap().len(), 1, "{p}");
+            assert_eq!(
+                p["poll_groups"][0]["io_paths"].as_array().unwrap().len(),
+                1,
+                "{p}"
+            );
             drop(ch);
             drop(desc);
             // The last path takes the bdev with it.
@@ -358,9 +375,13 @@ mod tests {
             let mut a = params("P", p1, Some("multipath"));
             a["multipath_opts"] = json!({"policy": "active_passive"});
             call(&reg, "bdev_nvme_attach_controller", a).await.unwrap();
-            call(&reg, "bdev_nvme_attach_controller", params("P", p2, Some("multipath")))
-                .await
-                .unwrap();
+            call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                params("P", p2, Some("multipath")),
+            )
+            .await
+            .unwrap();
             let load = start_load(&mgr, "Pn1", 4, 200);
             load.wait_rounds(20).await;
             let p = call(&reg, "bdev_nvme_get_io_paths", json!({"name": "Pn1"}))
@@ -412,12 +433,19 @@ mod tests {
             call(&reg, "bdev_nvme_attach_controller", params("E", p1, None))
                 .await
                 .unwrap();
-            let e = call(&reg, "bdev_nvme_attach_controller", params("E", p2, Some("disable")))
-                .await
-                .unwrap_err();
+            let e = call(
+                &reg,
+                "bdev_nvme_attach_controller",
+                params("E", p2, Some("disable")),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(
                 (e.code, e.message.as_str()),
-                (-114, "A controller named E already exists and multipath is disabled")
+                (
+                    -114,
+                    "A controller named E already exists and multipath is disabled"
+                )
             );
             for m in [None, Some("failover"), Some("multipath")] {
                 let e = call(&reg, "bdev_nvme_attach_controller", params("E", p1, m))
@@ -432,7 +460,8 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.code, -22, "{}", e.message);
             let mut p = params("E", p2, Some("failover"));
-            p["hostnqn"] = json!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000002");
+            p["hostnqn"] =
+                json!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000002");
             let e = call(&reg, "bdev_nvme_attach_controller", p)
                 .await
                 .unwrap_err();
