@@ -206,6 +206,12 @@ impl ChannelOwner for NvmeCtrlr {
 }
 
 impl Resettable for NvmeCtrlr {
+    /// Channels of its bdevs made while it was down lack it: they get it.
+    fn reset_succeeded(&self) {
+        for (_, _, paths) in self.bdevs.lock().iter() {
+            paths.rejoin(self.id);
+        }
+    }
     fn reset_state(&self) -> &ResetState {
         &self.reset
     }

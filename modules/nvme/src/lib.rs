@@ -47,9 +47,9 @@ pub use bdev::{NvmeBdev, NvmeChannel};
 pub use ctrlr::{AttachArgs, AttachDone, MultipathMode, NvmeCtrlr};
 pub use emu::{EmuCreateParams, EmuNsParams};
 pub use module::{
-    attach, controller, controllers, controllers_json, detach, detach_paths, emu, emu_create,
-    emu_delete, emu_start, emu_start_inline, io_paths_json, module, multipath_policy, options,
-    path_io_counts, set_hotplug, set_multipath_policy, set_options, NvmeModule,
+    attach, controller, controller_paths, controllers, controllers_json, detach, detach_paths, emu,
+    emu_create, emu_delete, emu_start, emu_start_inline, io_paths_json, module, multipath_policy,
+    options, path_io_counts, set_hotplug, set_multipath_policy, set_options, NvmeModule,
 };
 pub use multipath::{PathPolicy, Policy, Selector};
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};

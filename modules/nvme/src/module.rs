@@ -246,6 +246,14 @@ pub fn path_io_counts(
     Ok(())
 }
 
+/// Every path of controller `name`, in attach order.
+#[must_use]
+pub fn controller_paths(mgr: &BdevManager, name: &str) -> Vec<Arc<NvmeCtrlr>> {
+    module(mgr)
+        .map(|m| m.ctrlrs.paths(name))
+        .unwrap_or_default()
+}
+
 /// The attached controller `name` (its first path).
 #[must_use]
 pub fn controller(mgr: &BdevManager, name: &str) -> Option<Arc<NvmeCtrlr>> {

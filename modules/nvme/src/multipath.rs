@@ -346,10 +346,19 @@ impl NsPaths {
                 turn: Cell::new(0),
                 policy: Cell::new(policy),
             });
+            // A path whose queue cannot be made now (its controller
+            // resets) joins after its reset; the channel needs one path.
+            let mut first_err = None;
             for e in &paths {
-                mp.add(e)?;
+                if let Err(err) = mp.add(e) {
+                    tracing::debug!(error = %err, "NVMe path left out of a new channel for now");
+                    first_err.get_or_insert(err);
+                }
             }
-            Ok(MpChannel { inner: mp })
+            match first_err {
+                Some(err) if mp.paths.borrow().is_empty() => Err(err),
+                _ => Ok(MpChannel { inner: mp }),
+            }
         });
         NsPaths {
             nsid,
@@ -381,6 +390,31 @@ impl NsPaths {
                 }
             },
             done,
+        );
+    }
+
+    /// Adds path `id` to the channels that lack it (made while its
+    /// controller was down), keeping the attach order of the paths.
+    pub(crate) fn rejoin(&self, id: u64) {
+        let (e, order) = {
+            let g = self.inner.lock();
+            let order: Vec<u64> = g.paths.iter().map(|p| p.id).collect();
+            (g.paths.iter().find(|p| p.id == id).cloned(), order)
+        };
+        let Some(e) = e else { return };
+        self.device.for_each_channel(
+            move |ch| {
+                if ch.inner.paths.borrow().iter().any(|p| p.id == id) {
+                    return;
+                }
+                if ch.inner.add(&e).is_ok() {
+                    ch.inner
+                        .paths
+                        .borrow_mut()
+                        .sort_by_key(|p| order.iter().position(|x| *x == p.id));
+                }
+            },
+            || {},
         );
     }
 

@@ -51,6 +51,8 @@ pub(crate) trait Resettable: ChannelOwner {
     fn reconnect(&self) -> (&Reconnect, &ReconnectState);
     /// Runs `f` on the app thread after `delay`.
     fn after(&self, delay: std::time::Duration, f: Box<dyn FnOnce() + Send>);
+    /// A reset succeeded (on the app thread).
+    fn reset_succeeded(&self) {}
 }
 
 /// Starts a reset of `c` (from any thread); `done` gets its outcome.
@@ -206,7 +208,10 @@ fn retry_later<C: Resettable>(c: &Arc<C>) -> bool {
 
 fn finish<C: Resettable>(c: &C, r: Result<(), String>) {
     match &r {
-        Ok(()) => tracing::info!(ctrlr = c.name(), "controller reset done"),
+        Ok(()) => {
+            tracing::info!(ctrlr = c.name(), "controller reset done");
+            c.reset_succeeded();
+        }
         Err(e) => tracing::error!(ctrlr = c.name(), error = %e, "controller reset failed"),
     }
     let st = c.reset_state();

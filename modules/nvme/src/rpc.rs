@@ -7,6 +7,9 @@
 //! and ours, `bdev_nvme_emu_create` / `bdev_nvme_emu_delete`: an emulated
 //! controller to attach at `emu:NAME` (tests, benchmarks).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
 use bdevkit::bdev::{BdevManager, IoStatus, NvmeCmd};
@@ -17,6 +20,7 @@ use nvme_driver::{TcpOptions, Transport};
 use nvme_spec::tcp::Digests;
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Cqe, Sqe, Status};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -124,7 +128,7 @@ pub struct GetParams {
 pub struct ResetParams {
     /// Controller name.
     pub name: String,
-    /// Controller id (accepted; one controller per name here).
+    /// Only the path with this controller id.
     #[serde(default)]
     pub cntlid: Option<u16>,
 }
@@ -473,13 +477,38 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         "bdev_nvme_reset_controller",
         RUNTIME,
         move |p: ResetParams, resp| {
-            let Some(c) = crate::controller(&m, &p.name) else {
+            // Every path of the name, or the one with `cntlid`.
+            let paths: Vec<_> = crate::controller_paths(&m, &p.name)
+                .into_iter()
+                .filter(|c| {
+                    p.cntlid
+                        .is_none_or(|id| c.driver().identify().cntlid.get() == id)
+                })
+                .collect();
+            if paths.is_empty() {
                 return resp.err(RpcError::from_errno(libc::ENODEV));
-            };
-            c.reset(Box::new(move |r| match r {
-                Ok(()) => resp.ok(json!(true)),
-                Err(_) => resp.err(RpcError::from_errno(libc::EIO)),
-            }));
+            }
+            let left = Arc::new(AtomicUsize::new(paths.len()));
+            let failed = Arc::new(AtomicBool::new(false));
+            let resp = Arc::new(Mutex::new(Some(resp)));
+            for c in paths {
+                let (left, failed, resp) = (left.clone(), failed.clone(), resp.clone());
+                c.reset(Box::new(move |r| {
+                    if r.is_err() {
+                        failed.store(true, Ordering::Release);
+                    }
+                    if left.fetch_sub(1, Ordering::AcqRel) != 1 {
+                        return;
+                    }
+                    if let Some(resp) = resp.lock().take() {
+                        if failed.load(Ordering::Acquire) {
+                            resp.err(RpcError::from_errno(libc::EIO));
+                        } else {
+                            resp.ok(json!(true));
+                        }
+                    }
+                }));
+            }
         },
     )?;
     let m = mgr.clone();

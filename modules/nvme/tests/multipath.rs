@@ -92,6 +92,21 @@ mod tests {
         }
     }
 
+    impl Remote {
+        /// Adds the listener on `port` back.
+        async fn add_listener(&self, port: u16) {
+            let done = Arc::new(AtomicBool::new(false));
+            let (t, d) = (self.target.clone(), Arc::clone(&done));
+            self.app
+                .send_msg(move || {
+                    t.add_listener(&listener(SUBNQN, port)).unwrap();
+                    d.store(true, Ordering::Release);
+                })
+                .unwrap();
+            assert!(wait_for(30, || done.load(Ordering::Acquire)).await);
+        }
+    }
+
     /// Write/read/compare workers on bdev `name`: `qd` of them, `rounds`
     /// each, each on its own blocks. Returns the counters: rounds done,
     /// mismatches, errors.
@@ -327,6 +342,28 @@ mod tests {
                 .unwrap();
             assert_eq!(pol["params"]["policy"], "active_active", "{methods:?}");
 
+            // A reset of the name resets every path, under I/O.
+            call(&reg, "bdev_nvme_reset_controller", json!({"name": "M"}))
+                .await
+                .unwrap();
+            // (A reset is a new association: a new controller id.)
+            let cntlid = controllers(&reg, "M").await[0]["ctrlrs"][1]["cntlid"].clone();
+            call(
+                &reg,
+                "bdev_nvme_reset_controller",
+                json!({"name": "M", "cntlid": cntlid}),
+            )
+            .await
+            .unwrap();
+            let e = call(
+                &reg,
+                "bdev_nvme_reset_controller",
+                json!({"name": "M", "cntlid": 999}),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.code, -19);
+
             // One path goes under I/O: the rest continues on the other.
             call(
                 &reg,
@@ -421,6 +458,78 @@ mod tests {
                 .await
                 .unwrap();
             assert!(mgr.get("Pn1").is_none());
+        });
+    }
+
+    /// The state of each path of `name`, in attach order.
+    async fn states(reg: &bdevkit_jsonrpc::MethodRegistry, name: &str) -> Vec<String> {
+        controllers(reg, name).await[0]["ctrlrs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["state"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn io_moves_off_a_reconnecting_path_and_back_when_it_returns() {
+        let (t, p1, p2) = target();
+        let remote = Remote::of(&t);
+        let host = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for port in [p1, p2] {
+                let mut a = params("R", port, Some("multipath"));
+                a["ctrlr_loss_timeout_sec"] = json!(-1);
+                a["reconnect_delay_sec"] = json!(1);
+                call(&reg, "bdev_nvme_attach_controller", a).await.unwrap();
+            }
+            let load = start_load(&mgr, "Rn1", 4, 200);
+            load.wait_rounds(20).await;
+            remote.remove_listener(p1).await;
+            // The first path keeps trying to reconnect; I/O does not wait
+            // for it: it all completes on the second one meanwhile.
+            load.finish().await;
+            let st = states(&reg, "R").await;
+            assert_ne!(st[0], "enabled", "{st:?}");
+            assert_eq!(st[1], "enabled", "{st:?}");
+            let desc = mgr.open("Rn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            let p = call(&reg, "bdev_nvme_get_io_paths", json!({"name": "Rn1"}))
+                .await
+                .unwrap();
+            // A channel made while the first path is down has the second
+            // one only.
+            let paths = p["poll_groups"][0]["io_paths"].as_array().unwrap();
+            assert_eq!(paths.len(), 1, "{p}");
+            assert_eq!(paths[0]["transport"]["trsvcid"], p2.to_string());
+            assert_eq!(paths[0]["current"], true);
+            // Back: the first path reconnects and is the current one again.
+            remote.add_listener(p1).await;
+            let m2 = mgr.clone();
+            assert!(
+                wait_for(60, move || {
+                    let c = bdevkit_nvme::controllers_json(&m2, Some("R"));
+                    c.is_some_and(|c| c[0]["ctrlrs"][0]["state"] == "enabled")
+                })
+                .await,
+                "the first path reconnected"
+            );
+            ch.write(0, 8, conformance::pattern(4096, 5)).await.unwrap();
+            let p = call(&reg, "bdev_nvme_get_io_paths", json!({"name": "Rn1"}))
+                .await
+                .unwrap();
+            // It joined that channel too, in front (active_passive).
+            let paths = p["poll_groups"][0]["io_paths"].as_array().unwrap();
+            assert_eq!(paths.len(), 2, "{p}");
+            assert_eq!(paths[0]["transport"]["trsvcid"], p1.to_string());
+            assert_eq!(paths[0]["current"], true, "{p}");
+            assert_eq!(paths[1]["current"], false, "{p}");
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "R"}))
+                .await
+                .unwrap();
         });
     }
 
