@@ -145,9 +145,12 @@ impl Registry {
     /// the name may have paths already (the caller checked them).
     fn reserve(&self, name: &str, key: &str, multipath: bool) -> Result<()> {
         let mut r = self.0.lock();
-        if r.pending.iter().any(|p| p.0 == name)
-            || (!multipath && r.ctrlrs.iter().any(|c| c.name == name))
-        {
+        if r.pending.iter().any(|p| p.0 == name) {
+            return Err(Error::Exists(format!(
+                "A controller named {name} is being attached"
+            )));
+        }
+        if !multipath && r.ctrlrs.iter().any(|c| c.name == name) {
             return Err(Error::Exists(format!(
                 "A controller named {name} already exists and multipath is disabled"
             )));
