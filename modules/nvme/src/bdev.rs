@@ -1,16 +1,16 @@
 //! One bdev per active namespace: `<ctrlr>n<nsid>`.
 
-use std::fmt;
 use std::sync::Arc;
 
+use bdevkit::bdev::module::Done;
 use bdevkit::bdev::module::{BdevIo, BdevOps, BoxError, IoType};
-use bdevkit::thread::{IoChannel, IoDevice};
+use bdevkit::thread::IoChannel;
 use nvme_driver::Namespace;
 use nvme_spec::identify::IdentifyController;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::channel::CtrlrChannel;
+use crate::multipath::{MpChannel, NsPaths};
 
 /// The namespace of the UUIDs derived here (v5, SHA-1 name based): fixed,
 /// so that the same identifier always gives the same UUID.
@@ -35,18 +35,10 @@ pub(crate) fn ns_uuid(ns: &Namespace, serial: &str, generate: bool) -> Option<Uu
     generate.then(|| Uuid::new_v5(&UUID_NAMESPACE, format!("{serial}:{}", ns.id).as_bytes()))
 }
 
-/// What a namespace's bdev reports about its controller (implemented by
-/// the controller, above this file).
-pub(crate) trait NsOwner: Send + Sync + fmt::Debug + 'static {
-    /// `driver_specific` of namespace `nsid`'s bdev.
-    fn bdev_json(&self, nsid: u32, can_share: bool) -> Value;
-}
-
-/// A namespace's bdev.
+/// A namespace's bdev, served by one controller or more (multipath).
 #[derive(Debug)]
 pub struct NvmeBdev {
-    owner: Arc<dyn NsOwner>,
-    device: IoDevice<CtrlrChannel>,
+    paths: Arc<NsPaths>,
     nsid: u32,
     flush: bool,
     write_zeroes: bool,
@@ -56,25 +48,23 @@ pub struct NvmeBdev {
     shared: bool,
 }
 
-/// A bdev channel: this thread's queue pair of the controller.
+/// A bdev channel: this thread's queue pair of each path.
 #[derive(Debug)]
 pub struct NvmeChannel {
-    ch: IoChannel<CtrlrChannel>,
+    ch: IoChannel<MpChannel>,
 }
 
 impl NvmeBdev {
-    /// The bdev of `ns` on a controller whose queue pairs are `device`'s
-    /// channels; `enable_flush` reports Flush without a write cache.
+    /// The bdev of `ns` served by `paths`; `enable_flush` reports Flush
+    /// without a write cache.
     pub(crate) fn new(
-        owner: Arc<dyn NsOwner>,
-        device: IoDevice<CtrlrChannel>,
+        paths: Arc<NsPaths>,
         ns: &Namespace,
         id: &IdentifyController,
         enable_flush: bool,
     ) -> NvmeBdev {
         NvmeBdev {
-            owner,
-            device,
+            paths,
             nsid: ns.id,
             flush: id.volatile_write_cache() || enable_flush,
             write_zeroes: id.supports_write_zeroes(),
@@ -97,13 +87,13 @@ impl BdevOps for NvmeBdev {
 
     fn create_channel(&self) -> Result<NvmeChannel, BoxError> {
         Ok(NvmeChannel {
-            ch: self.device.get_channel()?,
+            ch: self.paths.device().get_channel()?,
         })
     }
 
     #[inline]
     fn submit(&self, ch: &NvmeChannel, io: BdevIo) {
-        ch.ch.inner.submit(self.nsid, io);
+        ch.ch.submit(io);
     }
 
     fn io_type_supported(&self, t: IoType) -> bool {
@@ -124,6 +114,11 @@ impl BdevOps for NvmeBdev {
     }
 
     fn dump_info_json(&self) -> Value {
-        self.owner.bdev_json(self.nsid, self.shared)
+        self.paths.info_json(self.shared)
+    }
+
+    /// Its channels' io_device goes (every channel is gone by now).
+    fn destruct(&self, done: Done) {
+        self.paths.device().unregister(move || done.done());
     }
 }

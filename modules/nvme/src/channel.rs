@@ -48,6 +48,15 @@ pub(crate) trait ChannelOwner: Send + Sync + 'static {
     fn start_reset(&self, done: Option<ResetDone>);
 }
 
+/// Where a channel sends I/O it cannot serve when another path to the
+/// same namespace may (implemented by the multipath channel, in
+/// `multipath.rs`): `strict` asks for a path that takes I/O now, else one
+/// that is not gone suffices (the I/O may wait there). Gives `io` back
+/// when there is no such path.
+pub(crate) trait Reroute {
+    fn reroute(&self, io: BdevIo, from: &ChInner, strict: bool) -> Option<BdevIo>;
+}
+
 /// The driver's controller, as the channels see it.
 pub(crate) type Driver = Arc<Controller<AnyTransport>>;
 
@@ -119,6 +128,9 @@ pub(crate) struct ChInner {
     /// A reset waits for this queue to finish connecting (fabrics): its
     /// walk's step, and the flag to raise if the connect fails.
     connect_wait: RefCell<Option<(ChannelStep, Arc<AtomicBool>)>>,
+    /// The multipath channels of this thread's bdevs on this controller,
+    /// by namespace id (for [`Reroute`]).
+    hooks: RefCell<Vec<(u32, Weak<dyn Reroute>)>>,
 }
 
 /// One thread's queue pair of a controller (the controller io_device's
@@ -163,6 +175,7 @@ impl CtrlrChannel {
             next_park: Cell::new(1),
             timed_out: RefCell::new(Vec::new()),
             connect_wait: RefCell::new(None),
+            hooks: RefCell::new(Vec::new()),
         });
         let w: Weak<ChInner> = Rc::downgrade(&inner);
         let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| match w.upgrade() {
@@ -230,12 +243,19 @@ impl ChInner {
         self.dispatch(io);
     }
 
-    fn dispatch(self: &Rc<Self>, io: BdevIo) {
+    /// Serves `io` again (moved here from another path: its namespace id
+    /// and retry count are set).
+    pub(crate) fn dispatch(self: &Rc<Self>, io: BdevIo) {
         if self.dead.get() {
-            io.complete_deferred(IoStatus::Errno(libc::ENXIO));
+            if let Some(io) = self.reroute(io, false) {
+                io.complete_deferred(IoStatus::Errno(libc::ENXIO));
+            }
             return;
         }
         if self.paused.get() {
+            let Some(io) = self.reroute(io, true) else {
+                return;
+            };
             if self.failing.get() {
                 io.complete_deferred(IoStatus::Failed);
             } else {
@@ -569,9 +589,67 @@ impl ChInner {
         *self.timed_out.borrow_mut() = timed_out;
     }
 
-    /// Reset, step 1: hold new I/O back.
+    /// Whether I/O sent here now goes to the controller (not held back
+    /// by a reset, not failing, not gone).
+    #[inline]
+    pub(crate) fn usable(&self) -> bool {
+        !self.paused.get() && !self.dead.get() && !self.failing.get()
+    }
+
+    /// Whether the controller is gone for this channel.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.get()
+    }
+
+    /// Commands in flight on its queue pair.
+    #[inline]
+    pub(crate) fn queue_depth(&self) -> u32 {
+        self.qp.try_borrow().map_or(u32::MAX, |g| {
+            g.as_ref().map_or(u32::MAX, nvme_driver::Qpair::outstanding)
+        })
+    }
+
+    /// Registers the multipath channel of namespace `nsid` (replacing an
+    /// earlier one).
+    pub(crate) fn hook(&self, nsid: u32, r: Weak<dyn Reroute>) {
+        let mut h = self.hooks.borrow_mut();
+        h.retain(|(n, w)| *n != nsid && w.strong_count() > 0);
+        h.push((nsid, r));
+    }
+
+    /// `io` to another path of its namespace, if there is one.
+    fn reroute(&self, mut io: BdevIo, strict: bool) -> Option<BdevIo> {
+        let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+        let hook = self
+            .hooks
+            .borrow()
+            .iter()
+            .find(|(n, _)| *n == nsid)
+            .and_then(|(_, w)| w.upgrade());
+        match hook {
+            Some(h) => h.reroute(io, self, strict),
+            None => Some(io),
+        }
+    }
+
+    /// What waits here goes to other paths that take I/O now.
+    fn reroute_waiting(&self) {
+        let n = self.waiting.borrow().len();
+        for _ in 0..n {
+            let Some(io) = self.waiting.borrow_mut().pop_front() else {
+                break;
+            };
+            if let Some(io) = self.reroute(io, true) {
+                self.waiting.borrow_mut().push_back(io);
+            }
+        }
+    }
+
+    /// Reset, step 1: hold new I/O back (what waits moves to another
+    /// path if there is one).
     pub(crate) fn pause(&self) {
         self.paused.set(true);
+        self.reroute_waiting();
     }
 
     /// Reset, step 2 (the controller is disabled): what was in flight
@@ -585,6 +663,7 @@ impl ChInner {
         for c in failed {
             self.finish(c);
         }
+        self.reroute_waiting();
     }
 
     /// Reset, step 3: reconnect and resubmit, or give up. `step` moves
@@ -639,7 +718,9 @@ impl ChInner {
         self.failing.set(true);
         let waiting: Vec<BdevIo> = self.waiting.borrow_mut().drain(..).collect();
         for io in waiting {
-            io.complete(IoStatus::Failed);
+            if let Some(io) = self.reroute(io, true) {
+                io.complete(IoStatus::Failed);
+            }
         }
     }
 
@@ -651,12 +732,18 @@ impl ChInner {
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
             qp.set_connected(false);
         }
+        // Another path of the namespace serves them if there is one (the
+        // connection here is closed: nothing of theirs arrives here).
         for c in failed {
-            c.ctx.0.complete(IoStatus::Aborted);
+            if let Some(io) = self.reroute(c.ctx.0, false) {
+                io.complete(IoStatus::Aborted);
+            }
         }
         let waiting: Vec<BdevIo> = self.waiting.borrow_mut().drain(..).collect();
         for io in waiting {
-            io.complete(IoStatus::Aborted);
+            if let Some(io) = self.reroute(io, false) {
+                io.complete(IoStatus::Aborted);
+            }
         }
     }
 }

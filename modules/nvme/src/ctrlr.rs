@@ -4,45 +4,81 @@
 //! registers → hot remove), namespace changes, detach, and the JSON of
 //! `bdev_nvme_get_controllers` and `driver_specific.nvme`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bdevkit::bdev::module::{BdevManager, BdevProps};
+use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::{IoDevice, PollerStatus, Thread, ThreadHandle};
 use nvme_driver::bus::PciFunction;
 use nvme_driver::emu::EmuController;
 use nvme_driver::vfio::VfioFunction;
 use nvme_driver::{
-    AnyTransport, Controller, ControllerOptions, Health, Namespace, PcieTransport, TcpOptions,
-    TcpTransport, Transport,
+    AnyTransport, Controller, ControllerOptions, Health, PcieTransport, TcpOptions, TcpTransport,
+    Transport,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use crate::bdev::{ns_uuid, NsOwner, NvmeBdev};
 use crate::channel::{ChannelOwner, CtrlrChannel, Driver, ResetDone};
+use crate::multipath::{NsPaths, PathOwner, Policy};
 use crate::options::Applied;
 use crate::reconnect::{Reconnect, ReconnectState};
 use crate::reset::{self, ResetState, Resettable};
-use crate::{Error, Result, MODULE};
+use crate::{Error, Result};
 
 /// Called with an attach's bdev names (or its error), on the app thread.
 pub type AttachDone = Box<dyn FnOnce(Result<Vec<String>>) + Send>;
 
-/// One attached controller.
+/// How a second attach under an existing name is taken
+/// (`bdev_nvme_attach_controller` `multipath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MultipathMode {
+    /// Refused.
+    Disable,
+    /// An alternate address of the same controller: one connection at a
+    /// time, the next address after a connection loss.
+    Failover,
+    /// Another controller path: its namespaces join the bdevs of the
+    /// name's first controller (SPDK's default).
+    #[default]
+    Multipath,
+}
+
+impl MultipathMode {
+    /// From SPDK's names.
+    pub fn parse(s: &str) -> Option<MultipathMode> {
+        match s {
+            "disable" => Some(MultipathMode::Disable),
+            "failover" => Some(MultipathMode::Failover),
+            "multipath" => Some(MultipathMode::Multipath),
+            _ => None,
+        }
+    }
+}
+
+/// Path ids, unique in the process.
+static NEXT_PATH_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One attached controller: one path of the bdevs of its name.
 pub struct NvmeCtrlr {
-    name: String,
+    pub(crate) name: String,
+    pub(crate) id: u64,
     driver: Driver,
-    device: IoDevice<CtrlrChannel>,
+    pub(crate) device: IoDevice<CtrlrChannel>,
     opts: Applied,
-    mgr: BdevManager,
+    pub(crate) mgr: BdevManager,
     app: ThreadHandle,
-    bdevs: Mutex<Vec<(u32, String)>>,
+    /// Its namespaces' bdevs: namespace id, bdev name, the bdev's paths.
+    pub(crate) bdevs: Mutex<Vec<(u32, String, Arc<NsPaths>)>>,
+    /// The policy its new bdevs get (attach `multipath_opts`).
+    pub(crate) policy: Policy,
+    /// The module's controllers (to find the other paths of its name).
+    pub(crate) reg: Weak<Registry>,
     reset: ResetState,
     reconnect: ReconnectState,
-    removed: AtomicBool,
-    detached: AtomicBool,
+    pub(crate) removed: AtomicBool,
+    pub(crate) detached: AtomicBool,
     me: Weak<NvmeCtrlr>,
     _emu: Option<Arc<EmuController>>,
 }
@@ -74,7 +110,7 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// The attached controller `name`.
+    /// The attached controller `name` (its first path).
     pub fn get(&self, name: &str) -> Option<Arc<NvmeCtrlr>> {
         self.0
             .lock()
@@ -84,9 +120,19 @@ impl Registry {
             .cloned()
     }
 
-    /// Every attached controller, in attach order.
+    /// Every attached controller (every path), in attach order.
     pub fn all(&self) -> Vec<Arc<NvmeCtrlr>> {
         self.0.lock().ctrlrs.clone()
+    }
+
+    /// The paths of controller `name`, in attach order.
+    pub fn paths(&self, name: &str) -> Vec<Arc<NvmeCtrlr>> {
+        let r = self.0.lock();
+        r.ctrlrs
+            .iter()
+            .filter(|c| c.name == name)
+            .cloned()
+            .collect()
     }
 
     /// Whether a controller is attached (or being attached).
@@ -95,20 +141,30 @@ impl Registry {
         r.ctrlrs.is_empty() && r.pending.is_empty()
     }
 
-    /// Reserves `name` and `traddr` for an attach.
-    fn reserve(&self, name: &str, traddr: &str) -> Result<()> {
+    /// Reserves `name` and path `key` for an attach; with `multipath`
+    /// the name may have paths already (the caller checked them).
+    fn reserve(&self, name: &str, key: &str, multipath: bool) -> Result<()> {
         let mut r = self.0.lock();
-        if r.ctrlrs.iter().any(|c| c.name == name) || r.pending.iter().any(|p| p.0 == name) {
+        if r.pending.iter().any(|p| p.0 == name) {
+            return Err(Error::Exists(format!(
+                "A controller named {name} is being attached"
+            )));
+        }
+        if !multipath && r.ctrlrs.iter().any(|c| c.name == name) {
             return Err(Error::Exists(format!(
                 "A controller named {name} already exists and multipath is disabled"
             )));
         }
-        if r.ctrlrs.iter().any(|c| c.path_key() == traddr)
-            || r.pending.iter().any(|p| p.1 == traddr)
+        if r.ctrlrs
+            .iter()
+            .any(|c| c.path_keys().iter().any(|k| k == key))
+            || r.pending.iter().any(|p| p.1 == key)
         {
-            return Err(Error::Exists(format!("{traddr} is attached already")));
+            return Err(Error::Exists(format!(
+                "A controller named {name} already exists with the specified network path"
+            )));
         }
-        r.pending.push((name.to_string(), traddr.to_string()));
+        r.pending.push((name.to_string(), key.to_string()));
         Ok(())
     }
 
@@ -121,9 +177,10 @@ impl Registry {
         }
     }
 
-    fn remove(&self, name: &str) -> Option<Arc<NvmeCtrlr>> {
+    /// Forgets path `id`.
+    pub(crate) fn remove_path(&self, id: u64) -> Option<Arc<NvmeCtrlr>> {
         let mut r = self.0.lock();
-        let i = r.ctrlrs.iter().position(|c| c.name == name)?;
+        let i = r.ctrlrs.iter().position(|c| c.id == id)?;
         Some(r.ctrlrs.remove(i))
     }
 
@@ -152,6 +209,12 @@ impl ChannelOwner for NvmeCtrlr {
 }
 
 impl Resettable for NvmeCtrlr {
+    /// Channels of its bdevs made while it was down lack it: they get it.
+    fn reset_succeeded(&self) {
+        for (_, _, paths) in self.bdevs.lock().iter() {
+            paths.rejoin(self.id);
+        }
+    }
     fn reset_state(&self) -> &ResetState {
         &self.reset
     }
@@ -181,9 +244,15 @@ impl Resettable for NvmeCtrlr {
     }
 }
 
-impl NsOwner for NvmeCtrlr {
-    fn bdev_json(&self, nsid: u32, can_share: bool) -> Value {
-        NvmeCtrlr::bdev_json(self, nsid, can_share)
+impl PathOwner for NvmeCtrlr {
+    fn path_json(&self, nsid: u32, can_share: bool) -> Value {
+        NvmeCtrlr::path_json(self, nsid, can_share)
+    }
+    fn cntlid(&self) -> u16 {
+        self.driver.identify().cntlid.get()
+    }
+    fn trid(&self) -> Value {
+        NvmeCtrlr::trid(self)
     }
 }
 
@@ -214,13 +283,22 @@ impl NvmeCtrlr {
         self.driver.transport().traddr()
     }
 
-    /// What identifies its path for duplicate checks: the PCI address, or
-    /// `IP:port:subnqn` for TCP.
-    pub fn path_key(&self) -> String {
+    /// What identifies its paths for duplicate checks: the PCI address, or
+    /// `IP:port:subnqn` for each TCP address (failover alternates too).
+    pub fn path_keys(&self) -> Vec<String> {
         match self.driver.transport().tcp() {
-            Some(t) => tcp_key(t.options()),
-            None => self.traddr().to_string(),
+            Some(t) => t
+                .paths()
+                .iter()
+                .map(|p| tcp_key(&p.traddr, &p.trsvcid, &t.options().subnqn))
+                .collect(),
+            None => vec![self.traddr().to_string()],
         }
+    }
+
+    /// Path id (unique in the process).
+    pub fn path_id(&self) -> u64 {
+        self.id
     }
 
     /// Its bdevs' names.
@@ -228,18 +306,30 @@ impl NvmeCtrlr {
         self.bdevs.lock().iter().map(|b| b.1.clone()).collect()
     }
 
-    fn trid(&self) -> Value {
-        match self.driver.transport().tcp() {
-            Some(t) => {
-                let o = t.options();
+    /// The TCP trids of its addresses, the current one first.
+    fn tcp_trids(&self) -> Vec<Value> {
+        let Some(t) = self.driver.transport().tcp() else {
+            return Vec::new();
+        };
+        let subnqn = &t.options().subnqn;
+        t.paths()
+            .iter()
+            .map(|p| {
                 json!({
                     "trtype": "TCP",
-                    "adrfam": if t.addr().is_ipv6() { "IPv6" } else { "IPv4" },
-                    "traddr": o.traddr,
-                    "trsvcid": o.trsvcid,
-                    "subnqn": o.subnqn,
+                    "adrfam": if p.addr.is_ipv6() { "IPv6" } else { "IPv4" },
+                    "traddr": p.traddr,
+                    "trsvcid": p.trsvcid,
+                    "subnqn": subnqn,
                 })
-            }
+            })
+            .collect()
+    }
+
+    /// Its transport id (the current address).
+    pub(crate) fn trid(&self) -> Value {
+        match self.tcp_trids().into_iter().next() {
+            Some(t) => t,
             None => json!({"trtype": "PCIe", "traddr": self.traddr()}),
         }
     }
@@ -249,8 +339,8 @@ impl NvmeCtrlr {
         json!({"nqn": nqn, "addr": "", "svcid": "", "no_shn_notification": false})
     }
 
-    /// `bdev_nvme_get_controllers` entry.
-    pub fn info_json(&self) -> Value {
+    /// Its element of the `ctrlrs` array of `bdev_nvme_get_controllers`.
+    pub fn path_info_json(&self) -> Value {
         let state = if self.removed.load(Ordering::Acquire) || self.detached.load(Ordering::Acquire)
         {
             "deleting"
@@ -262,19 +352,24 @@ impl NvmeCtrlr {
         } else {
             self.driver.state().name()
         };
-        json!({
-            "name": self.name,
-            "ctrlrs": [{
-                "state": state,
-                "trid": self.trid(),
-                "cntlid": self.driver.identify().cntlid.get(),
-                "host": self.host_json(),
-            }]
-        })
+        let mut trids = self.tcp_trids();
+        let mut out = json!({"state": state, "trid": self.trid()});
+        if trids.len() > 1 {
+            out["alternate_trids"] = Value::Array(trids.split_off(1));
+        }
+        out["cntlid"] = json!(self.driver.identify().cntlid.get());
+        out["host"] = self.host_json();
+        out
     }
 
-    /// `driver_specific` of namespace `nsid`'s bdev.
-    pub fn bdev_json(&self, nsid: u32, can_share: bool) -> Value {
+    /// `bdev_nvme_get_controllers` entry of this path alone (see
+    /// `paths::info_json` for every path of a name).
+    pub fn info_json(&self) -> Value {
+        json!({"name": self.name, "ctrlrs": [self.path_info_json()]})
+    }
+
+    /// Its entry of namespace `nsid`'s bdev's `driver_specific.nvme`.
+    pub fn path_json(&self, nsid: u32, can_share: bool) -> Value {
         let id = self.driver.identify();
         let oacs = id.oacs.get();
         let vs = self.driver.version();
@@ -307,10 +402,11 @@ impl NvmeCtrlr {
         if let Value::Object(m) = rest {
             nvme.extend(m);
         }
-        json!({"nvme": [nvme], "mp_policy": "active_passive"})
+        Value::Object(nvme)
     }
 
-    /// The saved-config entry that attaches it again.
+    /// The saved-config entry that attaches it again (its first address;
+    /// see `paths::config_json` for every path).
     pub fn config_json(&self) -> Value {
         let mut p = json!({
             "name": self.name,
@@ -334,57 +430,6 @@ impl NvmeCtrlr {
         json!({"method": "bdev_nvme_attach_controller", "params": p})
     }
 
-    /// Registers a bdev for each namespace that has none yet (on the app
-    /// thread); returns the new names.
-    fn add_bdevs(self: &Arc<Self>, namespaces: &[Namespace]) -> Vec<String> {
-        let id = self.driver.identify();
-        let max_bytes = self.driver.max_transfer_bytes();
-        let mut names = Vec::new();
-        for ns in namespaces {
-            if self.bdevs.lock().iter().any(|b| b.0 == ns.id) {
-                continue;
-            }
-            let name = format!("{}n{}", self.name, ns.id);
-            let mut p = BdevProps::new(&name, "NVMe disk", ns.block_size, ns.num_blocks);
-            let bs = usize::try_from(ns.block_size).unwrap_or(512);
-            p.max_rw_size = u32::try_from((max_bytes / bs).min(65536)).unwrap_or(65536);
-            p.required_alignment = 2;
-            p.write_cache = id.volatile_write_cache();
-            p.max_write_zeroes = 65536;
-            p.max_unmap = u32::MAX;
-            p.uuid = ns_uuid(ns, &id.serial(), self.opts.generate_uuids);
-            let owner: Arc<dyn NsOwner> = Arc::clone(self) as Arc<dyn NsOwner>;
-            let bdev = NvmeBdev::new(owner, self.device.clone(), ns, &id, self.opts.enable_flush);
-            match self.mgr.register_bdev(MODULE, p, Arc::new(bdev)) {
-                Ok(_) => {
-                    self.bdevs.lock().push((ns.id, name.clone()));
-                    names.push(name);
-                }
-                Err(e) => tracing::error!(bdev = %name, error = %e, "cannot register NVMe bdev"),
-            }
-        }
-        names
-    }
-
-    /// Namespaces changed: new ones get bdevs, vanished ones go.
-    fn namespaces_changed(self: &Arc<Self>) {
-        let ns = self.driver.namespaces();
-        self.add_bdevs(&ns);
-        let gone: Vec<(u32, String)> = self
-            .bdevs
-            .lock()
-            .iter()
-            .filter(|b| !ns.iter().any(|n| n.id == b.0))
-            .cloned()
-            .collect();
-        for (nsid, name) in gone {
-            self.bdevs.lock().retain(|b| b.0 != nsid);
-            if let Some(b) = self.mgr.get(&name) {
-                self.mgr.unregister(&b, || {});
-            }
-        }
-    }
-
     /// The device is gone: fail all I/O, hot-remove the bdevs.
     fn surprise_removed(self: &Arc<Self>) {
         if self.removed.swap(true, Ordering::AcqRel) {
@@ -393,14 +438,25 @@ impl NvmeCtrlr {
         tracing::warn!(ctrlr = %self.name, "controller removed (gone, or its connection lost for good)");
         self.driver.set_state(nvme_driver::State::Removed);
         let me = Arc::clone(self);
+        // I/O in flight moves to the other paths of its bdev, if any;
+        // then a path of a multipath name goes (the single path stays,
+        // `deleting`, until detached).
+        let siblings = self.has_other_paths();
         self.device.for_each_channel(
             |ch| ch.inner.kill(),
             move || {
-                for name in me.bdev_names() {
-                    if let Some(b) = me.mgr.get(&name) {
-                        me.mgr.unregister(&b, || {});
+                let me2 = Arc::clone(&me);
+                me.leave_bdevs(move || {
+                    if !siblings {
+                        return;
                     }
-                }
+                    if let Some(reg) = me2.reg.upgrade() {
+                        reg.remove_path(me2.id);
+                    }
+                    me2.detached.store(true, Ordering::Release);
+                    let me3 = Arc::clone(&me2);
+                    me2.device.unregister(move || me3.shutdown(|| {}));
+                });
             },
         );
     }
@@ -446,11 +502,15 @@ pub struct AttachArgs {
     pub tcp: Option<TcpOptions>,
     /// Reconnect knobs of this controller (`None`: the module options').
     pub reconnect: Option<Reconnect>,
+    /// What an existing name means (`None`: SPDK's default, multipath).
+    pub multipath: Option<MultipathMode>,
+    /// The policy of its bdevs (attach `multipath_opts`).
+    pub policy: Option<Policy>,
 }
 
-/// The duplicate-path key of a TCP controller.
-fn tcp_key(o: &TcpOptions) -> String {
-    format!("{}:{}:{}", o.traddr, o.trsvcid, o.subnqn)
+/// The duplicate-path key of a TCP address.
+fn tcp_key(traddr: &str, trsvcid: &str, subnqn: &str) -> String {
+    format!("{traddr}:{trsvcid}:{subnqn}")
 }
 
 impl AttachArgs {
@@ -463,12 +523,14 @@ impl AttachArgs {
             num_io_queues: None,
             tcp: None,
             reconnect: None,
+            multipath: None,
+            policy: None,
         }
     }
 
-    fn path_key(&self) -> String {
+    pub(crate) fn path_key(&self) -> String {
         match &self.tcp {
-            Some(o) => tcp_key(o),
+            Some(o) => tcp_key(&o.traddr, &o.trsvcid, &o.subnqn),
             None => self.traddr.clone(),
         }
     }
@@ -521,7 +583,8 @@ pub fn attach(
         )));
         return;
     };
-    if let Err(e) = reg.reserve(&args.name, &args.path_key()) {
+    let multipath = args.multipath.unwrap_or_default() == MultipathMode::Multipath;
+    if let Err(e) = reg.reserve(&args.name, &args.path_key(), multipath) {
         done(Err(e));
         return;
     }
@@ -550,7 +613,16 @@ pub fn attach(
             let app2 = app.clone();
             let sent = app.send_msg(move || match r {
                 Ok((driver, e)) => {
-                    let c = new_ctrlr(&mgr, args.name, driver, e, applied, app2);
+                    let policy = args.policy.unwrap_or_default();
+                    let ctx = NewCtrlr {
+                        mgr: &mgr,
+                        reg: Arc::downgrade(&reg),
+                        policy,
+                        emu: e,
+                        opts: applied,
+                        app: app2,
+                    };
+                    let c = new_ctrlr(ctx, args.name, driver);
                     reg.settle(&c.name, Some(Arc::clone(&c)));
                     c.start(done);
                 }
@@ -569,14 +641,25 @@ pub fn attach(
     }
 }
 
-fn new_ctrlr(
-    mgr: &BdevManager,
-    name: String,
-    driver: Driver,
+/// What a new controller is made with besides its name and driver.
+struct NewCtrlr<'a> {
+    mgr: &'a BdevManager,
+    reg: Weak<Registry>,
+    policy: Policy,
     emu: Option<Arc<EmuController>>,
     opts: Applied,
     app: ThreadHandle,
-) -> Arc<NvmeCtrlr> {
+}
+
+fn new_ctrlr(ctx: NewCtrlr<'_>, name: String, driver: Driver) -> Arc<NvmeCtrlr> {
+    let NewCtrlr {
+        mgr,
+        reg,
+        policy,
+        emu,
+        opts,
+        app,
+    } = ctx;
     Arc::new_cyclic(|me: &Weak<NvmeCtrlr>| {
         let w = me.clone();
         let d = Arc::clone(&driver);
@@ -586,12 +669,15 @@ fn new_ctrlr(
         });
         NvmeCtrlr {
             name,
+            id: NEXT_PATH_ID.fetch_add(1, Ordering::Relaxed),
             driver,
             device,
             opts,
             mgr: mgr.clone(),
             app,
             bdevs: Mutex::new(Vec::new()),
+            policy,
+            reg,
             reset: ResetState::default(),
             reconnect: ReconnectState::default(),
             removed: AtomicBool::new(false),
@@ -638,7 +724,7 @@ impl NvmeCtrlr {
 
     /// Shuts the controller down on a helper thread (unless it is gone),
     /// then runs `done` on the app thread.
-    fn shutdown(self: Arc<Self>, done: impl FnOnce() + Send + 'static) {
+    pub(crate) fn shutdown(self: Arc<Self>, done: impl FnOnce() + Send + 'static) {
         let removed = self.removed.load(Ordering::Acquire);
         let app = self.app.clone();
         let spawned = std::thread::Builder::new()
@@ -656,44 +742,6 @@ impl NvmeCtrlr {
             tracing::error!(error = %e, "cannot start the detach thread");
         }
     }
-}
-
-/// Detaches controller `name` of `reg`: its bdevs are unregistered, its
-/// queues deleted, and the controller shut down; `done` runs on the
-/// calling thread.
-pub fn detach(reg: &Registry, name: &str, done: Box<dyn FnOnce(Result<()>) + Send>) {
-    let Some(c) = reg.remove(name) else {
-        done(Err(Error::NotFound(name.to_string())));
-        return;
-    };
-    c.detached.store(true, Ordering::Release);
-    let names = c.bdev_names();
-    let left = Arc::new(AtomicUsize::new(names.len() + 1));
-    let c2 = Arc::clone(&c);
-    let finish = Arc::new(Mutex::new(Some(done)));
-    let step = move || {
-        if left.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        let c3 = Arc::clone(&c2);
-        let finish = Arc::clone(&finish);
-        c2.device.unregister(move || {
-            c3.shutdown(move || {
-                if let Some(d) = finish.lock().take() {
-                    d(Ok(()));
-                }
-            });
-        });
-    };
-    let step = Arc::new(step);
-    for n in names {
-        let s = Arc::clone(&step);
-        match c.mgr.get(&n) {
-            Some(b) => c.mgr.unregister(&b, move || s()),
-            None => s(),
-        }
-    }
-    step();
 }
 
 /// Module fini (every bdev is gone): forgets every controller of `reg`

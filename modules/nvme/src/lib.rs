@@ -30,7 +30,11 @@ pub mod ctrlr;
 pub mod emu;
 pub mod hotplug;
 mod module;
+mod mp_rpc;
+pub mod multipath;
+mod nsbdevs;
 pub mod options;
+pub mod paths;
 mod reconnect;
 mod reset;
 pub mod rpc;
@@ -40,13 +44,16 @@ use std::sync::{Arc, OnceLock};
 use bdevkit::bdev::module::{add_registrar, BdevManager, MemoryRegistrar, RegistrarId};
 
 pub use bdev::{NvmeBdev, NvmeChannel};
-pub use ctrlr::{AttachArgs, AttachDone, NvmeCtrlr};
+pub use ctrlr::{AttachArgs, AttachDone, MultipathMode, NvmeCtrlr};
 pub use emu::{EmuCreateParams, EmuNsParams};
 pub use module::{
-    attach, controller, controllers, detach, emu, emu_create, emu_delete, emu_start,
-    emu_start_inline, module, options, set_hotplug, set_options, NvmeModule,
+    attach, controller, controller_paths, controllers, controllers_json, detach, detach_paths, emu,
+    emu_create, emu_delete, emu_start, emu_start_inline, io_paths_json, module, multipath_policy,
+    options, path_io_counts, set_hotplug, set_multipath_policy, set_options, NvmeModule,
 };
+pub use multipath::{PathPolicy, Policy, Selector};
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
+pub use paths::PathSelector;
 pub use reconnect::Reconnect;
 pub use rpc::register_rpcs;
 

@@ -6,7 +6,8 @@
 //! 3. every channel takes back what was in flight: each I/O is queued for
 //!    a retry (up to `bdev_retry_count`, never after a DNR status) or
 //!    fails;
-//! 4. the controller is enabled and initialised again (helper thread);
+//! 4. the controller is enabled and initialised again (helper thread),
+//!    at the next failover address if its current one does not connect;
 //! 5. every channel reconnects its queue pair and resubmits; a fabrics
 //!    queue connects from its channel's poller, and the reset waits for
 //!    it: one that does not connect fails the reset (then the reconnect
@@ -50,6 +51,8 @@ pub(crate) trait Resettable: ChannelOwner {
     fn reconnect(&self) -> (&Reconnect, &ReconnectState);
     /// Runs `f` on the app thread after `delay`.
     fn after(&self, delay: std::time::Duration, f: Box<dyn FnOnce() + Send>);
+    /// A reset succeeded (on the app thread).
+    fn reset_succeeded(&self) {}
 }
 
 /// Starts a reset of `c` (from any thread); `done` gets its outcome.
@@ -108,7 +111,7 @@ fn run<C: Resettable>(c: Arc<C>) {
                                 c2,
                                 move |c| {
                                     r?;
-                                    c.driver().enable().map_err(|e| e.to_string())
+                                    enable_any_path(c.driver())
                                 },
                                 |c, r| {
                                     if r.is_err() && retry_later(&c) {
@@ -134,6 +137,29 @@ fn run<C: Resettable>(c: Arc<C>) {
             );
         },
     );
+}
+
+/// Step 4: enables the controller at its current address, else at each
+/// failover address in turn (`multipath: failover`); the one that
+/// connects stays current.
+fn enable_any_path(d: &Driver) -> Result<(), String> {
+    let tcp = d.transport().tcp();
+    let n = tcp.map_or(1, nvme_driver::TcpTransport::path_count);
+    let mut r = Ok(());
+    for i in 0..n {
+        if i > 0 {
+            // Drop what the failed try connected, then the next address.
+            let _ = d.disable();
+            if !tcp.is_some_and(nvme_driver::TcpTransport::failover) {
+                break;
+            }
+        }
+        r = d.enable().map_err(|e| e.to_string());
+        if r.is_ok() {
+            break;
+        }
+    }
+    r
 }
 
 /// Step 5 done: every channel's queue connected, or one did not (the
@@ -182,7 +208,10 @@ fn retry_later<C: Resettable>(c: &Arc<C>) -> bool {
 
 fn finish<C: Resettable>(c: &C, r: Result<(), String>) {
     match &r {
-        Ok(()) => tracing::info!(ctrlr = c.name(), "controller reset done"),
+        Ok(()) => {
+            tracing::info!(ctrlr = c.name(), "controller reset done");
+            c.reset_succeeded();
+        }
         Err(e) => tracing::error!(ctrlr = c.name(), error = %e, "controller reset failed"),
     }
     let st = c.reset_state();

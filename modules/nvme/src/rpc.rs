@@ -1,9 +1,14 @@
 //! The nvme module's RPCs (SPDK's names, params and results):
 //! `bdev_nvme_attach_controller`, `bdev_nvme_detach_controller`,
 //! `bdev_nvme_get_controllers`, `bdev_nvme_reset_controller`,
-//! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`;
+//! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`
+//! (multipath's `bdev_nvme_set_multipath_policy` and
+//! `bdev_nvme_get_io_paths` are in `mp_rpc.rs`);
 //! and ours, `bdev_nvme_emu_create` / `bdev_nvme_emu_delete`: an emulated
 //! controller to attach at `emu:NAME` (tests, benchmarks).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -15,12 +20,15 @@ use nvme_driver::{TcpOptions, Transport};
 use nvme_spec::tcp::Digests;
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Cqe, Sqe, Status};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ctrlr::{AttachArgs, NvmeCtrlr};
+use crate::ctrlr::{AttachArgs, MultipathMode, NvmeCtrlr};
 pub use crate::emu::{EmuCreateParams, EmuNsParams};
+use crate::multipath::Policy;
 use crate::options::{HotplugParams, NvmeOptions};
+use crate::paths::PathSelector;
 use crate::reconnect::Reconnect;
 use crate::Error;
 
@@ -120,7 +128,7 @@ pub struct GetParams {
 pub struct ResetParams {
     /// Controller name.
     pub name: String,
-    /// Controller id (accepted; one controller per name here).
+    /// Only the path with this controller id.
     #[serde(default)]
     pub cntlid: Option<u16>,
 }
@@ -391,12 +399,29 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             } else {
                 None
             };
+            let multipath = match p.multipath.as_deref().map(MultipathMode::parse) {
+                None => None,
+                Some(Some(m)) => Some(m),
+                Some(None) => {
+                    return resp.err(RpcError::new(
+                        -22,
+                        "multipath must be disable, failover or multipath",
+                    ))
+                }
+            };
+            let policy = match p.multipath_opts.as_ref().map(multipath_opts) {
+                None => None,
+                Some(Ok(p)) => Some(p),
+                Some(Err(e)) => return resp.err(e),
+            };
             let args = AttachArgs {
                 name: p.name,
                 traddr: p.traddr,
                 num_io_queues: p.num_io_queues,
                 tcp,
                 reconnect,
+                multipath,
+                policy,
             };
             crate::attach(
                 &m,
@@ -404,6 +429,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 Box::new(move |r| match r {
                     Ok(names) => resp.ok(json!(names)),
                     Err(Error::Exists(msg)) => resp.err(RpcError::new(-114, msg)),
+                    Err(Error::InvalidArg(msg)) => resp.err(RpcError::new(-22, msg)),
                     Err(e) => {
                         tracing::error!(error = %e, "attach failed");
                         resp.err(RpcError::from_errno(e.errno()));
@@ -417,9 +443,19 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         "bdev_nvme_detach_controller",
         RUNTIME,
         move |p: DetachParams, resp| {
-            crate::detach(
+            let sel = PathSelector {
+                trtype: p.trtype,
+                traddr: p.traddr,
+                adrfam: p.adrfam,
+                trsvcid: p.trsvcid,
+                subnqn: p.subnqn,
+                hostaddr: p.hostaddr,
+                hostsvcid: p.hostsvcid,
+            };
+            crate::detach_paths(
                 &m,
                 &p.name,
+                &sel,
                 Box::new(move |r| resp.respond_errno(r.map(|()| true), Error::errno)),
             );
         },
@@ -428,21 +464,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
     reg.register_decoded(
         "bdev_nvme_get_controllers",
         RUNTIME,
-        move |p: GetParams, resp| {
-            let list: Vec<Value> = match &p.name {
-                Some(n) => match crate::controller(&m, n) {
-                    Some(c) => vec![c.info_json()],
-                    None => {
-                        return resp
-                            .err(RpcError::new(-22, format!("Controller {n} does not exist")))
-                    }
-                },
-                None => crate::controllers(&m)
-                    .iter()
-                    .map(|c| c.info_json())
-                    .collect(),
-            };
-            resp.ok(Value::Array(list));
+        move |p: GetParams, resp| match crate::controllers_json(&m, p.name.as_deref()) {
+            Some(list) => resp.ok(Value::Array(list)),
+            None => {
+                let n = p.name.unwrap_or_default();
+                resp.err(RpcError::new(-22, format!("Controller {n} does not exist")));
+            }
         },
     )?;
     let m = mgr.clone();
@@ -450,13 +477,38 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         "bdev_nvme_reset_controller",
         RUNTIME,
         move |p: ResetParams, resp| {
-            let Some(c) = crate::controller(&m, &p.name) else {
+            // Every path of the name, or the one with `cntlid`.
+            let paths: Vec<_> = crate::controller_paths(&m, &p.name)
+                .into_iter()
+                .filter(|c| {
+                    p.cntlid
+                        .is_none_or(|id| c.driver().identify().cntlid.get() == id)
+                })
+                .collect();
+            if paths.is_empty() {
                 return resp.err(RpcError::from_errno(libc::ENODEV));
-            };
-            c.reset(Box::new(move |r| match r {
-                Ok(()) => resp.ok(json!(true)),
-                Err(_) => resp.err(RpcError::from_errno(libc::EIO)),
-            }));
+            }
+            let left = Arc::new(AtomicUsize::new(paths.len()));
+            let failed = Arc::new(AtomicBool::new(false));
+            let resp = Arc::new(Mutex::new(Some(resp)));
+            for c in paths {
+                let (left, failed, resp) = (left.clone(), failed.clone(), resp.clone());
+                c.reset(Box::new(move |r| {
+                    if r.is_err() {
+                        failed.store(true, Ordering::Release);
+                    }
+                    if left.fetch_sub(1, Ordering::AcqRel) != 1 {
+                        return;
+                    }
+                    if let Some(resp) = resp.lock().take() {
+                        if failed.load(Ordering::Acquire) {
+                            resp.err(RpcError::from_errno(libc::EIO));
+                        } else {
+                            resp.ok(json!(true));
+                        }
+                    }
+                }));
+            }
         },
     )?;
     let m = mgr.clone();
@@ -503,5 +555,13 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             resp.respond_errno(crate::emu_delete(&m, &p.name).map(|()| true), Error::errno);
         },
     )?;
+    crate::mp_rpc::register(reg, mgr)?;
     Ok(())
+}
+
+/// An attach's `multipath_opts` (`{policy, selector, min_io}`).
+fn multipath_opts(v: &Value) -> Result<Policy, RpcError> {
+    let o: crate::mp_rpc::MultipathOpts = serde_json::from_value(v.clone())
+        .map_err(|e| RpcError::new(-22, format!("multipath_opts: {e}")))?;
+    o.policy()
 }

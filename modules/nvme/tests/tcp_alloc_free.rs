@@ -41,6 +41,8 @@ mod tests {
                         num_io_queues: None,
                         tcp: Some(o),
                         reconnect: None,
+                        multipath: None,
+                        policy: None,
                     },
                     Box::new(move |r| {
                         tx.send(r.map_err(|e| e.to_string())).unwrap();

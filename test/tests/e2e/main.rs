@@ -10,6 +10,8 @@ mod errors;
 #[cfg(test)]
 mod lifecycle;
 #[cfg(test)]
+mod nvme_multipath;
+#[cfg(test)]
 mod nvmf_rpc;
 #[cfg(test)]
 mod readme;

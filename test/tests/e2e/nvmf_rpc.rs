@@ -24,7 +24,7 @@ fn rpc(exe: &Path, d: &Daemon, args: &[&str]) -> (bool, String) {
 }
 
 /// The error object `spdk-rpc` printed for a failed call.
-fn err(exe: &Path, d: &Daemon, args: &[&str]) -> Value {
+pub(crate) fn err(exe: &Path, d: &Daemon, args: &[&str]) -> Value {
     let (good, out) = rpc(exe, d, args);
     assert!(!good, "spdk-rpc {args:?} should fail: {out}");
     let i = out

@@ -10,9 +10,10 @@
 //! [`Transport::reconnect_io_queue`].
 
 mod connect;
+mod paths;
 mod queue;
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,8 @@ use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::Command;
 
 use self::connect::Connecting;
+use self::paths::Paths;
+pub use self::paths::TcpPath;
 pub use self::queue::TcpQueue;
 use crate::error::{Error, Result};
 use crate::sys::DmaMem;
@@ -77,7 +80,8 @@ impl TcpOptions {
 #[derive(Debug)]
 pub struct TcpTransport {
     opts: TcpOptions,
-    addr: SocketAddr,
+    /// Where new connections go (failover: alternates too).
+    paths: Paths,
     hostid: [u8; 16],
     hostnqn: String,
     /// The controller id the admin queue's Connect got.
@@ -101,15 +105,7 @@ fn new_host_id() -> [u8; 16] {
 impl TcpTransport {
     /// The transport for `opts` (resolves the address; connects nothing).
     pub fn new(opts: TcpOptions) -> Result<TcpTransport> {
-        let port: u16 = opts
-            .trsvcid
-            .parse()
-            .map_err(|_| Error::InvalidArg(format!("trsvcid {:?}", opts.trsvcid)))?;
-        let addr = (opts.traddr.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| Error::InvalidArg(format!("traddr {:?}: {e}", opts.traddr)))?
-            .next()
-            .ok_or_else(|| Error::InvalidArg(format!("traddr {:?}", opts.traddr)))?;
+        let first = TcpPath::resolve(&opts.traddr, &opts.trsvcid)?;
         nvme_spec::fabrics::validate_nqn(&opts.subnqn)
             .map_err(|e| Error::InvalidArg(format!("subnqn: {e}")))?;
         let hostid = new_host_id();
@@ -123,7 +119,7 @@ impl TcpTransport {
         };
         Ok(TcpTransport {
             opts,
-            addr,
+            paths: Paths::new(first),
             hostid,
             hostnqn,
             cntlid: AtomicU16::new(CNTLID_DYNAMIC),
@@ -143,10 +139,53 @@ impl TcpTransport {
         &self.hostnqn
     }
 
-    /// The address it connects to.
+    /// The address it connects to (the current path's).
     #[must_use]
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.paths.current().addr
+    }
+
+    /// Its paths, the current one first (failover: the others follow in
+    /// the order [`TcpTransport::failover`] tries them).
+    #[must_use]
+    pub fn paths(&self) -> Vec<TcpPath> {
+        self.paths.list()
+    }
+
+    /// Adds an alternate path to the same controller (subsystem), which
+    /// a failover may make current.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArg`] when it does not resolve or is there already.
+    pub fn add_path(&self, traddr: &str, trsvcid: &str) -> Result<()> {
+        self.paths.add(TcpPath::resolve(traddr, trsvcid)?)
+    }
+
+    /// Removes path `traddr:trsvcid`; true when it was the current one
+    /// (then the next one is: the caller resets the controller to move
+    /// there).
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] for no such path, [`Error::InvalidArg`] for
+    /// the last one.
+    pub fn remove_path(&self, traddr: &str, trsvcid: &str) -> Result<bool> {
+        self.paths.remove(traddr, trsvcid)
+    }
+
+    /// Makes the next path current (connections made from now on go
+    /// there); false when it has one path only.
+    pub fn failover(&self) -> bool {
+        let moved = self.paths.failover();
+        if moved {
+            tracing::info!(to = %self.addr(), "NVMe/TCP failover to the next path");
+        }
+        moved
+    }
+
+    /// How many paths it has.
+    #[must_use]
+    pub fn path_count(&self) -> usize {
+        self.paths.len()
     }
 
     /// Starts connecting queue `qid` of `entries` entries: the TCP
@@ -160,10 +199,11 @@ impl TcpTransport {
             return Err(Error::InvalidArg(format!("queue of {entries} entries")));
         }
         let t = self.opts.connect_timeout;
+        let addr = self.addr();
         let sock = if qid == ADMIN_QID {
-            TcpStream::connect_timeout(&self.addr, t)
+            TcpStream::connect_timeout(&addr, t)
         } else {
-            crate::sys::tcp_connect_nonblocking(&self.addr)
+            crate::sys::tcp_connect_nonblocking(&addr)
         }
         .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
         let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
@@ -240,7 +280,7 @@ impl Transport for TcpTransport {
         let dw0 = q.wait_connected()?;
         let r = ConnectResponse::from_dword(dw0);
         self.cntlid.store(r.cntlid, Ordering::Release);
-        tracing::debug!(addr = %self.addr, digests = ?q.digests(), "NVMe/TCP admin queue connected");
+        tracing::debug!(addr = %self.addr(), digests = ?q.digests(), "NVMe/TCP admin queue connected");
         Ok(q)
     }
 
