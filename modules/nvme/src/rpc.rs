@@ -1,7 +1,9 @@
 //! The nvme module's RPCs (SPDK's names, params and results):
 //! `bdev_nvme_attach_controller`, `bdev_nvme_detach_controller`,
 //! `bdev_nvme_get_controllers`, `bdev_nvme_reset_controller`,
-//! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`;
+//! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`,
+//! the discovery ones (`discovery_rpc.rs`: `bdev_nvme_start_discovery`,
+//! `bdev_nvme_stop_discovery`, `bdev_nvme_get_discovery_info`);
 //! and ours, `bdev_nvme_emu_create` / `bdev_nvme_emu_delete`: an emulated
 //! controller to attach at `emu:NAME` (tests, benchmarks).
 
@@ -503,5 +505,6 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             resp.respond_errno(crate::emu_delete(&m, &p.name).map(|()| true), Error::errno);
         },
     )?;
+    crate::discovery_rpc::register_rpcs(reg, mgr)?;
     Ok(())
 }
