@@ -18,7 +18,9 @@
 //!   are the service's `referrals`.
 //! * **Connection loss.** The discovery controller connects again every
 //!   second (and reads the log again); the attached controllers keep their
-//!   own reconnect rules (`ctrlr_loss_timeout_sec` ...).
+//!   own reconnect rules (`ctrlr_loss_timeout_sec` ...), and one gone for
+//!   good (or detached by hand) is attached again, under a new name, when
+//!   a later log still lists it.
 //! * **Stop.** Every controller the service attached is detached, then the
 //!   discovery controller is shut down.
 //!
@@ -49,6 +51,8 @@ use crate::{Error, Result};
 pub(crate) type AttachFn = fn(&BdevManager, AttachArgs, AttachDone);
 /// Detaches a controller (the module's `detach`).
 pub(crate) type DetachFn = fn(&BdevManager, &str, Box<dyn FnOnce(Result<()>) + Send>);
+/// Whether a controller is attached (the module's registry).
+pub(crate) type ExistsFn = fn(&BdevManager, &str) -> bool;
 /// Gets the outcome of a start or a stop, on the app thread.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
@@ -82,6 +86,7 @@ pub struct DiscoveryArgs {
 pub(crate) struct Ops {
     pub attach: AttachFn,
     pub detach: DetachFn,
+    pub exists: ExistsFn,
     pub applied: Applied,
 }
 
@@ -419,6 +424,10 @@ impl Discovery {
             }
             st.applied_seq = seq;
             st.log_applied = true;
+            // A controller gone meanwhile (lost for good, or detached by
+            // hand) is attached again if the log still lists it.
+            let (mgr, exists) = (&self.mgr, self.ops.exists);
+            st.paths.retain(|p| !p.attached || exists(mgr, &p.name));
             st.referrals = log
                 .entries
                 .iter()

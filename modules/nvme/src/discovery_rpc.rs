@@ -165,6 +165,7 @@ pub fn start_discovery(mgr: &BdevManager, args: DiscoveryArgs, done: Done) {
     let ops = Ops {
         attach,
         detach,
+        exists: |mgr, name| crate::controller(mgr, name).is_some(),
         applied: m.applied(),
     };
     m.discoveries().start(mgr, args, ops, done);

@@ -237,10 +237,35 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(info, json!([]));
-            // The name is free again; the counter starts over.
+            // The name is free again; the counter starts over (SUBNQN and
+            // SUB3 are listed now).
             let r = call(&reg, "bdev_nvme_start_discovery", p2).await;
             assert_eq!(r.unwrap(), json!(true));
             assert_eq!(ctrlr_names(&mgr), ["nvme0", "nvme1"]);
+            // Detached by hand: attached again at the next log change.
+            call(
+                &reg,
+                "bdev_nvme_detach_controller",
+                json!({"name": "nvme0"}),
+            )
+            .await
+            .unwrap();
+        });
+        let r: Result<(), String> = target.call(move |tg, tx| {
+            let _ = tx.send(
+                tg.add_listener(&listener(SUB2, port))
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        assert_eq!(r, Ok(()));
+        host.run(|mgr| async move {
+            let m = mgr.clone();
+            until("nvme3 attached", move || m.get("nvme3n1").is_some()).await;
+            // Log order: SUBNQN (again, as nvme2), SUB2 (nvme3), SUB3 (kept).
+            assert_eq!(ctrlr_names(&mgr), ["nvme1", "nvme2", "nvme3"]);
+            let c = bdevkit_nvme::controller(&mgr, "nvme2").unwrap();
+            assert_eq!(c.info_json()["ctrlrs"][0]["trid"]["subnqn"], SUBNQN);
+            let reg = rpc::registry(&mgr, RPCS);
             let r = call(&reg, "bdev_nvme_stop_discovery", json!({"name": "nvme"})).await;
             assert_eq!(r.unwrap(), json!(true));
             assert!(ctrlr_names(&mgr).is_empty());
