@@ -6,7 +6,8 @@
 //! event) is attached, one whose listener goes is detached; the saved
 //! config has the discovery entry, not the attaches; SPDK's errors for a
 //! name or address in use, an unknown name, an unreachable discovery
-//! controller; stop detaches everything.
+//! controller; stop detaches everything; a lost discovery connection is
+//! made again and follows the log.
 
 #[cfg(test)]
 mod tests {
@@ -267,6 +268,67 @@ mod tests {
             assert_eq!(c.info_json()["ctrlrs"][0]["trid"]["subnqn"], SUBNQN);
             let reg = rpc::registry(&mgr, RPCS);
             let r = call(&reg, "bdev_nvme_stop_discovery", json!({"name": "nvme"})).await;
+            assert_eq!(r.unwrap(), json!(true));
+            assert!(ctrlr_names(&mgr).is_empty());
+        });
+    }
+
+    /// The discovery subsystem's controllers' ids on the target.
+    fn discovery_cntlids(t: &NvmfEnv) -> Vec<u64> {
+        let v: Vec<Value> = t.call(|tg, tx| {
+            let _ = tx.send(tg.controllers_json(DISCOVERY_NQN).unwrap());
+        });
+        v.iter().filter_map(|c| c["cntlid"].as_u64()).collect()
+    }
+
+    #[test]
+    fn a_lost_discovery_connection_is_made_again() {
+        let target = NvmfEnv::start();
+        let port = target.addr.port();
+        let add_disc_listener = |t: &NvmfEnv| {
+            let r: Result<(), String> = t.call(move |tg, tx| {
+                let _ = tx.send(
+                    tg.add_listener(&listener("discovery", port))
+                        .map_err(|e| e.to_string()),
+                );
+            });
+            assert_eq!(r, Ok(()));
+        };
+        add_disc_listener(&target);
+        let host = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
+        let p = start_params(&target, "disc");
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let r = call(&reg, "bdev_nvme_start_discovery", p).await;
+            assert_eq!(r.unwrap(), json!(true));
+            assert_eq!(ctrlr_names(&mgr), ["disc0"]);
+        });
+        let before = discovery_cntlids(&target);
+        assert_eq!(before.len(), 1, "{before:?}");
+        // Removing the discovery subsystem's listener closes the discovery
+        // controller's connection (the subsystem's stays: another one).
+        remove_listener(&target, DISCOVERY_NQN);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let now = discovery_cntlids(&target);
+            if now.len() == 1 && now != before {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new discovery controller: {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The new connection follows the log: a new subsystem is attached.
+        add_subsystem(&target, SUB2, "Malloc1", true);
+        host.run(|mgr| async move {
+            let m = mgr.clone();
+            until("disc1n1 attached", move || m.get("disc1n1").is_some()).await;
+            assert_eq!(ctrlr_names(&mgr), ["disc0", "disc1"]);
+            round_trip(&mgr, "disc0n1", 4).await;
+            let reg = rpc::registry(&mgr, RPCS);
+            let r = call(&reg, "bdev_nvme_stop_discovery", json!({"name": "disc"})).await;
             assert_eq!(r.unwrap(), json!(true));
             assert!(ctrlr_names(&mgr).is_empty());
         });
