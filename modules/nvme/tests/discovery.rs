@@ -126,8 +126,7 @@ mod tests {
         assert_eq!(r, Ok(()));
         let host = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
         let p = start_params(&target, "nvme");
-        let p2 = p.clone();
-        host.run(move |mgr| async move {
+        let saved = host.run(move |mgr| async move {
             let reg = rpc::registry(&mgr, RPCS);
             let r = call(&reg, "bdev_nvme_start_discovery", p.clone()).await;
             assert_eq!(r.unwrap(), json!(true));
@@ -204,6 +203,7 @@ mod tests {
                 .iter()
                 .position(|m| *m == "bdev_nvme_start_discovery");
             assert!(dp < hp, "discovery before hotplug: {methods:?}");
+            sp.clone()
         });
 
         // A third subsystem: its listener changes the log, the event
@@ -238,9 +238,9 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(info, json!([]));
-            // The name is free again; the counter starts over (SUBNQN and
-            // SUB3 are listed now).
-            let r = call(&reg, "bdev_nvme_start_discovery", p2).await;
+            // The name is free again; the saved entry replays; the counter
+            // starts over (SUBNQN and SUB3 are listed now).
+            let r = call(&reg, "bdev_nvme_start_discovery", saved).await;
             assert_eq!(r.unwrap(), json!(true));
             assert_eq!(ctrlr_names(&mgr), ["nvme0", "nvme1"]);
             // Detached by hand: attached again at the next log change.
