@@ -85,6 +85,10 @@ pub struct ControllerOptions {
     pub admin_timeout: Duration,
     /// Asynchronous Event Requests kept outstanding.
     pub aer_count: u8,
+    /// A discovery controller (NVMe-oF): no I/O queues and no namespaces;
+    /// its asynchronous events are Discovery Log Page Change notices
+    /// (read the log with [`crate::discovery::read_log`]).
+    pub discovery: bool,
 }
 
 impl Default for ControllerOptions {
@@ -96,6 +100,7 @@ impl Default for ControllerOptions {
             keep_alive_timeout_ms: 10_000,
             admin_timeout: Duration::from_secs(10),
             aer_count: 1,
+            discovery: false,
         }
     }
 }
@@ -408,6 +413,11 @@ impl<T: Transport> Controller<T> {
         let aerl = ctrlr.aerl;
         self.info.write().ctrlr = Some(ctrlr);
 
+        if self.opts.discovery {
+            // No queue count, no namespaces (a discovery controller has
+            // neither); its events are discovery log changes.
+            return self.init_events(AsyncEventConfig::DISCOVERY_LOG_CHANGE, aerl);
+        }
         let want = self.opts.num_io_queues.clamp(1, 0xfffe);
         let nq = NumberOfQueues::from_counts(want, want).expect("invariant: clamped to 1..=0xfffe");
         let c = self.exec(SetFeatures::of(&nq).to_sqe(0))?;
@@ -422,8 +432,13 @@ impl<T: Transport> Controller<T> {
             }
         }
         self.rescan(nn)?;
+        self.init_events(AsyncEventConfig::NAMESPACE_ATTRIBUTE, aerl)
+    }
 
-        let aec = AsyncEventConfig(AsyncEventConfig::NAMESPACE_ATTRIBUTE);
+    /// Asynchronous event configuration `aec`, keep alive, then `aerl` + 1
+    /// (at most `aer_count`) Asynchronous Event Requests.
+    fn init_events(&self, aec: u32, aerl: u8) -> Result<()> {
+        let aec = AsyncEventConfig(aec);
         if let Err(e) = self
             .exec(SetFeatures::of(&aec).to_sqe(0))
             .and_then(|c| ok(&c, 0x09))

@@ -9,6 +9,8 @@
 //!            keep alive, disable/enable (reset), shutdown
 //! admin      the admin queue: shared behind a mutex, sync commands for
 //!            set-up, async ones with callbacks
+//! discovery  NVMe-oF discovery controllers: the discovery log page (LID
+//!            70h), read consistently
 //! ns         namespaces: active list, Identify Namespace, identifiers
 //!            (UUID / NGUID / EUI-64)
 //! qpair      Qpair<Q, C>: slots (CID = slot index), completions, timeouts
@@ -57,6 +59,7 @@ mod admin;
 pub mod any;
 pub mod bus;
 pub mod ctrlr;
+pub mod discovery;
 pub mod emu;
 mod error;
 pub mod ns;

@@ -21,12 +21,18 @@
 //!   hook, so that every `DmaBuf` is mapped for VFIO devices once, at
 //!   allocation (IOVA = virtual address).
 //!
+//! * **Discovery.** `bdev_nvme_start_discovery` connects to an NVMe-oF
+//!   discovery controller and attaches the subsystems its log lists, and
+//!   follows the log's changes ([`discovery`]).
+//!
 //! RPCs: see [`rpc`]. `doc/nvme.md` has the whole picture.
 #![warn(missing_docs)]
 
 mod bdev;
 pub mod channel;
 pub mod ctrlr;
+pub mod discovery;
+mod discovery_rpc;
 pub mod emu;
 pub mod hotplug;
 mod module;
@@ -45,6 +51,10 @@ use bdevkit::bdev::module::{add_registrar, BdevManager, MemoryRegistrar, Registr
 
 pub use bdev::{NvmeBdev, NvmeChannel};
 pub use ctrlr::{AttachArgs, AttachDone, MultipathMode, NvmeCtrlr};
+pub use discovery::DiscoveryArgs;
+pub use discovery_rpc::{
+    discovery_info, start_discovery, stop_discovery, StartDiscoveryParams, StopDiscoveryParams,
+};
 pub use emu::{EmuCreateParams, EmuNsParams};
 pub use module::{
     attach, controller, controller_paths, controllers, controllers_json, detach, detach_paths, emu,

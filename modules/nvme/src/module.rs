@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::ctrlr::{self, AttachArgs, AttachDone, NvmeCtrlr, Registry, Target};
+use crate::discovery::Discoveries;
 use crate::emu::{EmuCreateParams, EmuRegistry};
 use crate::hotplug::Hotplug;
 use crate::multipath::{NsPaths, Policy};
@@ -25,6 +26,7 @@ pub struct NvmeModule {
     options: Mutex<NvmeOptions>,
     hotplug: Arc<Hotplug>,
     emus: EmuRegistry,
+    discoveries: Arc<Discoveries>,
 }
 
 impl BdevModule for NvmeModule {
@@ -32,11 +34,14 @@ impl BdevModule for NvmeModule {
         MODULE
     }
 
-    /// SPDK's order: options, one attach per controller path, the
-    /// multipath policies, hotplug last.
+    /// SPDK's order: options, one attach per controller path (but those
+    /// of discovery services), the multipath policies, the discovery
+    /// services, hotplug last.
     fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
         let mut v = vec![options::config_entry(&self.options.lock())];
-        v.extend(paths::config_json(&self.ctrlrs));
+        let d = &self.discoveries;
+        v.extend(paths::config_json(&self.ctrlrs, |name| d.owns(name)));
+        v.extend(d.config_json());
         let h = self.hotplug.params();
         v.push(json!({"method": "bdev_nvme_set_hotplug",
             "params": {"period_us": h.period_us, "enable": h.enable}}));
@@ -47,8 +52,21 @@ impl BdevModule for NvmeModule {
     /// shut down, the emulated controllers stopped.
     fn fini(&self, _mgr: &BdevManager) {
         self.hotplug.stop();
+        self.discoveries.shutdown_all();
         ctrlr::shutdown_all(&self.ctrlrs);
         self.emus.clear();
+    }
+}
+
+impl NvmeModule {
+    /// Its discovery services.
+    pub(crate) fn discoveries(&self) -> &Arc<Discoveries> {
+        &self.discoveries
+    }
+
+    /// The options a controller attached now gets.
+    pub(crate) fn applied(&self) -> options::Applied {
+        self.options.lock().applied()
     }
 }
 

@@ -256,11 +256,12 @@ fn names(reg: &Registry) -> Vec<String> {
 
 /// `save_config`: one attach per path and address (`multipath` says how
 /// the ones after the first join), then each bdev's policy when it is
-/// not the default.
-pub(crate) fn config_json(reg: &Registry) -> Vec<Value> {
+/// not the default. Names for which `skip` is true (a discovery
+/// service's controllers) are left out.
+pub(crate) fn config_json(reg: &Registry, skip: impl Fn(&str) -> bool) -> Vec<Value> {
     let mut out = Vec::new();
     let mut policies = Vec::new();
-    for name in names(reg) {
+    for name in names(reg).into_iter().filter(|n| !skip(n)) {
         let paths = reg.paths(&name);
         let many = paths.len() > 1;
         for c in &paths {

@@ -3,7 +3,9 @@
 //! `bdev_nvme_get_controllers`, `bdev_nvme_reset_controller`,
 //! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`
 //! (multipath's `bdev_nvme_set_multipath_policy` and
-//! `bdev_nvme_get_io_paths` are in `mp_rpc.rs`);
+//! `bdev_nvme_get_io_paths` are in `mp_rpc.rs`), the discovery ones
+//! (`discovery_rpc.rs`: `bdev_nvme_start_discovery`,
+//! `bdev_nvme_stop_discovery`, `bdev_nvme_get_discovery_info`);
 //! and ours, `bdev_nvme_emu_create` / `bdev_nvme_emu_delete`: an emulated
 //! controller to attach at `emu:NAME` (tests, benchmarks).
 
@@ -556,6 +558,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         },
     )?;
     crate::mp_rpc::register(reg, mgr)?;
+    crate::discovery_rpc::register_rpcs(reg, mgr)?;
     Ok(())
 }
 
