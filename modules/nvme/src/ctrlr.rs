@@ -44,6 +44,8 @@ pub struct NvmeCtrlr {
     removed: AtomicBool,
     detached: AtomicBool,
     me: Weak<NvmeCtrlr>,
+    /// The registry it is in (a lost controller leaves it by itself).
+    reg: Weak<Registry>,
     _emu: Option<Arc<EmuController>>,
 }
 
@@ -127,6 +129,15 @@ impl Registry {
         Some(r.ctrlrs.remove(i))
     }
 
+    /// Removes `c` itself (not another controller attached since under
+    /// its name); whether it was there.
+    fn remove_exact(&self, c: &Arc<NvmeCtrlr>) -> bool {
+        let mut r = self.0.lock();
+        let before = r.ctrlrs.len();
+        r.ctrlrs.retain(|x| !Arc::ptr_eq(x, c));
+        r.ctrlrs.len() != before
+    }
+
     fn take_all(&self) -> Vec<Arc<NvmeCtrlr>> {
         std::mem::take(&mut self.0.lock().ctrlrs)
     }
@@ -163,6 +174,11 @@ impl Resettable for NvmeCtrlr {
     }
     fn reconnect(&self) -> (&Reconnect, &ReconnectState) {
         (&self.opts.reconnect, &self.reconnect)
+    }
+    fn give_up(&self) {
+        if let Some(c) = self.me.upgrade() {
+            c.surprise_removed();
+        }
     }
     fn after(&self, delay: Duration, f: Box<dyn FnOnce() + Send>) {
         let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
@@ -396,13 +412,38 @@ impl NvmeCtrlr {
         self.device.for_each_channel(
             |ch| ch.inner.kill(),
             move || {
-                for name in me.bdev_names() {
-                    if let Some(b) = me.mgr.get(&name) {
-                        me.mgr.unregister(&b, || {});
+                // Once its bdevs are gone, it leaves the registry (as
+                // `bdev_nvme_detach_controller` would): a later attach may
+                // take its name and path again.
+                let names = me.bdev_names();
+                let left = Arc::new(AtomicUsize::new(names.len() + 1));
+                let me2 = Arc::clone(&me);
+                let step = Arc::new(move || {
+                    if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        me2.forget();
+                    }
+                });
+                for name in names {
+                    let s = Arc::clone(&step);
+                    match me.mgr.get(&name) {
+                        Some(b) => me.mgr.unregister(&b, move || s()),
+                        None => s(),
                     }
                 }
+                step();
             },
         );
+    }
+
+    /// A removed controller whose bdevs are gone leaves its registry.
+    fn forget(self: &Arc<Self>) {
+        let Some(reg) = self.reg.upgrade() else {
+            return;
+        };
+        if reg.remove_exact(self) {
+            tracing::info!(ctrlr = %self.name, "removed controller forgotten");
+            detach_ctrlr(Arc::clone(self), Box::new(|_| {}));
+        }
     }
 
     fn admin_poll(self: &Arc<Self>) -> PollerStatus {
@@ -550,7 +591,7 @@ pub fn attach(
             let app2 = app.clone();
             let sent = app.send_msg(move || match r {
                 Ok((driver, e)) => {
-                    let c = new_ctrlr(&mgr, args.name, driver, e, applied, app2);
+                    let c = new_ctrlr(&reg, &mgr, args.name, driver, e, applied, app2);
                     reg.settle(&c.name, Some(Arc::clone(&c)));
                     c.start(done);
                 }
@@ -570,6 +611,7 @@ pub fn attach(
 }
 
 fn new_ctrlr(
+    reg: &Arc<Registry>,
     mgr: &BdevManager,
     name: String,
     driver: Driver,
@@ -597,6 +639,7 @@ fn new_ctrlr(
             removed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             me: me.clone(),
+            reg: Arc::downgrade(reg),
             _emu: emu,
         }
     })
@@ -666,6 +709,11 @@ pub fn detach(reg: &Registry, name: &str, done: Box<dyn FnOnce(Result<()>) + Sen
         done(Err(Error::NotFound(name.to_string())));
         return;
     };
+    detach_ctrlr(c, done);
+}
+
+/// Detaches `c`, which left its registry already.
+fn detach_ctrlr(c: Arc<NvmeCtrlr>, done: Box<dyn FnOnce(Result<()>) + Send>) {
     c.detached.store(true, Ordering::Release);
     let names = c.bdev_names();
     let left = Arc::new(AtomicUsize::new(names.len() + 1));

@@ -34,6 +34,7 @@ pub mod options;
 mod reconnect;
 mod reset;
 pub mod rpc;
+mod wake;
 
 use std::sync::{Arc, OnceLock};
 

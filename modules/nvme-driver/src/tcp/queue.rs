@@ -28,6 +28,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Read as _, Write as _};
 use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 
 use nvme_spec::sgl::SglDescriptor;
 use nvme_spec::tcp::{self, DataDigest, DataHeader, Digests, Fes, Pdu, PduError, RecvConfig, Role};
@@ -121,7 +122,15 @@ pub struct TcpQueue {
     failure: Option<Failure>,
     /// Dword 0 of the Fabrics Connect's response.
     connect_dw0: u32,
+    /// Identifies this queue's socket (see [`QueueTransport::wake_fd`]).
+    sock_id: u64,
+    /// The last receive stopped at its bound with bytes maybe left.
+    more: bool,
 }
+
+/// Ids of sockets, so that a new socket is told from an old one with the
+/// same descriptor number.
+static SOCK_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
     Error::sys(op)
@@ -165,6 +174,8 @@ impl TcpQueue {
             conn: None,
             failure: None,
             connect_dw0: 0,
+            sock_id: SOCK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            more: false,
         };
         q.rx.connected = false;
         let mut b = [0u8; 128];
@@ -311,6 +322,7 @@ impl TcpQueue {
 
     /// Reads and parses what the socket has.
     fn receive(&mut self) {
+        self.more = false;
         for _ in 0..READS_PER_REAP {
             let Some(sock) = self.sock.as_mut() else {
                 return;
@@ -336,6 +348,7 @@ impl TcpQueue {
                 return;
             }
         }
+        self.more = self.sock.is_some();
     }
 
     /// Feeds `rbuf[from..to]` to the PDU state machine; returns the bytes
@@ -722,5 +735,13 @@ impl QueueTransport for TcpQueue {
 
     fn is_connecting(&self) -> bool {
         self.conn.is_some()
+    }
+
+    fn wake_fd(&self) -> Option<(RawFd, u64)> {
+        self.sock.as_ref().map(|s| (s.as_raw_fd(), self.sock_id))
+    }
+
+    fn needs_poll(&self) -> bool {
+        self.sock.is_some() && (self.out_pos < self.out.len() || self.more)
     }
 }
