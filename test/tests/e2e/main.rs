@@ -10,6 +10,8 @@ mod errors;
 #[cfg(test)]
 mod lifecycle;
 #[cfg(test)]
+mod nvmf_loss;
+#[cfg(test)]
 mod nvmf_rpc;
 #[cfg(test)]
 mod readme;
