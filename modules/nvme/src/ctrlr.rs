@@ -25,6 +25,7 @@ use crate::channel::{ChannelOwner, CtrlrChannel, Driver, ResetDone};
 use crate::options::Applied;
 use crate::reconnect::{Reconnect, ReconnectState};
 use crate::reset::{self, ResetState, Resettable};
+use crate::wake;
 use crate::{Error, Result, MODULE};
 
 /// Called with an attach's bdev names (or its error), on the app thread.
@@ -672,6 +673,17 @@ impl NvmeCtrlr {
                     }
                 },
             );
+            if self.driver.transport().is_fabrics() {
+                // Interrupt mode: the admin queue's socket wakes the thread.
+                let w = Arc::downgrade(self);
+                wake::admin_poller(&t, move || {
+                    let c = w
+                        .upgrade()
+                        .filter(|c| !c.detached.load(Ordering::Acquire))?;
+                    c.admin_poll();
+                    Some(c.driver.admin_wake())
+                });
+            }
         }
         let ns = self.driver.namespaces();
         let names = self.add_bdevs(&ns);

@@ -16,6 +16,12 @@
 //! for the next arrival. What readability does not announce (unsent bytes,
 //! a reap cut short, a connect's deadline) keeps the poller going, the
 //! deadline through a slow tick while the queue connects.
+//!
+//! The admin queue of a fabrics controller gets one too, on the app
+//! thread: an active poller that polls the admin queue whenever the
+//! thread wakes (its socket among the reasons), beside the timed admin
+//! poller (keep alive, health). So admin completions and events arrive
+//! at once however long `nvme_adminq_poll_period_us` is.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
@@ -83,7 +89,18 @@ impl QueueWake {
     /// the queue's current socket and says whether the thread may sleep
     /// until it turns readable (false: poll again).
     pub(crate) fn may_sleep(&mut self, q: &impl QueueTransport) -> bool {
-        let cur = q.wake_fd();
+        self.may_sleep_on(q.wake_fd(), q.needs_poll(), q.is_connecting())
+    }
+
+    /// [`QueueWake::may_sleep`] from what a queue says: its descriptor
+    /// ([`QueueTransport::wake_fd`]), whether it needs polling anyway
+    /// ([`QueueTransport::needs_poll`]) and whether it connects.
+    pub(crate) fn may_sleep_on(
+        &mut self,
+        cur: Option<(RawFd, u64)>,
+        needs_poll: bool,
+        connecting: bool,
+    ) -> bool {
         if cur != self.watched {
             if let Some((fd, _)) = self.watched.take() {
                 // Gone already when the socket was closed (the usual case).
@@ -101,8 +118,8 @@ impl QueueWake {
                 self.watched = Some((fd, id));
             }
         }
-        self.set_tick(q.is_connecting());
-        if q.needs_poll() {
+        self.set_tick(connecting);
+        if needs_poll {
             return false;
         }
         match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
@@ -136,4 +153,32 @@ impl Drop for QueueWake {
             p.unregister();
         }
     }
+}
+
+/// What an admin poll says: `None`, the controller is gone (the poller
+/// ends); else what [`nvme_driver::Controller::admin_wake`] says.
+type AdminPolled = Option<Option<(Option<(RawFd, u64)>, bool)>>;
+
+/// In interrupt mode, registers on `thread` an active poller that runs
+/// `poll` (an admin poll) whenever the thread wakes, the admin queue's
+/// socket among the reasons; nothing in polling mode (the timed admin
+/// poller does).
+pub(crate) fn admin_poller(thread: &Thread, mut poll: impl FnMut() -> AdminPolled + 'static) {
+    let Some(mut wake) = QueueWake::new(thread) else {
+        return;
+    };
+    thread.register_poller("bdev_nvme_adminq_wake", 0, move |p| match poll() {
+        Some(state) => {
+            let sleeps = state.is_none_or(|(fd, busy)| wake.may_sleep_on(fd, busy, false));
+            if sleeps {
+                PollerStatus::Idle
+            } else {
+                PollerStatus::Busy
+            }
+        }
+        None => {
+            p.unregister();
+            PollerStatus::Idle
+        }
+    });
 }

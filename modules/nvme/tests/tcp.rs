@@ -686,4 +686,55 @@ mod tests {
                 .unwrap();
         });
     }
+
+    /// Interrupt mode: an admin command's completion wakes the app thread
+    /// through the admin queue's socket, though the timed admin poller is
+    /// a minute away (without the socket, nothing would poll the queue
+    /// before then).
+    #[test]
+    fn interrupt_mode_admin_completion_wakes_the_app_thread() {
+        use nvme_spec::Command as _;
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+
+        let t = MiniTarget::start();
+        let host = env();
+        let p = params("Adm", &t);
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_set_options",
+                json!({"nvme_adminq_poll_period_us": 60_000_000}),
+            )
+            .await
+            .unwrap();
+            call(&reg, "bdev_nvme_attach_controller", p).await.unwrap();
+        });
+        let kas = t.state.keep_alives.load(Ordering::Acquire);
+        let done = Arc::new(AtomicBool::new(false));
+        let (mgr, d) = (host.mgr().clone(), Arc::clone(&done));
+        host.runtime()
+            .app_thread()
+            .run_sync(move || {
+                let c = bdevkit_nvme::controller(&mgr, "Adm").unwrap();
+                c.driver().submit_admin(
+                    nvme_spec::admin::KeepAlive.to_sqe(0),
+                    None,
+                    Box::new(move |st, _, _| {
+                        assert!(st.is_success(), "{st}");
+                        d.store(true, Ordering::Release);
+                    }),
+                );
+            })
+            .unwrap();
+        wait_until("admin completion", || done.load(Ordering::Acquire));
+        assert!(t.state.keep_alives.load(Ordering::Acquire) > kas);
+        host.run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Adm"}))
+                .await
+                .unwrap();
+        });
+    }
 }
