@@ -83,12 +83,15 @@ fn start_target(cfg: &Path) -> Daemon {
     Daemon::start(&["-m", "0x1", "--json", cfg.to_str().unwrap()])
 }
 
-/// `bdevperf -z` with `cfg`, verify at QD 8 of 4 KiB by default.
-fn start_bdevperf(cfg: &Path) -> Daemon {
+/// `bdevperf -z` with `cfg`, verify at QD 8 of 4 KiB by default, on
+/// bdev `only` (not on whatever else is unclaimed when a test starts).
+fn start_bdevperf(cfg: &Path, only: &str) -> Daemon {
     Daemon::start_program(
         "bdevperf",
         &[
             "-z",
+            "-T",
+            only,
             "-m",
             "0x1",
             "--json",
@@ -186,7 +189,7 @@ fn target_killed_under_verify_and_restarted_loses_no_write() {
     );
     let bp_cfg = host_config(d, "bp", &[attach("NvmeV", port, NQN_V, 20, 0)]);
 
-    let bp = start_bdevperf(&bp_cfg);
+    let bp = start_bdevperf(&bp_cfg, "NvmeVn1");
     let verify = perform_tests(&bp, 6);
     let dd = Command::new(bin("bdev_dd"))
         .args(["--interrupt-mode", "--json"])
@@ -266,7 +269,22 @@ fn raid(bp: &Daemon) -> Value {
 }
 
 #[test]
-fn raid1_across_two_targets_degrades_and_rebuilds() {
+fn raid1_across_two_targets_member_given_up_then_rebuilt() {
+    raid1_across_two_targets(true);
+}
+
+#[test]
+fn raid1_across_two_targets_member_reconnected_then_rebuilt() {
+    raid1_across_two_targets(false);
+}
+
+/// B's target dies under verify: B's I/O fails after 1 s lost (the raid
+/// degrades). With `given_up`, B is given up after 2 s (its bdev
+/// hot-removed, the slot emptied), attached again once its target is
+/// back; else B reconnects by itself once its target is back and its
+/// failed member is taken out by `bdev_raid_remove_base_bdev`. Either
+/// way it is added back and rebuilt.
+fn raid1_across_two_targets(given_up: bool) {
     let dir = temp_dir();
     let d = dir.path();
     let (a_img, b_img) = (d.join("a.img"), d.join("b.img"));
@@ -280,52 +298,74 @@ fn raid1_across_two_targets_degrades_and_rebuilds() {
     let ta = start_target(&target_config(d, "ta", pa, &[(nqn_a, &a_img)]));
     let tb_cfg = target_config(d, "tb", pb, &[(nqn_b, &b_img)]);
     let mut tb = start_target(&tb_cfg);
-    // B's I/O fails after 1 s lost (the raid degrades), B is given up
-    // after 2 s (its bdev hot-removed, the slot emptied).
-    let attach_b = attach("NvmeB", pb, nqn_b, 2, 1);
-    let bp = start_bdevperf(&host_config(
-        d,
-        "bp",
-        &[
-            attach("NvmeA", pa, nqn_a, 0, 0),
-            attach_b.clone(),
-            json!({"method": "bdev_raid_create", "params": {"name": "R1",
+    let attach_b = attach("NvmeB", pb, nqn_b, if given_up { 2 } else { 30 }, 1);
+    let bp = start_bdevperf(
+        &host_config(
+            d,
+            "bp",
+            &[
+                attach("NvmeA", pa, nqn_a, 0, 0),
+                attach_b.clone(),
+                json!({"method": "bdev_raid_create", "params": {"name": "R1",
                 "raid_level": "raid1", "base_bdevs": ["NvmeAn1", "NvmeBn1"]}}),
-        ],
-    ));
+            ],
+        ),
+        "R1",
+    );
     assert_eq!(raid(&bp)["num_base_bdevs_operational"], 2);
 
     // Verify runs; B's target dies under it.
     let verify = perform_tests(&bp, 4);
     wait_until("writes on B", || writes(&tb, "Aio0") > 0);
     kill(&mut tb);
-    wait_until("B removed from the raid", || {
-        let r = raid(&bp);
-        r["num_base_bdevs_discovered"] == 1 && r["base_bdevs_list"][1]["is_configured"] == false
+    wait_until("raid degraded", || {
+        raid(&bp)["num_base_bdevs_operational"] == 1
     });
     let r = raid(&bp);
     assert_eq!(r["state"], "online", "{r}");
-    assert_eq!(r["num_base_bdevs_operational"], 1, "{r}");
-    // The controller was given up: gone, with its bdev.
-    let c = bp.ok("bdev_nvme_get_controllers", None);
-    assert!(
-        c.as_array().unwrap().iter().all(|c| c["name"] != "NvmeB"),
-        "{c}"
-    );
-    assert!(bp
-        .call("bdev_get_bdevs", Some(json!({"name": "NvmeBn1"})))
-        .is_err());
+    let b_listed = || {
+        let c = bp.ok("bdev_nvme_get_controllers", None);
+        c.as_array().unwrap().iter().any(|c| c["name"] == "NvmeB")
+    };
+    if given_up {
+        wait_until("B removed from the raid", || {
+            let r = raid(&bp);
+            r["num_base_bdevs_discovered"] == 1 && r["base_bdevs_list"][1]["is_configured"] == false
+        });
+        // The controller was given up: gone, with its bdev.
+        assert!(!b_listed());
+        assert!(bp
+            .call("bdev_get_bdevs", Some(json!({"name": "NvmeBn1"})))
+            .is_err());
+    } else {
+        // Failed, still a member; the controller keeps reconnecting.
+        assert_eq!(r["base_bdevs_list"][1]["is_configured"], true, "{r}");
+        assert!(b_listed());
+    }
     let r = verify.join().unwrap().expect("perform_tests");
     assert_clean(&r, "verify while B was lost");
 
-    // B comes back; attached again and added back, it rebuilds under
-    // verify.
+    // B comes back and is added back; it rebuilds under verify.
     let tb = start_target(&tb_cfg);
-    let names = bp.ok(
-        "bdev_nvme_attach_controller",
-        Some(attach_b["params"].clone()),
-    );
-    assert_eq!(names, json!(["NvmeBn1"]));
+    if given_up {
+        let names = bp.ok(
+            "bdev_nvme_attach_controller",
+            Some(attach_b["params"].clone()),
+        );
+        assert_eq!(names, json!(["NvmeBn1"]));
+    } else {
+        wait_until("B reconnected", || {
+            let c = bp.ok("bdev_nvme_get_controllers", Some(json!({"name": "NvmeB"})));
+            c[0]["ctrlrs"][0]["state"] == "enabled"
+        });
+        let _ = bp.ok(
+            "bdev_raid_remove_base_bdev",
+            Some(json!({"name": "NvmeBn1"})),
+        );
+        wait_until("failed member out", || {
+            raid(&bp)["base_bdevs_list"][1]["is_configured"] == false
+        });
+    }
     let verify = perform_tests(&bp, 2);
     let _ = bp.ok(
         "bdev_raid_add_base_bdev",
