@@ -77,7 +77,8 @@ pub fn temp_dir() -> tempfile::TempDir {
         .expect("invariant: /tmp is writable")
 }
 
-/// A running `bdev_tgt`, killed (SIGKILL) on drop if still running.
+/// A running `bdev_tgt` (or another RPC-serving program of the
+/// workspace), killed (SIGKILL) on drop if still running.
 #[derive(Debug)]
 pub struct Daemon {
     child: Option<Child>,
@@ -107,7 +108,28 @@ impl Daemon {
     /// As [`Daemon::start`].
     #[must_use]
     pub fn start_at(dir: tempfile::TempDir, socket: PathBuf, args: &[&str]) -> Daemon {
-        let (child, log) = spawn_tgt(dir.path(), &socket, args);
+        Self::start_program_at("bdev_tgt", dir, socket, args)
+    }
+
+    /// Like [`Daemon::start`] for another program of the workspace that
+    /// serves RPC with `--interrupt-mode -r <socket>` (`bdevperf -z`).
+    ///
+    /// # Panics
+    /// As [`Daemon::start`].
+    #[must_use]
+    pub fn start_program(program: &str, args: &[&str]) -> Daemon {
+        let dir = temp_dir();
+        let socket = dir.path().join("rpc.sock");
+        Self::start_program_at(program, dir, socket, args)
+    }
+
+    fn start_program_at(
+        program: &str,
+        dir: tempfile::TempDir,
+        socket: PathBuf,
+        args: &[&str],
+    ) -> Daemon {
+        let (child, log) = spawn_program(program, dir.path(), &socket, args);
         let mut d = Daemon {
             child: Some(child),
             socket,
@@ -238,9 +260,13 @@ impl Drop for Daemon {
 }
 
 fn spawn_tgt(dir: &Path, socket: &Path, args: &[&str]) -> (Child, PathBuf) {
+    spawn_program("bdev_tgt", dir, socket, args)
+}
+
+fn spawn_program(program: &str, dir: &Path, socket: &Path, args: &[&str]) -> (Child, PathBuf) {
     let log = dir.join("tgt.log");
     let err = std::fs::File::create(&log).expect("invariant: log file in temp dir");
-    let child = Command::new(bin("bdev_tgt"))
+    let child = Command::new(bin(program))
         .arg("--interrupt-mode")
         .arg("-r")
         .arg(socket)

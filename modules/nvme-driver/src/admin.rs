@@ -6,6 +6,7 @@
 //! owner. Knows nothing of the controller above it: the controller hands
 //! in its health check and timeouts.
 
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use nvme_spec::fabrics::{PropertyGet, PropertySet};
@@ -177,6 +178,16 @@ impl<Q: QueueTransport> AdminQueue<Q> {
                 .is_some_and(|a| a.qp.is_connected() && a.qp.transport().is_alive()),
             None => true,
         }
+    }
+
+    /// What an owner sleeping on the queue needs: its descriptor and
+    /// whether it needs polling anyway ([`QueueTransport::wake_fd`],
+    /// [`QueueTransport::needs_poll`]). `None` while another thread holds
+    /// the queue (it drives it then) or none is installed.
+    pub(crate) fn wake(&self) -> Option<(Option<(RawFd, u64)>, bool)> {
+        let g = self.inner.try_lock()?;
+        let q = g.as_ref()?.qp.transport();
+        Some((q.wake_fd(), q.needs_poll()))
     }
 
     /// Fabrics: reads property `off` (Property Get), waiting up to `timeout`.

@@ -118,6 +118,14 @@ impl QueueTransport for AnyQueue {
     fn is_connecting(&self) -> bool {
         each_q!(self, q => q.is_connecting())
     }
+
+    fn wake_fd(&self) -> Option<(std::os::fd::RawFd, u64)> {
+        each_q!(self, q => q.wake_fd())
+    }
+
+    fn needs_poll(&self) -> bool {
+        each_q!(self, q => q.needs_poll())
+    }
 }
 
 impl Transport for AnyTransport {

@@ -547,6 +547,15 @@ impl<T: Transport> Controller<T> {
         self.health()
     }
 
+    /// The admin queue's wake-up descriptor and whether it needs polling
+    /// anyway (see [`crate::QueueTransport::wake_fd`]), for an owner that sleeps
+    /// between [`Controller::poll_admin`] calls; `None` while another
+    /// thread drives the queue, or between associations.
+    #[must_use]
+    pub fn admin_wake(&self) -> Option<(Option<(std::os::fd::RawFd, u64)>, bool)> {
+        self.admin.wake()
+    }
+
     /// Runs an admin command and waits for it (bounded by the admin
     /// timeout), checking for removal and fatal status meanwhile.
     pub fn exec(&self, sqe: Sqe) -> Result<Cqe> {

@@ -7,6 +7,7 @@
 //! [`crate::tcp::TcpTransport`] is the second.
 
 use std::fmt;
+use std::os::fd::RawFd;
 
 use nvme_spec::{Cqe, Sqe};
 
@@ -119,6 +120,25 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// [`QueueTransport::is_alive`] turns false).
     fn is_connecting(&self) -> bool {
         false
+    }
+
+    /// A descriptor that turns readable when the queue has something to
+    /// reap (a fabrics queue's socket), with an id that changes whenever
+    /// the descriptor does (a reconnect makes a new socket, which may get
+    /// the old number). `None` (the default, PCIe): nothing to wait on.
+    /// A connect's deadline is not announced: an owner that sleeps on the
+    /// descriptor wakes now and then while the queue
+    /// [`is_connecting`](QueueTransport::is_connecting).
+    fn wake_fd(&self) -> Option<(RawFd, u64)> {
+        None
+    }
+
+    /// Whether the queue has work its [`QueueTransport::wake_fd`] turning
+    /// readable would not announce: bytes the socket did not take yet,
+    /// received bytes left for the next reap. An owner that sleeps on the descriptor keeps
+    /// polling while this is true. Default: true (always poll).
+    fn needs_poll(&self) -> bool {
+        true
     }
 }
 

@@ -32,6 +32,7 @@ use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Command, Sqe, Status};
 
 use crate::options::{Applied, TimeoutAction};
+use crate::wake::QueueWake;
 
 /// Gets a reset's outcome.
 pub type ResetDone = Box<dyn FnOnce(Result<(), String>) + Send>;
@@ -131,6 +132,8 @@ pub(crate) struct ChInner {
     /// The multipath channels of this thread's bdevs on this controller,
     /// by namespace id (for [`Reroute`]).
     hooks: RefCell<Vec<(u32, Weak<dyn Reroute>)>>,
+    /// Interrupt mode, fabrics: the thread sleeps on the queue's socket.
+    wake: RefCell<Option<QueueWake>>,
 }
 
 /// One thread's queue pair of a controller (the controller io_device's
@@ -159,6 +162,11 @@ impl CtrlrChannel {
     ) -> Result<CtrlrChannel, BoxError> {
         let thread = Thread::try_current()?;
         let qp: Qp = driver.create_io_qpair()?;
+        let wake = if driver.transport().is_fabrics() {
+            QueueWake::new(&thread)
+        } else {
+            None
+        };
         let inner = Rc::new(ChInner {
             owner,
             driver,
@@ -176,6 +184,7 @@ impl CtrlrChannel {
             timed_out: RefCell::new(Vec::new()),
             connect_wait: RefCell::new(None),
             hooks: RefCell::new(Vec::new()),
+            wake: RefCell::new(wake),
         });
         let w: Weak<ChInner> = Rc::downgrade(&inner);
         let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| match w.upgrade() {
@@ -410,7 +419,13 @@ impl ChInner {
                 self.reset_asked.set(true);
                 self.owner.start_reset(None);
             }
-            !batch.is_empty() || qp.outstanding() > 0
+            // Completions: poll again. Commands outstanding: poll again,
+            // unless the thread may sleep until the queue's socket has data.
+            let sleeps = match self.wake.borrow_mut().as_mut() {
+                Some(w) => batch.is_empty() && w.may_sleep(qp.transport()),
+                None => qp.outstanding() == 0,
+            };
+            !batch.is_empty() || !sleeps
         };
         for c in batch.drain(..) {
             self.finish(c);
@@ -428,7 +443,10 @@ impl ChInner {
                 step.next();
             }
         }
-        if busy || !self.waiting.borrow().is_empty() {
+        // I/O held by a reset waits for the reset's messages (they wake
+        // the thread); a sleeping queue need not spin for it.
+        let sleeps_paused = self.paused.get() && self.wake.borrow().is_some();
+        if busy || (!sleeps_paused && !self.waiting.borrow().is_empty()) {
             PollerStatus::Busy
         } else {
             PollerStatus::Idle
@@ -571,7 +589,11 @@ impl ChInner {
         let qid = {
             let mut g = self.qp.borrow_mut();
             let Some(qp) = g.as_mut() else { return };
-            qp.age(4, &mut timed_out);
+            // A command held while its queue connects has not reached the
+            // controller: its time starts once the queue is ready.
+            if !qp.transport().is_connecting() {
+                qp.age(4, &mut timed_out);
+            }
             qp.transport().qid()
         };
         for cid in timed_out.drain(..) {

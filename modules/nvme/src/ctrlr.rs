@@ -25,6 +25,7 @@ use crate::multipath::{NsPaths, PathOwner, Policy};
 use crate::options::Applied;
 use crate::reconnect::{Reconnect, ReconnectState};
 use crate::reset::{self, ResetState, Resettable};
+use crate::wake;
 use crate::{Error, Result};
 
 /// Called with an attach's bdev names (or its error), on the app thread.
@@ -226,6 +227,11 @@ impl Resettable for NvmeCtrlr {
     }
     fn reconnect(&self) -> (&Reconnect, &ReconnectState) {
         (&self.opts.reconnect, &self.reconnect)
+    }
+    fn give_up(&self) {
+        if let Some(c) = self.me.upgrade() {
+            c.surprise_removed();
+        }
     }
     fn after(&self, delay: Duration, f: Box<dyn FnOnce() + Send>) {
         let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
@@ -439,20 +445,21 @@ impl NvmeCtrlr {
         self.driver.set_state(nvme_driver::State::Removed);
         let me = Arc::clone(self);
         // I/O in flight moves to the other paths of its bdev, if any;
-        // then a path of a multipath name goes (the single path stays,
-        // `deleting`, until detached).
-        let siblings = self.has_other_paths();
+        // once it left its bdevs (the last path takes them with it), it
+        // leaves the registry as `bdev_nvme_detach_controller` would: a
+        // later attach may take its name and address again.
         self.device.for_each_channel(
             |ch| ch.inner.kill(),
             move || {
                 let me2 = Arc::clone(&me);
                 me.leave_bdevs(move || {
-                    if !siblings {
+                    // Not there: detached (or the module finished) meanwhile,
+                    // and that shuts it down.
+                    let reg = me2.reg.upgrade();
+                    if reg.and_then(|r| r.remove_path(me2.id)).is_none() {
                         return;
                     }
-                    if let Some(reg) = me2.reg.upgrade() {
-                        reg.remove_path(me2.id);
-                    }
+                    tracing::info!(ctrlr = %me2.name, "removed controller forgotten");
                     me2.detached.store(true, Ordering::Release);
                     let me3 = Arc::clone(&me2);
                     me2.device.unregister(move || me3.shutdown(|| {}));
@@ -715,6 +722,17 @@ impl NvmeCtrlr {
                     }
                 },
             );
+            if self.driver.transport().is_fabrics() {
+                // Interrupt mode: the admin queue's socket wakes the thread.
+                let w = Arc::downgrade(self);
+                wake::admin_poller(&t, move || {
+                    let c = w
+                        .upgrade()
+                        .filter(|c| !c.detached.load(Ordering::Acquire))?;
+                    c.admin_poll();
+                    Some(c.driver.admin_wake())
+                });
+            }
         }
         let ns = self.driver.namespaces();
         let names = self.add_bdevs(&ns);

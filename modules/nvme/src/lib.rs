@@ -44,6 +44,7 @@ pub mod paths;
 mod reconnect;
 mod reset;
 pub mod rpc;
+mod wake;
 
 use std::sync::{Arc, OnceLock};
 

@@ -49,6 +49,9 @@ pub(crate) trait Resettable: ChannelOwner {
     fn driver(&self) -> &Driver;
     /// Its reconnect knobs and bookkeeping.
     fn reconnect(&self) -> (&Reconnect, &ReconnectState);
+    /// The controller is given up (reset failed, no retry left): it is
+    /// removed as if surprise-removed (I/O fails, bdevs hot-removed).
+    fn give_up(&self);
     /// Runs `f` on the app thread after `delay`.
     fn after(&self, delay: std::time::Duration, f: Box<dyn FnOnce() + Send>);
     /// A reset succeeded (on the app thread).
@@ -176,10 +179,12 @@ fn connected<C: Resettable>(c: Arc<C>, r: Result<(), String>, failed: &AtomicBoo
     if retry_later(&c) {
         return finish(&*c, r);
     }
+    // The admin queue is back but an I/O queue is not: nothing would
+    // remove the controller later (its admin queue stays healthy), so it
+    // goes now, as after a failed enable.
     c.driver().set_state(nvme_driver::State::Failed);
-    let c2 = Arc::clone(&c);
-    c.device()
-        .for_each_channel(|ch| ch.inner.kill(), move || finish(&*c2, r));
+    finish(&*c, r);
+    c.give_up();
 }
 
 /// A failed reset of a fabrics controller that may keep trying: the

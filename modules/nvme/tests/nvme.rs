@@ -299,7 +299,15 @@ mod tests {
                 wait_for(10, || mgr.get("NvRn1").is_none()).await,
                 "bdev gone"
             );
-            detach(&reg, "NvR").await;
+            // The controller goes with its bdevs (as SPDK's): nothing is
+            // left to detach, and its name is free again.
+            assert!(
+                wait_for(10, || bdevkit_nvme::controllers(&mgr).is_empty()).await,
+                "controller gone"
+            );
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "NvR"}))
+                .await
+                .unwrap_err();
         });
     }
 

@@ -451,4 +451,290 @@ mod tests {
                 .unwrap();
         });
     }
+
+    /// With `ctrlr_loss_timeout_sec` 0, a reset whose admin queue connects
+    /// but whose I/O queue does not gives the controller up: it is
+    /// removed (bdevs hot-removed, gone from the registry), not left
+    /// "failed" with a healthy admin queue; the same name and path attach
+    /// again.
+    #[test]
+    fn io_queue_lost_for_good_removes_the_controller() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_attach_controller", params("K", &t))
+                .await
+                .unwrap();
+            let desc = mgr.open("Kn1", true, |_| {}).unwrap();
+            let ch = desc.get_io_channel().unwrap();
+            ch.write(0, 8, conformance::pattern(4096, 41))
+                .await
+                .unwrap();
+            t.state
+                .faults
+                .reject_io_connect
+                .store(true, Ordering::Release);
+            let e = call(&reg, "bdev_nvme_reset_controller", json!({"name": "K"}))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, -libc::EIO, "{}", e.message);
+            assert!(ch.read(0, 8, DmaBuf::new(4096).unwrap()).await.is_err());
+            drop(ch);
+            drop(desc);
+            let m2 = mgr.clone();
+            assert!(
+                bdevkit_test::env::wait_for(30, move || m2.get("Kn1").is_none()).await,
+                "bdev hot-removed"
+            );
+            let m2 = mgr.clone();
+            assert!(
+                bdevkit_test::env::wait_for(30, move || bdevkit_nvme::controllers(&m2).is_empty())
+                    .await,
+                "controller gone"
+            );
+            let c = call(&reg, "bdev_nvme_get_controllers", json!({}))
+                .await
+                .unwrap();
+            assert_eq!(c, json!([]));
+            let names = call(&reg, "bdev_nvme_attach_controller", params("K", &t))
+                .await
+                .unwrap();
+            assert_eq!(names, json!(["Kn1"]));
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "K"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    /// `timeout_us` counts from when a command reaches the controller: a
+    /// command held by its queue while the queue connects does not time
+    /// out there (`action_on_timeout` reset would make new connections).
+    #[test]
+    fn timeout_does_not_count_the_connect() {
+        let t = MiniTarget::start();
+        env().run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_set_options",
+                json!({"timeout_us": 1_000_000, "action_on_timeout": "reset"}),
+            )
+            .await
+            .unwrap();
+            call(&reg, "bdev_nvme_attach_controller", params("To", &t))
+                .await
+                .unwrap();
+            let desc = mgr.open("Ton1", true, |_| {}).unwrap();
+            let before = t.state.connections.load(Ordering::Acquire);
+            t.state.faults.hold_icresp.store(true, Ordering::Release);
+            let ch = desc.get_io_channel().unwrap();
+            let data = conformance::pattern(8192, 43);
+            let expect = data.to_vec();
+            let mut io = ch.alloc_io_async().await;
+            io.write(0, 16, data);
+            let pending = ch.submit_async(io).unwrap();
+            // The timeout poller runs past four periods (the timeout)
+            // while the queue connects.
+            let runs = || {
+                bdevkit::thread::Thread::current()
+                    .unwrap()
+                    .pollers()
+                    .iter()
+                    .find(|p| p.name == "bdev_nvme_timeouts")
+                    .map_or(0, |p| p.run_count)
+            };
+            let start = runs();
+            assert!(bdevkit_test::env::wait_for(30, || runs() >= start + 6).await);
+            t.state.faults.hold_icresp.store(false, Ordering::Release);
+            let done = pending.await;
+            assert_eq!(done.status(), bdevkit::bdev::IoStatus::Success);
+            drop(done);
+            let got = ch.read(0, 16, DmaBuf::new(8192).unwrap()).await.unwrap();
+            assert_eq!(&got[..], &expect[..]);
+            // One connection (the channel's queue): no reset made more.
+            assert_eq!(t.state.connections.load(Ordering::Acquire), before + 1);
+            drop(ch);
+            drop(desc);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "To"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    thread_local! {
+        /// What a test keeps alive on a reactor thread between its calls.
+        static KEEP: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Run count of `name` on the calling thread (0 if none).
+    fn runs_of(name: &str) -> u64 {
+        bdevkit::thread::Thread::current()
+            .unwrap()
+            .pollers()
+            .iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.run_count)
+            .sum()
+    }
+
+    /// Waits (off the reactors) until `f` holds.
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !f() {
+            assert!(std::time::Instant::now() < end, "timed out: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Interrupt mode: a channel with a command outstanding at a
+    /// controller that does not answer yet sleeps on its socket (its
+    /// poller hardly runs, where a spinning one runs without end), and
+    /// the answer wakes it (nothing else wakes that reactor: the I/O
+    /// completes only if the socket does).
+    #[test]
+    fn interrupt_mode_sleeps_on_the_socket() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+
+        let t = MiniTarget::start();
+        let host = TestEnv::with_modules("0x3", &[bdevkit_nvme::register]);
+        let p = params("Irq", &t);
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_attach_controller", p).await.unwrap();
+        });
+        let core1 = "0x2".parse().unwrap();
+        let io = host
+            .runtime()
+            .handle()
+            .spawn_thread("irq", Some(&core1))
+            .unwrap();
+        let stage = Arc::new(AtomicUsize::new(0));
+        let data = conformance::pattern(8192, 51);
+        let expect = data.to_vec();
+        let (mgr, st) = (host.mgr().clone(), Arc::clone(&stage));
+        io.run_sync(move || {
+            bdevkit::thread::Thread::current()
+                .unwrap()
+                .spawn_local(async move {
+                    let desc = mgr.open("Irqn1", true, |_| {}).unwrap();
+                    let ch = desc.get_io_channel().unwrap();
+                    ch.write(0, 16, data).await.unwrap();
+                    KEEP.with(|k| k.borrow_mut().push(Box::new((ch, desc))));
+                    st.store(1, Ordering::Release);
+                });
+        })
+        .unwrap();
+        wait_until("write done", || stage.load(Ordering::Acquire) == 1);
+
+        // Idle: nothing outstanding, the poller sleeps.
+        let idle0 = io.run_sync(|| runs_of("bdev_nvme_poll")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let idle1 = io.run_sync(|| runs_of("bdev_nvme_poll")).unwrap();
+        assert!(
+            idle1 - idle0 <= 20,
+            "idle channel polled {} times",
+            idle1 - idle0
+        );
+
+        // A read the controller holds.
+        t.state.faults.pause_io.store(true, Ordering::Release);
+        let cmds = t.state.io_cmds.load(Ordering::Acquire);
+        let st = Arc::clone(&stage);
+        io.run_sync(move || {
+            bdevkit::thread::Thread::current()
+                .unwrap()
+                .spawn_local(async move {
+                    let kept = KEEP.with(|k| k.borrow_mut().pop()).unwrap();
+                    let kept = kept
+                        .downcast::<(bdevkit::bdev::BdevChannel, bdevkit::bdev::BdevDesc)>()
+                        .unwrap();
+                    let got = kept
+                        .0
+                        .read(0, 16, DmaBuf::new(8192).unwrap())
+                        .await
+                        .unwrap();
+                    assert_eq!(&got[..], &expect[..]);
+                    KEEP.with(|k| k.borrow_mut().push(kept));
+                    st.store(2, Ordering::Release);
+                });
+        })
+        .unwrap();
+        wait_until("read at the controller", || {
+            t.state.io_cmds.load(Ordering::Acquire) > cmds
+        });
+        let held0 = io.run_sync(|| runs_of("bdev_nvme_poll")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let held1 = io.run_sync(|| runs_of("bdev_nvme_poll")).unwrap();
+        assert!(
+            held1 - held0 <= 20,
+            "channel with a command outstanding polled {} times",
+            held1 - held0
+        );
+        assert_eq!(stage.load(Ordering::Acquire), 1);
+        // The answer wakes the thread.
+        t.state.faults.pause_io.store(false, Ordering::Release);
+        wait_until("read done", || stage.load(Ordering::Acquire) == 2);
+
+        io.run_sync(|| KEEP.with(|k| k.borrow_mut().clear()))
+            .unwrap();
+        host.run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Irq"}))
+                .await
+                .unwrap();
+        });
+    }
+
+    /// Interrupt mode: an admin command's completion wakes the app thread
+    /// through the admin queue's socket, though the timed admin poller is
+    /// a minute away (without the socket, nothing would poll the queue
+    /// before then).
+    #[test]
+    fn interrupt_mode_admin_completion_wakes_the_app_thread() {
+        use nvme_spec::Command as _;
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+
+        let t = MiniTarget::start();
+        let host = env();
+        let p = params("Adm", &t);
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(
+                &reg,
+                "bdev_nvme_set_options",
+                json!({"nvme_adminq_poll_period_us": 60_000_000}),
+            )
+            .await
+            .unwrap();
+            call(&reg, "bdev_nvme_attach_controller", p).await.unwrap();
+        });
+        let kas = t.state.keep_alives.load(Ordering::Acquire);
+        let done = Arc::new(AtomicBool::new(false));
+        let (mgr, d) = (host.mgr().clone(), Arc::clone(&done));
+        host.runtime()
+            .app_thread()
+            .run_sync(move || {
+                let c = bdevkit_nvme::controller(&mgr, "Adm").unwrap();
+                c.driver().submit_admin(
+                    nvme_spec::admin::KeepAlive.to_sqe(0),
+                    None,
+                    Box::new(move |st, _, _| {
+                        assert!(st.is_success(), "{st}");
+                        d.store(true, Ordering::Release);
+                    }),
+                );
+            })
+            .unwrap();
+        wait_until("admin completion", || done.load(Ordering::Acquire));
+        assert!(t.state.keep_alives.load(Ordering::Acquire) > kas);
+        host.run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            call(&reg, "bdev_nvme_detach_controller", json!({"name": "Adm"}))
+                .await
+                .unwrap();
+        });
+    }
 }

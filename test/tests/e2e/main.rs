@@ -12,6 +12,8 @@ mod lifecycle;
 #[cfg(test)]
 mod nvme_multipath;
 #[cfg(test)]
+mod nvmf_loss;
+#[cfg(test)]
 mod nvmf_rpc;
 #[cfg(test)]
 mod readme;

@@ -28,6 +28,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Read as _, Write as _};
 use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 
 use nvme_spec::sgl::SglDescriptor;
 use nvme_spec::tcp::{self, DataDigest, DataHeader, Digests, Fes, Pdu, PduError, RecvConfig, Role};
@@ -49,6 +50,12 @@ const HDR_MAX: usize = 136;
 /// Reads per reap, so that one busy connection does not starve the
 /// thread's other pollers.
 const READS_PER_REAP: usize = 8;
+
+/// Each slot's data buffer starts this large (capped at the queue's most
+/// data per command): the common I/O size never allocates, even in a slot
+/// that a workload reaches only now and then; a larger command grows its
+/// slot's buffer once, and the slot keeps it.
+const SLOT_BUF: usize = 4096;
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -121,7 +128,15 @@ pub struct TcpQueue {
     failure: Option<Failure>,
     /// Dword 0 of the Fabrics Connect's response.
     connect_dw0: u32,
+    /// Identifies this queue's socket (see [`QueueTransport::wake_fd`]).
+    sock_id: u64,
+    /// The last receive stopped at its bound with bytes maybe left.
+    more: bool,
 }
+
+/// Ids of sockets, so that a new socket is told from an old one with the
+/// same descriptor number.
+static SOCK_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
     Error::sys(op)
@@ -154,7 +169,12 @@ impl TcpQueue {
             icd_max: 0,
             max_data,
             // One slot more than the queue pair uses: the Fabrics Connect's.
-            slots: (0..=depth).map(|_| Slot::default()).collect(),
+            slots: (0..=depth)
+                .map(|_| Slot {
+                    buf: vec![0; SLOT_BUF.min(max_data)],
+                    ..Slot::default()
+                })
+                .collect(),
             out: Vec::with_capacity(64 * 1024),
             out_pos: 0,
             rbuf: vec![0u8; RBUF].into_boxed_slice(),
@@ -165,6 +185,8 @@ impl TcpQueue {
             conn: None,
             failure: None,
             connect_dw0: 0,
+            sock_id: SOCK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            more: false,
         };
         q.rx.connected = false;
         let mut b = [0u8; 128];
@@ -311,6 +333,7 @@ impl TcpQueue {
 
     /// Reads and parses what the socket has.
     fn receive(&mut self) {
+        self.more = false;
         for _ in 0..READS_PER_REAP {
             let Some(sock) = self.sock.as_mut() else {
                 return;
@@ -336,6 +359,7 @@ impl TcpQueue {
                 return;
             }
         }
+        self.more = self.sock.is_some();
     }
 
     /// Feeds `rbuf[from..to]` to the PDU state machine; returns the bytes
@@ -722,5 +746,13 @@ impl QueueTransport for TcpQueue {
 
     fn is_connecting(&self) -> bool {
         self.conn.is_some()
+    }
+
+    fn wake_fd(&self) -> Option<(RawFd, u64)> {
+        self.sock.as_ref().map(|s| (s.as_raw_fd(), self.sock_id))
+    }
+
+    fn needs_poll(&self) -> bool {
+        self.sock.is_some() && (self.out_pos < self.out.len() || self.more)
     }
 }

@@ -54,6 +54,9 @@ pub struct Faults {
     pub reject_io_connect: AtomicBool,
     /// Ask for the data of the next in-capsule write again, by R2T.
     pub r2t_in_capsule: AtomicBool,
+    /// Serve no I/O command while set: each received waits (counted in
+    /// `io_cmds`), and is served once cleared.
+    pub pause_io: AtomicBool,
 }
 
 /// The controller's state.
@@ -255,6 +258,9 @@ impl Conn {
             };
             if self.qid != 0 {
                 self.st.io_cmds.fetch_add(1, Ordering::Relaxed);
+            }
+            while self.qid != 0 && self.st.faults.pause_io.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
             }
             if self.qid != 0 && self.st.faults.hold_io.load(Ordering::Relaxed) {
                 while !self.take_close() {
