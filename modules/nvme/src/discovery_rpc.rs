@@ -75,19 +75,10 @@ pub fn reconnect_params(
     delay: Option<u32>,
     fast: Option<u32>,
 ) -> Result<Option<Reconnect>, RpcError> {
-    if loss.is_none() && delay.is_none() && fast.is_none() {
-        return Ok(None);
-    }
     let d = crate::options(mgr)
         .map(|o| o.reconnect())
         .unwrap_or_default();
-    let r = Reconnect {
-        ctrlr_loss_timeout_sec: loss.unwrap_or(d.ctrlr_loss_timeout_sec),
-        reconnect_delay_sec: delay.unwrap_or(d.reconnect_delay_sec),
-        fast_io_fail_timeout_sec: fast.unwrap_or(d.fast_io_fail_timeout_sec),
-    };
-    r.validate().map_err(|e| RpcError::new(-22, e))?;
-    Ok(Some(r))
+    Reconnect::from_params(d, loss, delay, fast).map_err(|e| RpcError::new(-22, e))
 }
 
 /// The service arguments of `p` (SPDK's checks and messages).

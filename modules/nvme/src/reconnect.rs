@@ -25,6 +25,29 @@ pub struct Reconnect {
 }
 
 impl Reconnect {
+    /// The knobs an RPC gave (`None` each: from `defaults`), checked;
+    /// `None` when it gave none (the module options apply).
+    ///
+    /// # Errors
+    /// SPDK's message for an inconsistent combination.
+    pub fn from_params(
+        defaults: Reconnect,
+        loss: Option<i32>,
+        delay: Option<u32>,
+        fast: Option<u32>,
+    ) -> Result<Option<Reconnect>, String> {
+        if loss.is_none() && delay.is_none() && fast.is_none() {
+            return Ok(None);
+        }
+        let r = Reconnect {
+            ctrlr_loss_timeout_sec: loss.unwrap_or(defaults.ctrlr_loss_timeout_sec),
+            reconnect_delay_sec: delay.unwrap_or(defaults.reconnect_delay_sec),
+            fast_io_fail_timeout_sec: fast.unwrap_or(defaults.fast_io_fail_timeout_sec),
+        };
+        r.validate()?;
+        Ok(Some(r))
+    }
+
     /// SPDK's consistency rules for the three values.
     pub fn validate(&self) -> Result<(), String> {
         let (loss, delay, fast) = (

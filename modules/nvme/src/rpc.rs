@@ -31,7 +31,6 @@ pub use crate::emu::{EmuCreateParams, EmuNsParams};
 use crate::multipath::Policy;
 use crate::options::{HotplugParams, NvmeOptions};
 use crate::paths::PathSelector;
-use crate::reconnect::Reconnect;
 use crate::Error;
 
 /// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
@@ -378,28 +377,14 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     return;
                 }
             }
-            let reconnect = if p.ctrlr_loss_timeout_sec.is_some()
-                || p.reconnect_delay_sec.is_some()
-                || p.fast_io_fail_timeout_sec.is_some()
-            {
-                let d = crate::options(&m)
-                    .map(|o| o.reconnect())
-                    .unwrap_or_default();
-                let r = Reconnect {
-                    ctrlr_loss_timeout_sec: p
-                        .ctrlr_loss_timeout_sec
-                        .unwrap_or(d.ctrlr_loss_timeout_sec),
-                    reconnect_delay_sec: p.reconnect_delay_sec.unwrap_or(d.reconnect_delay_sec),
-                    fast_io_fail_timeout_sec: p
-                        .fast_io_fail_timeout_sec
-                        .unwrap_or(d.fast_io_fail_timeout_sec),
-                };
-                if let Err(e) = r.validate() {
-                    return resp.err(RpcError::new(-22, e));
-                }
-                Some(r)
-            } else {
-                None
+            let reconnect = match crate::discovery_rpc::reconnect_params(
+                &m,
+                p.ctrlr_loss_timeout_sec,
+                p.reconnect_delay_sec,
+                p.fast_io_fail_timeout_sec,
+            ) {
+                Ok(r) => r,
+                Err(e) => return resp.err(e),
             };
             let multipath = match p.multipath.as_deref().map(MultipathMode::parse) {
                 None => None,
