@@ -234,19 +234,7 @@ impl Resettable for NvmeCtrlr {
         }
     }
     fn after(&self, delay: Duration, f: Box<dyn FnOnce() + Send>) {
-        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
-        let mut f = Some(f);
-        let _ = self.app.send_msg(move || {
-            if let Ok(t) = Thread::try_current() {
-                t.register_poller("bdev_nvme_reconnect", us, move |p| {
-                    p.unregister();
-                    if let Some(f) = f.take() {
-                        f();
-                    }
-                    PollerStatus::Busy
-                });
-            }
-        });
+        crate::timer::after(&self.app, "bdev_nvme_reconnect", delay, f);
     }
 }
 

@@ -36,21 +36,25 @@ use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::{PollerStatus, Thread, ThreadHandle};
 use nvme_driver::discovery::{read_log, DiscoveryLogPage};
 use nvme_driver::{Controller, ControllerOptions, Health, TcpOptions, TcpTransport};
-use nvme_spec::discovery::{adrfam, subtype, trtype, DiscoveryLogEntry};
+use nvme_spec::discovery::{subtype, trtype, DiscoveryLogEntry};
 use nvme_spec::fabrics::DISCOVERY_NQN;
 use nvme_spec::log::lid;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use crate::ctrlr::{AttachArgs, AttachDone};
+use crate::ctrlr::{AttachArgs, AttachDone, MultipathMode};
+pub use crate::discovery_types::DiscoveryArgs;
+use crate::discovery_types::{entry_trid, same_path};
 use crate::options::Applied;
-use crate::reconnect::Reconnect;
+use crate::paths::PathSelector;
+use crate::timer::after;
 use crate::{Error, Result};
 
 /// Attaches a controller (the module's `attach`).
 pub(crate) type AttachFn = fn(&BdevManager, AttachArgs, AttachDone);
 /// Detaches a controller (the module's `detach`).
-pub(crate) type DetachFn = fn(&BdevManager, &str, Box<dyn FnOnce(Result<()>) + Send>);
+pub(crate) type DetachFn =
+    fn(&BdevManager, &str, &PathSelector, Box<dyn FnOnce(Result<()>) + Send>);
 /// Whether a controller is attached (the module's registry).
 pub(crate) type ExistsFn = fn(&BdevManager, &str) -> bool;
 /// Gets the outcome of a start or a stop, on the app thread.
@@ -60,26 +64,6 @@ pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 const RETRY: Duration = Duration::from_secs(1);
 
 type Driver = Arc<Controller<TcpTransport>>;
-
-/// What a discovery service is started with.
-#[derive(Debug, Clone)]
-pub struct DiscoveryArgs {
-    /// Service name, prefix of the controllers it attaches.
-    pub name: String,
-    /// The discovery controller's address (`subnqn` is the discovery NQN),
-    /// host NQN and connect timeout; the attached controllers use the
-    /// same host NQN.
-    pub tcp: TcpOptions,
-    /// Whether `hostnqn` was given (saved configs repeat it only then).
-    pub hostnqn_given: bool,
-    /// Answer the start once the subsystems of the first log are attached.
-    pub wait_for_attach: bool,
-    /// Give up a start not done in this long (0: no limit; implies
-    /// `wait_for_attach`).
-    pub attach_timeout_ms: u64,
-    /// Reconnect knobs of the attached controllers (`None`: the module's).
-    pub reconnect: Option<Reconnect>,
-}
 
 /// What the service needs from the module.
 #[derive(Clone, Copy)]
@@ -98,6 +82,10 @@ struct Path {
     attached: bool,
     /// Gone from the log while attaching: detached once attached.
     gone: bool,
+    /// Another path of the same subsystem (same controller name) is
+    /// attaching: this one's attach starts when that one's ends (one
+    /// attach at a time per name).
+    waiting: bool,
 }
 
 #[derive(Default)]
@@ -140,60 +128,6 @@ impl std::fmt::Debug for Discovery {
             .field("trsvcid", &self.args.tcp.trsvcid)
             .finish()
     }
-}
-
-/// The same subsystem path (transport, address, service id, NQN).
-fn same_path(a: &DiscoveryLogEntry, b: &DiscoveryLogEntry) -> bool {
-    a.trtype == b.trtype
-        && a.adrfam == b.adrfam
-        && a.traddr() == b.traddr()
-        && a.trsvcid() == b.trsvcid()
-        && a.subnqn() == b.subnqn()
-}
-
-/// SPDK's trid JSON of a log entry (known transport and family names only).
-fn entry_trid(e: &DiscoveryLogEntry) -> Value {
-    let mut m = serde_json::Map::new();
-    let tr = match e.trtype {
-        trtype::TCP => Some("TCP"),
-        trtype::RDMA => Some("RDMA"),
-        trtype::FC => Some("FC"),
-        _ => None,
-    };
-    if let Some(t) = tr {
-        m.insert("trtype".into(), json!(t));
-    }
-    let af = match e.adrfam {
-        adrfam::IPV4 => Some("IPv4"),
-        adrfam::IPV6 => Some("IPv6"),
-        adrfam::IB => Some("IB"),
-        adrfam::FC => Some("FC"),
-        _ => None,
-    };
-    if let Some(a) = af {
-        m.insert("adrfam".into(), json!(a));
-    }
-    m.insert("traddr".into(), json!(e.traddr()));
-    m.insert("trsvcid".into(), json!(e.trsvcid()));
-    m.insert("subnqn".into(), json!(e.subnqn()));
-    Value::Object(m)
-}
-
-/// Runs `f` on `app` after `delay` (a one-shot timed poller).
-fn after(app: &ThreadHandle, delay: Duration, f: impl FnOnce() + Send + 'static) {
-    let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX).max(1);
-    let mut f = Some(f);
-    let _ = app.send_msg(move || {
-        if let Ok(t) = Thread::try_current() {
-            t.register_poller("bdev_nvme_discovery_timer", us, move |p| {
-                p.unregister();
-                if let Some(f) = f.take() {
-                    f();
-                }
-                PollerStatus::Busy
-            });
-        }
-    });
 }
 
 impl Discovery {
@@ -385,7 +319,9 @@ impl Discovery {
         tracing::warn!(discovery = %self.args.name, "discovery controller connection lost: connecting again");
         self.st.lock().driver = None;
         let d = Arc::clone(self);
-        after(&self.app, RETRY, move || d.connect());
+        after(&self.app, "bdev_nvme_discovery_timer", RETRY, move || {
+            d.connect()
+        });
         false
     }
 
@@ -409,7 +345,9 @@ impl Discovery {
         }
         tracing::warn!(discovery = %self.args.name, error = %e, "cannot connect the discovery controller: trying again");
         let d = Arc::clone(self);
-        after(&self.app, RETRY, move || d.connect());
+        after(&self.app, "bdev_nvme_discovery_timer", RETRY, move || {
+            d.connect()
+        });
     }
 
     /// Applies log `seq` (app thread): attaches new NVM subsystem paths,
@@ -449,7 +387,7 @@ impl Discovery {
                     p.gone = false;
                     kept.push(p);
                 } else if p.attached {
-                    to_detach.push(p.name);
+                    to_detach.push((p.name, p.entry));
                 } else {
                     p.gone = true;
                     kept.push(p);
@@ -464,28 +402,39 @@ impl Discovery {
                     tracing::debug!(subnqn = %e.subnqn(), trtype = e.trtype, "not an NVMe/TCP entry: skipped");
                     continue;
                 }
-                if let Some(p) = st.paths.iter().find(|p| p.entry.subnqn() == e.subnqn()) {
-                    tracing::info!(subnqn = %e.subnqn(), ctrlr = %p.name,
-                        traddr = %e.traddr(), trsvcid = %e.trsvcid(),
-                        "another path of an attached subsystem: not attached");
-                    continue;
-                }
-                let name = format!("{}{}", self.args.name, st.next_index);
-                st.next_index += 1;
+                // Another path of a subsystem it has: the same controller
+                // name, attached as a multipath path (as SPDK does).
+                let (name, waiting) = match st.paths.iter().find(|p| p.entry.subnqn() == e.subnqn())
+                {
+                    Some(p) => {
+                        let name = p.name.clone();
+                        let busy = st.paths.iter().any(|q| q.name == name && !q.attached);
+                        (name, busy)
+                    }
+                    None => {
+                        let name = format!("{}{}", self.args.name, st.next_index);
+                        st.next_index += 1;
+                        (name, false)
+                    }
+                };
                 st.paths.push(Path {
                     entry: e.clone(),
                     name: name.clone(),
                     attached: false,
                     gone: false,
+                    waiting,
                 });
-                to_attach.push((name, e.clone()));
+                if !waiting {
+                    to_attach.push((name, e.clone()));
+                }
             }
             st.attaching += to_attach.len();
             st.detaching += to_detach.len();
         }
-        for name in to_detach {
-            tracing::info!(discovery = %self.args.name, ctrlr = %name, "subsystem left the discovery log: detaching");
-            self.detach(&name);
+        for (name, entry) in to_detach {
+            tracing::info!(discovery = %self.args.name, ctrlr = %name, traddr = %entry.traddr(),
+                trsvcid = %entry.trsvcid(), "subsystem path left the discovery log: detaching");
+            self.detach(&name, &entry);
         }
         for (name, e) in to_attach {
             self.attach(name, &e);
@@ -503,23 +452,32 @@ impl Discovery {
             num_io_queues: None,
             tcp: Some(o),
             reconnect: self.args.reconnect,
-            multipath: None,
+            multipath: Some(MultipathMode::Multipath),
             policy: None,
         };
         tracing::info!(discovery = %self.args.name, ctrlr = %name, subnqn = %e.subnqn(),
             traddr = %e.traddr(), trsvcid = %e.trsvcid(), "attaching a discovered subsystem");
         let d = Arc::clone(self);
-        (self.ops.attach)(&self.mgr, args, Box::new(move |r| d.attached(&name, r)));
+        let entry = e.clone();
+        (self.ops.attach)(
+            &self.mgr,
+            args,
+            Box::new(move |r| d.attached(&name, &entry, r)),
+        );
     }
 
-    /// An attach finished (app thread).
-    fn attached(self: &Arc<Self>, name: &str, r: Result<Vec<String>>) {
-        let detach = {
+    /// An attach finished (app thread); the next path of the same name
+    /// waiting for it starts.
+    fn attached(self: &Arc<Self>, name: &str, entry: &DiscoveryLogEntry, r: Result<Vec<String>>) {
+        let (detach, next) = {
             let mut st = self.st.lock();
             st.attaching = st.attaching.saturating_sub(1);
             let stopping = st.stopping;
-            let i = st.paths.iter().position(|p| p.name == name);
-            match (r, i) {
+            let i = st
+                .paths
+                .iter()
+                .position(|p| p.name == name && same_path(&p.entry, entry));
+            let detach = match (r, i) {
                 (Ok(bdevs), Some(i)) => {
                     tracing::info!(discovery = %self.args.name, ctrlr = %name, bdevs = ?bdevs, "discovered subsystem attached");
                     if stopping || st.paths[i].gone {
@@ -542,21 +500,47 @@ impl Discovery {
                     }
                     false
                 }
+            };
+            let next = if stopping {
+                None
+            } else {
+                st.paths
+                    .iter_mut()
+                    .find(|p| p.name == name && p.waiting)
+                    .map(|p| {
+                        p.waiting = false;
+                        p.entry.clone()
+                    })
+            };
+            if next.is_some() {
+                st.attaching += 1;
             }
+            (detach, next)
         };
         if detach {
-            self.detach(name);
+            self.detach(name, entry);
+        }
+        if let Some(e) = next {
+            self.attach(name.to_string(), &e);
         }
         self.check_done();
     }
 
-    /// Detaches controller `name` (its `detaching` count is taken).
-    fn detach(self: &Arc<Self>, name: &str) {
+    /// Detaches the path `entry` of controller `name` (its `detaching`
+    /// count is taken); the last path takes the controller with it.
+    fn detach(self: &Arc<Self>, name: &str, entry: &DiscoveryLogEntry) {
         let d = Arc::clone(self);
         let n = name.to_string();
+        let sel = PathSelector {
+            traddr: Some(entry.traddr().into_owned()),
+            trsvcid: Some(entry.trsvcid().into_owned()),
+            subnqn: Some(entry.subnqn().into_owned()),
+            ..PathSelector::default()
+        };
         (self.ops.detach)(
             &self.mgr,
             name,
+            &sel,
             Box::new(move |r| {
                 if let Err(e) = r {
                     tracing::warn!(ctrlr = %n, error = %e, "detach of a discovered controller failed");
@@ -615,21 +599,22 @@ impl Discovery {
             let mut st = self.st.lock();
             st.stopping = true;
             st.stop_done = done;
-            let names: Vec<String> = st
+            let names: Vec<(String, DiscoveryLogEntry)> = st
                 .paths
                 .iter()
                 .filter(|p| p.attached)
-                .map(|p| p.name.clone())
+                .map(|p| (p.name.clone(), p.entry.clone()))
                 .collect();
-            st.paths.retain(|p| !p.attached);
+            // Attaches in flight detach when they end; waiting ones never start.
+            st.paths.retain(|p| !p.attached && !p.waiting);
             st.detaching += names.len();
             (st.driver.take(), names, st.start_done.take())
         };
         if let Some(d) = start {
             d(Err(Error::NotPermitted("discovery stopped".into())));
         }
-        for n in names {
-            self.detach(&n);
+        for (n, e) in names {
+            self.detach(&n, &e);
         }
         if let Some(c) = driver {
             shutdown_driver(c);
@@ -728,6 +713,7 @@ impl Discoveries {
                 let d2 = Arc::clone(&d);
                 after(
                     &d.app,
+                    "bdev_nvme_discovery_timer",
                     Duration::from_millis(d.args.attach_timeout_ms),
                     move || d2.timed_out(),
                 );

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::discovery::{DiscoveryArgs, Done, Ops};
-use crate::module::{attach, detach, module};
+use crate::module::{attach, detach_paths, module};
 use crate::reconnect::Reconnect;
 use crate::{Error, Result};
 
@@ -155,7 +155,7 @@ pub fn start_discovery(mgr: &BdevManager, args: DiscoveryArgs, done: Done) {
     }
     let ops = Ops {
         attach,
-        detach,
+        detach: detach_paths,
         exists: |mgr, name| crate::controller(mgr, name).is_some(),
         applied: m.applied(),
     };

@@ -33,6 +33,7 @@ pub mod channel;
 pub mod ctrlr;
 pub mod discovery;
 mod discovery_rpc;
+mod discovery_types;
 pub mod emu;
 pub mod hotplug;
 mod module;
@@ -44,6 +45,7 @@ pub mod paths;
 mod reconnect;
 mod reset;
 pub mod rpc;
+mod timer;
 mod wake;
 
 use std::sync::{Arc, OnceLock};

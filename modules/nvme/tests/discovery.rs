@@ -7,7 +7,9 @@
 //! config has the discovery entry, not the attaches; SPDK's errors for a
 //! name or address in use, an unknown name, an unreachable discovery
 //! controller; stop detaches everything; a lost discovery connection is
-//! made again and follows the log.
+//! made again and follows the log; a subsystem listed on two listeners is
+//! one controller name with two multipath paths, and a path whose
+//! listener goes leaves it.
 
 #[cfg(test)]
 mod tests {
@@ -367,6 +369,75 @@ mod tests {
                 (e.code, e.message.as_str()),
                 (-22, "Failed to parse adrfam: ipx")
             );
+        });
+    }
+
+    #[test]
+    fn two_listeners_of_a_subsystem_are_two_paths_of_one_controller() {
+        let target = NvmfEnv::start();
+        let (port, p2) = (target.addr.port(), free_port());
+        let r: Result<(), String> = target.call(move |tg, tx| {
+            let _ = tx.send(
+                tg.add_listener(&listener(SUBNQN, p2))
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        assert_eq!(r, Ok(()));
+        let host = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
+        let p = start_params(&target, "nvme");
+        let paths = |mgr: &BdevManager| {
+            mgr.get("nvme0n1").map_or(0, |b| {
+                b.dump_info_json()["nvme"].as_array().map_or(0, Vec::len)
+            })
+        };
+        host.run(move |mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            let r = call(&reg, "bdev_nvme_start_discovery", p).await;
+            assert_eq!(r.unwrap(), json!(true));
+            // The second path's attach waits for the first one's.
+            let m = mgr.clone();
+            until("both paths attached", move || ctrlr_names(&m).len() == 2).await;
+            assert_eq!(ctrlr_names(&mgr), ["nvme0", "nvme0"]);
+            assert_eq!(paths(&mgr), 2);
+            let ports: Vec<String> = bdevkit_nvme::controllers(&mgr)
+                .iter()
+                .map(|c| {
+                    c.info_json()["ctrlrs"][0]["trid"]["trsvcid"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect();
+            assert!(
+                ports.contains(&port.to_string()) && ports.contains(&p2.to_string()),
+                "{ports:?}"
+            );
+            round_trip(&mgr, "nvme0n1", 7).await;
+        });
+        let r: Result<(), String> = target.call(move |tg, tx| {
+            tg.remove_listener(&listener(SUBNQN, p2), move |r| {
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+        });
+        assert_eq!(r, Ok(()));
+        host.run(move |mgr| async move {
+            let m = mgr.clone();
+            until("the path of the removed listener detached", move || {
+                ctrlr_names(&m).len() == 1
+            })
+            .await;
+            assert_eq!(paths(&mgr), 1, "the bdev keeps its other path");
+            let c = bdevkit_nvme::controller(&mgr, "nvme0").unwrap();
+            assert_eq!(
+                c.info_json()["ctrlrs"][0]["trid"]["trsvcid"],
+                port.to_string()
+            );
+            round_trip(&mgr, "nvme0n1", 8).await;
+            let reg = rpc::registry(&mgr, RPCS);
+            let r = call(&reg, "bdev_nvme_stop_discovery", json!({"name": "nvme"})).await;
+            assert_eq!(r.unwrap(), json!(true));
+            assert!(ctrlr_names(&mgr).is_empty());
+            assert!(mgr.get("nvme0n1").is_none());
         });
     }
 }
