@@ -278,8 +278,31 @@ impl PcieQueue {
     }
 
     /// PRPs (or an SGL) for the request's own memory; `Ok(false)` when it
-    /// must be bounced.
+    /// must be bounced. One segment within two pages (most I/O) takes
+    /// PRP1/PRP2 here; everything else goes to [`PcieQueue::describe_list`].
+    #[inline]
     fn describe(
+        &mut self,
+        slot: u16,
+        sqe: &mut Sqe,
+        req: &dyn Request,
+        data: Data,
+    ) -> std::result::Result<bool, SubmitError> {
+        if let Some((a, l)) = req.single_segment(data) {
+            if let Some((prp1, prp2)) = prp::short_prps(a as u64, l) {
+                if self.func.reaches(a, l) {
+                    sqe.set_prps(prp1, prp2);
+                    return Ok(true);
+                }
+            }
+        }
+        self.describe_list(slot, sqe, req, data)
+    }
+
+    /// [`PcieQueue::describe`] for several segments or more than two
+    /// pages: a PRP list or an SGL in the slot's page.
+    #[inline(never)]
+    fn describe_list(
         &mut self,
         slot: u16,
         sqe: &mut Sqe,
@@ -319,14 +342,12 @@ impl PcieQueue {
             let (a, l) = req.segment(data, i);
             (a as u64, l)
         });
-        let total: usize = (0..n).map(|i| req.segment(data, i).1).sum();
         let dword = self.sgl == SGL_DWORD;
         match prp::build_sgl(segs, dword, |i, d| {
             mem.write_bytes(page + i * 16, d.as_bytes())
         }) {
             Ok(count) => {
                 let len = u32::try_from(count * 16).expect("invariant: one page of descriptors");
-                let _ = total;
                 sqe.set_sgl1(&SglDescriptor::last_segment(mem.iova() + page as u64, len));
                 Ok(true)
             }
@@ -335,6 +356,7 @@ impl PcieQueue {
         }
     }
 
+    #[cold]
     fn bounce(
         &mut self,
         slot: u16,

@@ -77,6 +77,13 @@ impl Request for NvmeIo {
         let v = iovs(&self.0, d)[i];
         (v.base as usize, v.len)
     }
+    #[inline]
+    fn single_segment(&self, d: Data) -> Option<(usize, usize)> {
+        match iovs(&self.0, d) {
+            [v] => Some((v.base as usize, v.len)),
+            _ => None,
+        }
+    }
     fn for_each_segment(&self, d: Data, f: &mut dyn FnMut(&[u8])) {
         if d == Data::Aux {
             // Compare-and-write data is at most one page (checked at
