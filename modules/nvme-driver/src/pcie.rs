@@ -414,7 +414,7 @@ impl QueueTransport for PcieQueue {
         self.entries - 1
     }
 
-    #[inline]
+    #[inline(always)]
     fn submit(
         &mut self,
         slot: u16,
@@ -462,10 +462,10 @@ impl QueueTransport for PcieQueue {
         let mut n = 0;
         while n < out.len() {
             let off = self.cq_off + usize::from(self.cq_head) * 16;
-            if (self.mem.cqe_status(off) & 1 != 0) != self.phase {
+            let Some(c) = self.mem.new_cqe(off, self.phase) else {
                 break;
-            }
-            out[n] = self.mem.read_cqe(off);
+            };
+            out[n] = c;
             n += 1;
             self.cq_head += 1;
             if self.cq_head == self.entries {

@@ -128,7 +128,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
 
     /// Queues `sqe` (its CID is set here) with `data` of `ctx` moving in
     /// `dir`; the doorbell waits for [`Qpair::flush`]. Returns the CID.
-    #[inline]
+    #[inline(always)]
     pub fn submit(
         &mut self,
         mut sqe: Sqe,

@@ -237,7 +237,41 @@ impl ChInner {
         self.dispatch(io);
     }
 
+    #[inline]
     fn dispatch(self: &Rc<Self>, io: BdevIo) {
+        if !self.dead.get()
+            && !self.paused.get()
+            && matches!(io.io_type(), IoType::Read | IoType::Write)
+        {
+            return self.read_write(io);
+        }
+        self.dispatch_other(io);
+    }
+
+    /// Reads and writes, the common case of [`ChInner::to_queue`], kept
+    /// small so that it inlines into `submit`.
+    #[inline]
+    fn read_write(self: &Rc<Self>, mut io: BdevIo) {
+        let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+        let mut g = self.qp.borrow_mut();
+        let (Some(qp), Some(r)) = (g.as_mut(), range(&io)) else {
+            drop(g);
+            return self.to_queue(io);
+        };
+        let (sqe, dir) = if io.io_type() == IoType::Read {
+            (Read::new(nsid, r).to_sqe(0), Dir::FromDevice)
+        } else {
+            (Write::new(nsid, r).to_sqe(0), Dir::ToDevice)
+        };
+        let r = qp.submit(sqe, Data::Main, dir, NvmeIo(io));
+        drop(g);
+        if let Err((NvmeIo(io), e)) = r {
+            self.refused(io, e);
+        }
+    }
+
+    #[inline(never)]
+    fn dispatch_other(self: &Rc<Self>, io: BdevIo) {
         if self.dead.get() {
             io.complete_deferred(IoStatus::Errno(libc::ENXIO));
             return;
@@ -259,7 +293,6 @@ impl ChInner {
         }
     }
 
-    #[inline]
     fn to_queue(self: &Rc<Self>, mut io: BdevIo) {
         let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
         let mut g = self.qp.borrow_mut();
@@ -355,11 +388,17 @@ impl ChInner {
         };
         drop(g);
         if let Err((NvmeIo(io), e)) = r {
-            match e {
-                SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
-                SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
-                SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
-            }
+            self.refused(io, e);
+        }
+    }
+
+    /// The queue did not take `io`.
+    #[cold]
+    fn refused(&self, io: BdevIo, e: SubmitError) {
+        match e {
+            SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
+            SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
+            SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
         }
     }
 
