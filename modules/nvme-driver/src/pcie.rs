@@ -7,7 +7,7 @@
 //! bounce buffers, so that the I/O path never allocates and a queue needs
 //! one mapping.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nvme_spec::admin::{CreateIoCq, CreateIoSq, DeleteIoCq, DeleteIoSq};
@@ -99,6 +99,7 @@ impl PcieTransport {
             cq_head: 0,
             phase: true,
             sgl: self.sgl.load(Ordering::Relaxed),
+            reach_gate: self.func.reach_gate(),
             func: Arc::clone(&self.func),
             mem,
         })
@@ -248,6 +249,8 @@ pub struct PcieQueue {
     cq_head: u16,
     phase: bool,
     sgl: u8,
+    /// `func.reach_gate()`.
+    reach_gate: Option<&'static AtomicUsize>,
     func: Arc<dyn PciFunction>,
     mem: DmaMem,
 }
@@ -290,7 +293,10 @@ impl PcieQueue {
     ) -> std::result::Result<bool, SubmitError> {
         if let Some((a, l)) = req.single_segment(data) {
             if let Some((prp1, prp2)) = prp::short_prps(a as u64, l) {
-                if self.func.reaches(a, l) {
+                let all = self
+                    .reach_gate
+                    .is_some_and(|g| g.load(Ordering::Relaxed) == 0);
+                if all || self.func.reaches(a, l) {
                     sqe.set_prps(prp1, prp2);
                     return Ok(true);
                 }

@@ -472,17 +472,23 @@ impl ChInner {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish(self: &Rc<Self>, c: Completion<NvmeIo>) {
+        if !c.status.is_success() {
+            return self.finish_failed(c);
+        }
+        let mut io = c.ctx.0;
+        if io.io_type() == IoType::NvmeIo {
+            io.set_nvme_cdw0(c.dw0);
+        }
+        io.complete(IoStatus::Success);
+    }
+
+    /// [`ChInner::finish`] for a failed command: retry or complete.
+    #[cold]
+    fn finish_failed(self: &Rc<Self>, c: Completion<NvmeIo>) {
         let mut io = c.ctx.0;
         let st = c.status;
-        if st.is_success() {
-            if io.io_type() == IoType::NvmeIo {
-                io.set_nvme_cdw0(c.dw0);
-            }
-            io.complete(IoStatus::Success);
-            return;
-        }
         let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
         let retries = io.driver_ctx()[CTX_RETRIES];
         if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {
