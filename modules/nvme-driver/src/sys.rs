@@ -144,13 +144,11 @@ impl DmaMem {
         self.huge
     }
 
-    #[inline]
+    #[inline(always)]
     fn check(&self, off: usize, len: usize) {
-        assert!(
-            off.checked_add(len).is_some_and(|e| e <= self.len),
-            "DmaMem access {off}+{len} outside {} bytes",
-            self.len
-        );
+        if off.checked_add(len).is_none_or(|e| e > self.len) {
+            out_of_bounds(off, len, self.len);
+        }
     }
 
     /// Copies `src` to `off`.
@@ -246,6 +244,14 @@ impl DmaMem {
             std::ptr::write_volatile(self.ptr.as_ptr().add(off + 14).cast::<u16>(), word.to_le());
         }
     }
+}
+
+/// The panic of [`DmaMem`]'s bounds check, out of line (its arguments by
+/// value: nothing set up for it on the access path).
+#[cold]
+#[inline(never)]
+fn out_of_bounds(off: usize, len: usize, size: usize) -> ! {
+    panic!("DmaMem access {off}+{len} outside {size} bytes");
 }
 
 impl Drop for DmaMem {

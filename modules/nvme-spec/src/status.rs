@@ -352,8 +352,15 @@ impl Status {
     pub const fn from_field(field: u16) -> Self {
         if field == 0 {
             // Almost every completion: no bit to pick apart.
-            return Status::SUCCESS;
+            Status::SUCCESS
+        } else {
+            Status::decode(field)
         }
+    }
+
+    /// [`Status::from_field`] of a non-zero field.
+    #[inline(never)]
+    const fn decode(field: u16) -> Self {
         let f = field as u32;
         Status {
             sc: u8_at(f, 0),
