@@ -160,7 +160,10 @@ impl BdevChannel {
         }
         core.outstanding.set(core.outstanding.get() + 1);
         let io_type = i.io_type;
-        if core.fast_rw.get() && matches!(io_type, IoType::Read | IoType::Write) {
+        let rw = matches!(io_type, IoType::Read | IoType::Write);
+        if core.fast_rw.get() && rw
+            || core.fast_fit.get() && rw && core.fit.fits(i.num_blocks, &i.iovs)
+        {
             core.module.submit(io);
             return;
         }

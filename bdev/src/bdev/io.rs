@@ -47,7 +47,7 @@ use super::pool::IoPool;
 use super::quota::QosShared;
 use super::segments::IoVec;
 use super::shared::BdevShared;
-use super::split::{SplitCursor, SplitLimits};
+use super::split::{FitCaps, SplitCursor, SplitLimits};
 use super::stats::IoStat;
 use super::types::{IoStatus, IoType, NvmeCmd};
 use crate::dma::DmaBuf;
@@ -593,6 +593,11 @@ pub(crate) struct ChannelCore {
     /// `direct_rw` and neither frozen nor rate limited: reads and writes
     /// go from `submit` straight to the module (one test on the fast path).
     pub(crate) fast_rw: Cell<bool>,
+    /// Not `direct_rw`, but a read or write that fits `fit` goes straight
+    /// to the module all the same; `fast_fit` as `fast_rw` for it.
+    pub(crate) fit_rw: bool,
+    pub(crate) fast_fit: Cell<bool>,
+    pub(crate) fit: FitCaps,
     pub(crate) align_mask: usize,
     pub(crate) block_size: u64,
     pub(crate) zeroes_native: bool,
@@ -658,6 +663,13 @@ impl ChannelCore {
             (1usize << p.required_alignment.min(20)) - 1
         };
         let block_size = u64::from(p.block_size);
+        let direct_rw = !split_rw && align_mask == 0;
+        // (Write limits differ only in a boundary, which rules this out.)
+        let fit = limits
+            .fit_caps(align_mask)
+            .filter(|_| write_limits.boundary == 0);
+        let fit_rw = !direct_rw && fit.is_some();
+        let fit = fit.unwrap_or(FitCaps::NONE);
         let zeroes_native = bdev.module_supports(IoType::WriteZeroes);
         let core = ChannelCore {
             bdev,
@@ -679,9 +691,12 @@ impl ChannelCore {
             write_limits,
             write_unit,
             split_rw,
-            direct_rw: !split_rw && align_mask == 0,
+            direct_rw,
             qos_on: Cell::new(false),
-            fast_rw: Cell::new(!split_rw && align_mask == 0),
+            fast_rw: Cell::new(direct_rw),
+            fit_rw,
+            fast_fit: Cell::new(fit_rw),
+            fit,
             align_mask,
             block_size,
             zeroes_native,
@@ -742,8 +757,9 @@ impl ChannelCore {
     }
 
     fn update_fast(&self) {
-        self.fast_rw
-            .set(self.direct_rw && !self.frozen.get() && !self.qos_on.get() && !self.hist_on.get());
+        let plain = !self.frozen.get() && !self.qos_on.get() && !self.hist_on.get();
+        self.fast_rw.set(self.direct_rw && plain);
+        self.fast_fit.set(self.fit_rw && plain);
     }
 
     /// This thread's pool.

@@ -11,7 +11,9 @@ use super::types::IoType;
 #[inline]
 pub(crate) fn route(core: &ChannelCore, io: BdevIo) {
     let i = io.inner();
-    if core.direct_rw && matches!(i.io_type, IoType::Read | IoType::Write) {
+    if matches!(i.io_type, IoType::Read | IoType::Write)
+        && (core.direct_rw || core.fit_rw && core.fit.fits(i.num_blocks, &i.iovs))
+    {
         core.module.submit(io);
         return;
     }

@@ -38,7 +38,53 @@ pub struct SplitCursor {
 #[error("a block spans more segments than the bdev accepts")]
 pub struct SplitError;
 
+/// The submission path's quick test that a read or write needs neither
+/// a split nor a bounce buffer (for limits without a boundary): one
+/// segment, aligned, within the caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FitCaps {
+    max_blocks: u64,
+    max_segment: usize,
+    align_mask: usize,
+}
+
+impl FitCaps {
+    /// Fits nothing (for channels that do not use the test).
+    pub(crate) const NONE: FitCaps = FitCaps {
+        max_blocks: 0,
+        max_segment: 0,
+        align_mask: usize::MAX,
+    };
+
+    /// Whether `num_blocks` in `iovs` fit as they are (then
+    /// [`SplitLimits::needs_split`] is false and no segment is misaligned).
+    #[inline(always)]
+    pub(crate) fn fits(&self, num_blocks: u64, iovs: &[IoVec]) -> bool {
+        let [v] = iovs else {
+            return false;
+        };
+        num_blocks <= self.max_blocks
+            && v.len <= self.max_segment
+            && (v.base as usize | v.len) & self.align_mask == 0
+    }
+}
+
 impl SplitLimits {
+    /// The quick test for these limits and `align_mask`; `None` when
+    /// they have a boundary (an offset matters, not just sizes).
+    pub(crate) fn fit_caps(&self, align_mask: usize) -> Option<FitCaps> {
+        let cap = |v: usize| if v == 0 { usize::MAX } else { v };
+        (self.boundary == 0).then(|| FitCaps {
+            max_blocks: if self.max_blocks == 0 {
+                u64::MAX
+            } else {
+                self.max_blocks
+            },
+            max_segment: cap(self.max_segment_size),
+            align_mask,
+        })
+    }
+
     /// Whether a request needs splitting at all (cheap checks only).
     #[must_use]
     pub fn needs_split(&self, offset_blocks: u64, num_blocks: u64, iovs: &[IoVec]) -> bool {
@@ -248,6 +294,34 @@ mod tests {
         }
 
         #[test]
+        fn what_fits_needs_no_split(
+            num in 1u64..300,
+            max_blocks in prop_oneof![Just(0u64), 1u64..64],
+            max_seg in prop_oneof![Just(0usize), 512usize..90_000],
+            max_segs in prop_oneof![Just(0usize), 1usize..8],
+            align_shift in 0u32..13,
+            base in 0usize..1 << 20,
+            nseg in 1usize..3,
+        ) {
+            let len = usize::try_from(num).unwrap() * 512;
+            let lim = SplitLimits { block_size: 512, boundary: 0, max_blocks, max_segment_size: max_seg, max_segments: max_segs };
+            let mask = (1usize << align_shift) - 1;
+            let caps = lim.fit_caps(mask).expect("no boundary");
+            let iovs: Vec<IoVec> = (0..nseg)
+                .map(|i| IoVec { base: std::ptr::without_provenance_mut(base + i * len), len })
+                .collect();
+            let aligned = iovs.iter().all(|v| (v.base as usize | v.len) & mask == 0);
+            let fits = caps.fits(num * nseg as u64, &iovs);
+            if fits {
+                prop_assert!(!lim.needs_split(0, num * nseg as u64, &iovs) && aligned);
+            }
+            // And it does not refuse the plain case.
+            if nseg == 1 && aligned && !lim.needs_split(0, num, &iovs) {
+                prop_assert!(fits);
+            }
+        }
+
+        #[test]
         fn ranges_tile(offset in 0u64..100_000, num in 1u64..5000, boundary in 0u64..128, max_blocks in 0u64..128) {
             let lim = SplitLimits { block_size: 512, boundary, max_blocks, ..Default::default() };
             let mut c = SplitCursor { offset_blocks: offset, remaining_blocks: num, ..Default::default() };
@@ -280,5 +354,9 @@ mod tests {
             ..Default::default()
         };
         assert!(lim.needs_split(0, 8, &iovs));
+        assert!(!lim.fit_caps(0).unwrap().fits(8, &iovs));
+        assert!(lim.fit_caps(0).unwrap().fits(2, &fake_iovs(&[1024])));
+        let lim = SplitLimits { boundary: 8, ..lim };
+        assert_eq!(lim.fit_caps(0), None);
     }
 }

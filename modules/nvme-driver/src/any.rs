@@ -76,7 +76,7 @@ impl QueueTransport for AnyQueue {
     fn depth(&self) -> u16 {
         each_q!(self, q => q.depth())
     }
-    #[inline]
+    #[inline(always)]
     fn submit(
         &mut self,
         slot: u16,

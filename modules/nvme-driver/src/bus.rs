@@ -6,6 +6,7 @@
 //! the same code for both.
 
 use std::fmt;
+use std::sync::atomic::AtomicUsize;
 
 use crate::error::Result;
 use crate::sys::{DmaMem, Doorbell};
@@ -45,6 +46,13 @@ pub trait PciFunction: Send + Sync + fmt::Debug + 'static {
     /// address, mapped once per buffer through the bdev layer's
     /// registration hook). `false` makes the queue pair bounce the data.
     fn reaches(&self, addr: usize, len: usize) -> bool;
+
+    /// A count that is 0 while [`PciFunction::reaches`] holds for every
+    /// buffer: the queue reads it (one load) instead of calling `reaches`
+    /// per I/O. `None`: call `reaches` every time.
+    fn reach_gate(&self) -> Option<&'static AtomicUsize> {
+        None
+    }
 
     /// PCI vendor id (`vendor_id` of `bdev_get_bdevs`), when known.
     fn vendor_id(&self) -> u16 {

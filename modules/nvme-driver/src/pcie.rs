@@ -7,7 +7,7 @@
 //! bounce buffers, so that the I/O path never allocates and a queue needs
 //! one mapping.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nvme_spec::admin::{CreateIoCq, CreateIoSq, DeleteIoCq, DeleteIoSq};
@@ -99,6 +99,7 @@ impl PcieTransport {
             cq_head: 0,
             phase: true,
             sgl: self.sgl.load(Ordering::Relaxed),
+            reach_gate: self.func.reach_gate(),
             func: Arc::clone(&self.func),
             mem,
         })
@@ -248,6 +249,8 @@ pub struct PcieQueue {
     cq_head: u16,
     phase: bool,
     sgl: u8,
+    /// `func.reach_gate()`.
+    reach_gate: Option<&'static AtomicUsize>,
     func: Arc<dyn PciFunction>,
     mem: DmaMem,
 }
@@ -278,8 +281,34 @@ impl PcieQueue {
     }
 
     /// PRPs (or an SGL) for the request's own memory; `Ok(false)` when it
-    /// must be bounced.
+    /// must be bounced. One segment within two pages (most I/O) takes
+    /// PRP1/PRP2 here; everything else goes to [`PcieQueue::describe_list`].
+    #[inline]
     fn describe(
+        &mut self,
+        slot: u16,
+        sqe: &mut Sqe,
+        req: &dyn Request,
+        data: Data,
+    ) -> std::result::Result<bool, SubmitError> {
+        if let Some((a, l)) = req.single_segment(data) {
+            if let Some((prp1, prp2)) = prp::short_prps(a as u64, l) {
+                let all = self
+                    .reach_gate
+                    .is_some_and(|g| g.load(Ordering::Relaxed) == 0);
+                if all || self.func.reaches(a, l) {
+                    sqe.set_prps(prp1, prp2);
+                    return Ok(true);
+                }
+            }
+        }
+        self.describe_list(slot, sqe, req, data)
+    }
+
+    /// [`PcieQueue::describe`] for several segments or more than two
+    /// pages: a PRP list or an SGL in the slot's page.
+    #[inline(never)]
+    fn describe_list(
         &mut self,
         slot: u16,
         sqe: &mut Sqe,
@@ -319,14 +348,12 @@ impl PcieQueue {
             let (a, l) = req.segment(data, i);
             (a as u64, l)
         });
-        let total: usize = (0..n).map(|i| req.segment(data, i).1).sum();
         let dword = self.sgl == SGL_DWORD;
         match prp::build_sgl(segs, dword, |i, d| {
             mem.write_bytes(page + i * 16, d.as_bytes())
         }) {
             Ok(count) => {
                 let len = u32::try_from(count * 16).expect("invariant: one page of descriptors");
-                let _ = total;
                 sqe.set_sgl1(&SglDescriptor::last_segment(mem.iova() + page as u64, len));
                 Ok(true)
             }
@@ -335,6 +362,7 @@ impl PcieQueue {
         }
     }
 
+    #[cold]
     fn bounce(
         &mut self,
         slot: u16,
@@ -392,7 +420,7 @@ impl QueueTransport for PcieQueue {
         self.entries - 1
     }
 
-    #[inline]
+    #[inline(always)]
     fn submit(
         &mut self,
         slot: u16,
@@ -440,10 +468,10 @@ impl QueueTransport for PcieQueue {
         let mut n = 0;
         while n < out.len() {
             let off = self.cq_off + usize::from(self.cq_head) * 16;
-            if (self.mem.cqe_status(off) & 1 != 0) != self.phase {
+            let Some(c) = self.mem.new_cqe(off, self.phase) else {
                 break;
-            }
-            out[n] = self.mem.read_cqe(off);
+            };
+            out[n] = c;
             n += 1;
             self.cq_head += 1;
             if self.cq_head == self.entries {

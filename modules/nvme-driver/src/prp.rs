@@ -78,6 +78,26 @@ pub fn build_prps(
     Ok((prp1, n))
 }
 
+/// PRP1 and PRP2 of one contiguous segment that spans at most two pages
+/// (the common 4 KiB I/O): no list needed. `None` when it needs a list, is
+/// empty or is not dword aligned ([`build_prps`] then decides). Agrees
+/// with [`build_prps`] wherever it answers (a proptest checks that).
+#[inline]
+#[must_use]
+pub fn short_prps(addr: u64, len: usize) -> Option<(u64, u64)> {
+    let in_first = PAGE_U64 - (addr & PAGE_MASK);
+    let len = len as u64;
+    if addr & 3 != 0 || len == 0 || len > in_first + PAGE_U64 {
+        return None;
+    }
+    let prp2 = if len <= in_first {
+        0
+    } else {
+        (addr & !PAGE_MASK) + PAGE_U64
+    };
+    Some((addr, prp2))
+}
+
 /// Builds SGL data block descriptors for `segs` into `put(index, desc)`;
 /// returns their number. `dword` enforces the dword-granularity rule of
 /// controllers that report SGLs with alignment.
@@ -332,6 +352,29 @@ mod tests {
             match roundtrip(&segs) {
                 Ok(got) => prop_assert_eq!(runs(&got), runs(&segs)),
                 Err(e) => prop_assert!(matches!(e, LayoutError::NotPrpShaped | LayoutError::TooLong)),
+            }
+        }
+
+        #[test]
+        fn short_prps_agree_with_the_list_builder(addr in 0u64..1 << 40, len in 0usize..3 * PAGE) {
+            let list = build_prps(std::iter::once((addr, len)), |_, _| {});
+            let mut second = 0;
+            let two = build_prps(std::iter::once((addr, len)), |i, e| {
+                if i == 0 {
+                    second = e;
+                }
+            });
+            match short_prps(addr, len) {
+                Some((prp1, prp2)) => {
+                    let (p1, n) = two.expect("a short layout builds");
+                    prop_assert!(n == 1 || n == 2);
+                    prop_assert_eq!(prp1, p1);
+                    prop_assert_eq!(prp2, if n == 2 { second } else { 0 });
+                }
+                // Refused: empty, misaligned, or more than two entries.
+                None => prop_assert!(
+                    len == 0 || addr & 3 != 0 || list.is_ok_and(|(_, n)| n > 2)
+                ),
             }
         }
 

@@ -128,7 +128,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
 
     /// Queues `sqe` (its CID is set here) with `data` of `ctx` moving in
     /// `dir`; the doorbell waits for [`Qpair::flush`]. Returns the CID.
-    #[inline]
+    #[inline(always)]
     pub fn submit(
         &mut self,
         mut sqe: Sqe,
@@ -136,19 +136,27 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         dir: Dir,
         ctx: C,
     ) -> Result<u16, (C, SubmitError)> {
-        if !self.connected {
-            return Err((ctx, SubmitError::Disconnected));
-        }
-        let Some(slot) = self.free.pop() else {
-            return Err((ctx, SubmitError::Busy));
+        let slot = match self.free.last() {
+            Some(&slot) if self.connected => slot,
+            _ => return Err((ctx, self.refusal())),
         };
         sqe.cid.set(slot);
         if let Err(e) = self.q.submit(slot, &mut sqe, &ctx, data, dir) {
-            self.free.push(slot);
             return Err((ctx, e));
         }
+        self.free.pop();
         self.occupy(slot, sqe.opcode, ctx, NONE);
         Ok(slot)
+    }
+
+    /// Why a submission finds no slot: disconnected, or all busy.
+    #[cold]
+    fn refusal(&self) -> SubmitError {
+        if self.connected {
+            SubmitError::Busy
+        } else {
+            SubmitError::Disconnected
+        }
     }
 
     /// Queues `sqe` with a data buffer of `len` bytes (up to a page) that
@@ -223,6 +231,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         Ok(())
     }
 
+    #[inline]
     fn occupy(&mut self, slot: u16, opcode: u8, ctx: C, peer: u16) {
         let s = &mut self.slots[usize::from(slot)];
         s.ctx = Some(ctx);
@@ -261,15 +270,54 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         if self.outstanding == 0 {
             return 0;
         }
-        let n = self.q.reap(&mut self.cqes);
-        for i in 0..n {
-            let c = self.cqes[i];
+        // Out of `self` while `finish` needs `self` (an empty box does not
+        // allocate); put back below.
+        let mut cqes = std::mem::take(&mut self.cqes);
+        let n = self.q.reap(&mut cqes);
+        for c in &cqes[..n] {
             self.finish(c.cid.get(), c.status(), (c.dw0.get(), c.dw1.get()), out);
         }
+        self.cqes = cqes;
         n
     }
 
+    /// One completion: the common case (a lone command in flight) here,
+    /// fused pairs and strays in [`Qpair::finish_rare`].
+    #[inline]
     fn finish(&mut self, slot: u16, status: Status, dw: (u32, u32), out: &mut Vec<Completion<C>>) {
+        let Some(s) = self
+            .slots
+            .get_mut(usize::from(slot))
+            .filter(|s| s.age != u32::MAX && s.peer == NONE)
+        else {
+            return self.finish_rare(slot, status, dw, out);
+        };
+        let mut ctx = s.ctx.take();
+        s.age = u32::MAX;
+        self.q
+            .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
+        self.free.push(slot);
+        self.outstanding -= 1;
+        // No request: the lone first of a fused pair whose second never
+        // reached the queue.
+        if let Some(ctx) = ctx {
+            out.push(Completion {
+                ctx,
+                status,
+                dw0: dw.0,
+                dw1: dw.1,
+            });
+        }
+    }
+
+    #[cold]
+    fn finish_rare(
+        &mut self,
+        slot: u16,
+        status: Status,
+        dw: (u32, u32),
+        out: &mut Vec<Completion<C>>,
+    ) {
         let (dw0, dw1) = dw;
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             tracing::warn!(cid = slot, "completion for an unknown command identifier");

@@ -41,6 +41,13 @@ pub trait Request {
     fn segment_count(&self, data: Data) -> usize;
     /// Segment `i` of `data`: address and length.
     fn segment(&self, data: Data, i: usize) -> (usize, usize);
+    /// The one segment of `data` when it has exactly one (the common
+    /// case, asked first on the submission path: one call instead of
+    /// [`Request::segment_count`] and [`Request::segment`]).
+    #[inline]
+    fn single_segment(&self, data: Data) -> Option<(usize, usize)> {
+        (self.segment_count(data) == 1).then(|| self.segment(data, 0))
+    }
     /// Calls `f` with each segment of `data`, in order (for copying into a
     /// bounce buffer).
     fn for_each_segment(&self, data: Data, f: &mut dyn FnMut(&[u8]));

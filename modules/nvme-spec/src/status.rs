@@ -348,7 +348,19 @@ impl Status {
 
     /// Decodes the 15-bit status field (SC in bits 7:0).
     #[must_use]
+    #[inline]
     pub const fn from_field(field: u16) -> Self {
+        if field == 0 {
+            // Almost every completion: no bit to pick apart.
+            Status::SUCCESS
+        } else {
+            Status::decode(field)
+        }
+    }
+
+    /// [`Status::from_field`] of a non-zero field.
+    #[inline(never)]
+    const fn decode(field: u16) -> Self {
         let f = field as u32;
         Status {
             sc: u8_at(f, 0),

@@ -18,19 +18,19 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, IoVec, ModuleIo, NvmeCmd};
+use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo, NvmeCmd};
 use bdevkit::thread::{ChannelStep, IoDevice, Poller, PollerStatus, Thread};
 use nvme_driver::{
-    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, Request,
-    SubmitError, Transport,
+    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, SubmitError,
+    Transport,
 };
 use nvme_spec::admin::Abort;
-use nvme_spec::io::{
-    BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
-};
+use nvme_spec::io::{Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes};
 use nvme_spec::zerocopy::IntoBytes;
 use nvme_spec::{Command, Sqe, Status};
 
+pub(crate) use crate::nvme_io::NvmeIo;
+use crate::nvme_io::{passthru_dir, range, retryable, CTX_NSID, CTX_RETRIES};
 use crate::options::{Applied, TimeoutAction};
 use crate::wake::QueueWake;
 
@@ -60,48 +60,6 @@ pub(crate) trait Reroute {
 
 /// The driver's controller, as the channels see it.
 pub(crate) type Driver = Arc<Controller<AnyTransport>>;
-
-/// The scratch word of a `BdevIo` holding its namespace id.
-const CTX_NSID: usize = 0;
-/// The scratch word counting its retries.
-const CTX_RETRIES: usize = 1;
-
-/// A `BdevIo` in a queue pair slot: its segments are the command's data.
-pub(crate) struct NvmeIo(pub(crate) BdevIo);
-
-fn iovs(io: &BdevIo, d: Data) -> &[IoVec] {
-    if d == Data::Aux {
-        io.aux_iovs()
-    } else {
-        io.iovs()
-    }
-}
-
-impl Request for NvmeIo {
-    #[inline]
-    fn segment_count(&self, d: Data) -> usize {
-        iovs(&self.0, d).len()
-    }
-    #[inline]
-    fn segment(&self, d: Data, i: usize) -> (usize, usize) {
-        let v = iovs(&self.0, d)[i];
-        (v.base as usize, v.len)
-    }
-    fn for_each_segment(&self, d: Data, f: &mut dyn FnMut(&[u8])) {
-        if d == Data::Aux {
-            // Compare-and-write data is at most one page (checked at
-            // submission): copy it through the stack.
-            let mut buf = [0u8; 4096];
-            let n = self.0.copy_from_aux_iovs(&mut buf);
-            f(&buf[..n]);
-        } else {
-            self.0.for_each_segment(f);
-        }
-    }
-    fn for_each_segment_mut(&mut self, d: Data, f: &mut dyn FnMut(&mut [u8])) -> bool {
-        d == Data::Main && self.0.for_each_segment_mut(f)
-    }
-}
 
 type Qp = Qpair<AnyQueue, NvmeIo>;
 
@@ -222,26 +180,6 @@ impl Drop for CtrlrChannel {
     }
 }
 
-/// A failed status worth another try (SPDK's rule): not DNR, not aborted
-/// on request.
-fn retryable(s: Status) -> bool {
-    !s.dnr && (s.sct != 0 || s.sc != 0x07)
-}
-
-fn range(io: &BdevIo) -> Option<BlockRange> {
-    let n = u32::try_from(io.num_blocks()).ok()?;
-    BlockRange::new(io.offset_blocks(), n).ok()
-}
-
-/// The direction of a passthrough command's data (opcode bits 1:0).
-fn passthru_dir(opcode: u8) -> Dir {
-    if opcode & 1 == 1 {
-        Dir::ToDevice
-    } else {
-        Dir::FromDevice
-    }
-}
-
 impl ChInner {
     /// Serves `io` for namespace `nsid` (never completes inline).
     #[inline]
@@ -252,9 +190,43 @@ impl ChInner {
         self.dispatch(io);
     }
 
-    /// Serves `io` again (moved here from another path: its namespace id
-    /// and retry count are set).
+    /// Serves `io` (also one moved here from another path: its namespace
+    /// id and retry count are set).
+    #[inline]
     pub(crate) fn dispatch(self: &Rc<Self>, io: BdevIo) {
+        if !self.dead.get()
+            && !self.paused.get()
+            && matches!(io.io_type(), IoType::Read | IoType::Write)
+        {
+            return self.read_write(io);
+        }
+        self.dispatch_other(io);
+    }
+
+    /// Reads and writes, the common case of [`ChInner::to_queue`], kept
+    /// small so that it inlines into `submit`.
+    #[inline]
+    fn read_write(self: &Rc<Self>, mut io: BdevIo) {
+        let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+        let mut g = self.qp.borrow_mut();
+        let (Some(qp), Some(r)) = (g.as_mut(), range(&io)) else {
+            drop(g);
+            return self.to_queue(io);
+        };
+        let (sqe, dir) = if io.io_type() == IoType::Read {
+            (Read::new(nsid, r).to_sqe(0), Dir::FromDevice)
+        } else {
+            (Write::new(nsid, r).to_sqe(0), Dir::ToDevice)
+        };
+        let r = qp.submit(sqe, Data::Main, dir, NvmeIo(io));
+        drop(g);
+        if let Err((NvmeIo(io), e)) = r {
+            self.refused(io, e);
+        }
+    }
+
+    #[inline(never)]
+    fn dispatch_other(self: &Rc<Self>, io: BdevIo) {
         if self.dead.get() {
             if let Some(io) = self.reroute(io, false) {
                 io.complete_deferred(IoStatus::Errno(libc::ENXIO));
@@ -281,7 +253,6 @@ impl ChInner {
         }
     }
 
-    #[inline]
     fn to_queue(self: &Rc<Self>, mut io: BdevIo) {
         let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
         let mut g = self.qp.borrow_mut();
@@ -377,11 +348,17 @@ impl ChInner {
         };
         drop(g);
         if let Err((NvmeIo(io), e)) = r {
-            match e {
-                SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
-                SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
-                SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
-            }
+            self.refused(io, e);
+        }
+    }
+
+    /// The queue did not take `io`.
+    #[cold]
+    fn refused(&self, io: BdevIo, e: SubmitError) {
+        match e {
+            SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
+            SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
+            SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
         }
     }
 
@@ -464,17 +441,23 @@ impl ChInner {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish(self: &Rc<Self>, c: Completion<NvmeIo>) {
+        if !c.status.is_success() {
+            return self.finish_failed(c);
+        }
+        let mut io = c.ctx.0;
+        if io.io_type() == IoType::NvmeIo {
+            io.set_nvme_cdw0(c.dw0);
+        }
+        io.complete(IoStatus::Success);
+    }
+
+    /// [`ChInner::finish`] for a failed command: retry or complete.
+    #[cold]
+    fn finish_failed(self: &Rc<Self>, c: Completion<NvmeIo>) {
         let mut io = c.ctx.0;
         let st = c.status;
-        if st.is_success() {
-            if io.io_type() == IoType::NvmeIo {
-                io.set_nvme_cdw0(c.dw0);
-            }
-            io.complete(IoStatus::Success);
-            return;
-        }
         let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
         let retries = io.driver_ctx()[CTX_RETRIES];
         if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {

@@ -40,6 +40,7 @@ mod module;
 mod mp_rpc;
 pub mod multipath;
 mod nsbdevs;
+mod nvme_io;
 pub mod options;
 pub mod paths;
 mod reconnect;

@@ -27,7 +27,7 @@ mod engine;
 mod sys;
 
 use std::fmt;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -430,6 +430,12 @@ impl PciFunction for EmuFunction {
     #[inline]
     fn reaches(&self, _addr: usize, _len: usize) -> bool {
         true
+    }
+
+    fn reach_gate(&self) -> Option<&'static AtomicUsize> {
+        // It reaches all of the process's memory, always.
+        static NOTHING_UNREACHABLE: AtomicUsize = AtomicUsize::new(0);
+        Some(&NOTHING_UNREACHABLE)
     }
 
     fn vendor_id(&self) -> u16 {

@@ -461,6 +461,10 @@ impl PciFunction for VfioFunction {
         UNREACHABLE.load(Ordering::Relaxed) == 0 || reachable_slow(addr, len)
     }
 
+    fn reach_gate(&self) -> Option<&'static AtomicUsize> {
+        Some(&UNREACHABLE)
+    }
+
     fn vendor_id(&self) -> u16 {
         self.vendor
     }
