@@ -242,7 +242,7 @@ impl MpInner {
     /// The path for the next I/O: one that takes I/O now, chosen by the
     /// policy (never `exclude`); else, unless `strict`, the first that is
     /// not gone.
-    #[inline]
+    #[inline(never)]
     fn select(&self, paths: &[PathCh], exclude: Option<&ChInner>, strict: bool) -> Option<usize> {
         let n = paths.len();
         if n == 1 && exclude.is_none() {
@@ -294,7 +294,13 @@ impl MpInner {
     #[inline]
     pub(crate) fn submit(&self, io: BdevIo) {
         let paths = self.paths.borrow();
-        match self.select(&paths, None, false) {
+        // One path (the usual case) needs no policy.
+        let pick = if paths.len() == 1 {
+            Some(0)
+        } else {
+            self.select(&paths, None, false)
+        };
+        match pick {
             Some(i) => {
                 let p = &paths[i];
                 p.submitted.set(p.submitted.get() + 1);
