@@ -38,17 +38,22 @@ pub struct CountingAlloc;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+/// Set by every allocation: proves [`CountingAlloc`] is installed without
+/// switching the counter on (a thread starting meanwhile, say a reactor,
+/// would otherwise leave a stray count in the measurement).
+static SEEN: AtomicBool = AtomicBool::new(false);
 
 /// The unsafe part: the `GlobalAlloc` impl.
 mod sys {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::sync::atomic::Ordering;
 
-    use super::{CountingAlloc, ALLOCS, COUNTING};
+    use super::{CountingAlloc, ALLOCS, COUNTING, SEEN};
 
     // SAFETY: forwards to the system allocator; only counts calls.
     unsafe impl GlobalAlloc for CountingAlloc {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            SEEN.store(true, Ordering::Relaxed);
             if COUNTING.load(Ordering::Relaxed) {
                 ALLOCS.fetch_add(1, Ordering::Relaxed);
             }
@@ -166,14 +171,8 @@ pub fn measure_with<Fut>(
 where
     Fut: Future<Output = ()> + 'static,
 {
+    assert_installed();
     ALLOCS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    drop(std::hint::black_box(Box::new(0u64)));
-    COUNTING.store(false, Ordering::SeqCst);
-    assert!(
-        ALLOCS.swap(0, Ordering::SeqCst) > 0,
-        "install bdevkit_test::steady::CountingAlloc as the #[global_allocator]"
-    );
     let (tx, rx) = mpsc::channel();
     env.run(move |mgr| async move {
         setup(mgr.clone()).await;
@@ -206,11 +205,18 @@ where
 /// # Panics
 /// When [`CountingAlloc`] is not the binary's global allocator.
 pub fn start_counting() {
+    assert_installed();
     ALLOCS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
+}
+
+/// Panics unless [`CountingAlloc`] is the global allocator (it marks
+/// [`SEEN`] on every allocation; the counter stays off).
+fn assert_installed() {
+    SEEN.store(false, Ordering::SeqCst);
     drop(std::hint::black_box(Box::new(0u64)));
     assert!(
-        ALLOCS.swap(0, Ordering::SeqCst) > 0,
+        SEEN.load(Ordering::SeqCst),
         "install bdevkit_test::steady::CountingAlloc as the #[global_allocator]"
     );
 }
