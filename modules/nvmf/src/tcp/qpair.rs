@@ -330,7 +330,17 @@ impl<S: Sock + 'static> IoCompletion for Qpair<S> {
         let buf = io.take_buf();
         drop(io);
         match self.q.try_borrow_mut() {
-            Ok(mut q) => q.io_completed(tag, status, buf),
+            Ok(mut q) => {
+                q.io_completed(tag, status, buf);
+                // The last command in flight has nothing to share a send
+                // with: its response goes now, not at the group's next
+                // poll (one epoll_wait and a reactor round later).
+                if q.inflight == 0 && !matches!(q.phase, Phase::Closing { .. }) {
+                    if let Some(me) = self.me.upgrade() {
+                        q.flush_tx(&me);
+                    }
+                }
+            }
             Err(_) => {
                 // Cannot happen (completions never run inside a service
                 // step); finish it from a message rather than lose it.
