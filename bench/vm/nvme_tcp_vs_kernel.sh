@@ -21,7 +21,6 @@ rounds=${ROUNDS:-3}
 runtime=${RUNTIME:-5}
 qds=${QDS:-1 32}
 NQN=nqn.2016-06.io.bdevkit:kernel-bench
-CFG=/sys/kernel/config/nvmet
 IMG=/tmp/ns.img
 must fio --version
 
@@ -29,18 +28,8 @@ step "nvmet: tcp port 127.0.0.1:4420, namespace 1 over $IMG (256 MiB, buffered)"
 must modprobe nvmet-tcp
 must modprobe nvme-tcp
 must dd if=/dev/urandom of=$IMG bs=1M count=256 2>/dev/null
-must mkdir $CFG/subsystems/$NQN
-echo 1 > $CFG/subsystems/$NQN/attr_allow_any_host
-must mkdir $CFG/subsystems/$NQN/namespaces/1
-echo -n $IMG > $CFG/subsystems/$NQN/namespaces/1/device_path
-echo 1 > $CFG/subsystems/$NQN/namespaces/1/buffered_io
-echo 1 > $CFG/subsystems/$NQN/namespaces/1/enable
-must mkdir $CFG/ports/1
-echo ipv4 > $CFG/ports/1/addr_adrfam
-echo tcp > $CFG/ports/1/addr_trtype
-echo 127.0.0.1 > $CFG/ports/1/addr_traddr
-echo 4420 > $CFG/ports/1/addr_trsvcid
-must ln -s $CFG/subsystems/$NQN $CFG/ports/1/subsystems/$NQN
+nvmet_subsystem $NQN $IMG
+nvmet_tcp_port $NQN
 # Warm the page cache, so both initiators read from memory.
 must cat $IMG > /dev/null
 

@@ -118,6 +118,32 @@ dd_roundtrip() {
     same_bytes /tmp/pattern-b /tmp/back-b "bdev_dd reads what the kernel wrote ($5)"
 }
 
+# The kernel's NVMe-oF target (nvmet), set up through configfs.
+NVMET=/sys/kernel/config/nvmet
+# nvmet_subsystem NQN FILE: subsystem NQN (any host) with namespace 1 over
+# FILE (which must exist), page-cache I/O (keeps the file's bytes coherent
+# with dd on the guest side).
+nvmet_subsystem() {
+    must mkdir $NVMET/subsystems/$1
+    echo 1 > $NVMET/subsystems/$1/attr_allow_any_host
+    must mkdir $NVMET/subsystems/$1/namespaces/1
+    echo -n "$2" > $NVMET/subsystems/$1/namespaces/1/device_path
+    echo 1 > $NVMET/subsystems/$1/namespaces/1/buffered_io
+    echo 1 > $NVMET/subsystems/$1/namespaces/1/enable
+}
+# nvmet_tcp_port NQN...: nvmet's port 1, TCP on 127.0.0.1:4420, serving
+# the subsystems NQN...
+nvmet_tcp_port() {
+    must mkdir $NVMET/ports/1
+    echo ipv4 > $NVMET/ports/1/addr_adrfam
+    echo tcp > $NVMET/ports/1/addr_trtype
+    echo 127.0.0.1 > $NVMET/ports/1/addr_traddr
+    echo 4420 > $NVMET/ports/1/addr_trsvcid
+    for _n in "$@"; do
+        must ln -s $NVMET/subsystems/$_n $NVMET/ports/1/subsystems/$_n
+    done
+}
+
 # ns_dev NSID: the kernel NVMe host's block device of namespace NSID of
 # subsystem $NQN (names follow the order the host found them, not the nsid).
 ns_dev() {

@@ -13,19 +13,12 @@
 NQN1=nqn.2016-06.io.bdevkit:disc1
 NQN2=nqn.2016-06.io.bdevkit:disc2
 NQN3=nqn.2016-06.io.bdevkit:disc3
-CFG=/sys/kernel/config/nvmet
 SOCK=/tmp/tgt.sock
 
 # subsystem NQN IMG: a subsystem with namespace 1 over a 16 MiB file.
 subsystem() {
     must dd if=/dev/zero of="$2" bs=1M count=16 2>/dev/null
-    must mkdir $CFG/subsystems/$1
-    echo 1 > $CFG/subsystems/$1/attr_allow_any_host
-    must mkdir $CFG/subsystems/$1/namespaces/1
-    echo -n "$2" > $CFG/subsystems/$1/namespaces/1/device_path
-    # Page-cache I/O keeps the file's bytes coherent with dd on this side.
-    echo 1 > $CFG/subsystems/$1/namespaces/1/buffered_io
-    echo 1 > $CFG/subsystems/$1/namespaces/1/enable
+    nvmet_subsystem "$1" "$2"
 }
 
 # eventually DESC CMD...: CMD succeeds within 15 s (polled; a check).
@@ -47,13 +40,7 @@ must modprobe crc32c_generic
 must modprobe nvmet-tcp
 subsystem $NQN1 /tmp/ns1.img
 subsystem $NQN2 /tmp/ns2.img
-must mkdir $CFG/ports/1
-echo ipv4 > $CFG/ports/1/addr_adrfam
-echo tcp > $CFG/ports/1/addr_trtype
-echo 127.0.0.1 > $CFG/ports/1/addr_traddr
-echo 4420 > $CFG/ports/1/addr_trsvcid
-must ln -s $CFG/subsystems/$NQN1 $CFG/ports/1/subsystems/$NQN1
-must ln -s $CFG/subsystems/$NQN2 $CFG/ports/1/subsystems/$NQN2
+nvmet_tcp_port $NQN1 $NQN2
 
 START='"name":"nvme","trtype":"tcp","adrfam":"ipv4","traddr":"127.0.0.1","trsvcid":"4420","wait_for_attach":true'
 
@@ -95,12 +82,12 @@ check "stop of an unknown name: -2" sh -c "echo '$out' | grep -q 'error -2:'"
 
 step "a subsystem linked to the port later: nvmet's event, attached"
 subsystem $NQN3 /tmp/ns3.img
-must ln -s $CFG/subsystems/$NQN3 $CFG/ports/1/subsystems/$NQN3
+must ln -s $NVMET/subsystems/$NQN3 $NVMET/ports/1/subsystems/$NQN3
 eventually "nvme2n1 attached after the log change" has_bdev nvme2n1
 assert_eq "$(names)" "nvme0 nvme1 nvme2" "controllers after the link"
 
 step "a subsystem unlinked from the port: detached"
-must rm $CFG/ports/1/subsystems/$NQN1
+must rm $NVMET/ports/1/subsystems/$NQN1
 eventually "nvme0n1 gone after the log change" no_bdev nvme0n1
 assert_eq "$(names)" "nvme1 nvme2" "controllers after the unlink"
 

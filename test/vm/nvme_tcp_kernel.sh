@@ -11,7 +11,6 @@
 . ./lib.sh
 
 NQN=nqn.2016-06.io.bdevkit:kernel-tgt
-CFG=/sys/kernel/config/nvmet
 IMG=/tmp/ns.img
 SOCK=/tmp/tgt.sock
 
@@ -20,19 +19,8 @@ step "nvmet: tcp port 127.0.0.1:4420, namespace 1 over $IMG (64 MiB)"
 must modprobe crc32c_generic
 must modprobe nvmet-tcp
 must dd if=/dev/zero of=$IMG bs=1M count=64 2>/dev/null
-must mkdir $CFG/subsystems/$NQN
-echo 1 > $CFG/subsystems/$NQN/attr_allow_any_host
-must mkdir $CFG/subsystems/$NQN/namespaces/1
-echo -n $IMG > $CFG/subsystems/$NQN/namespaces/1/device_path
-# Page-cache I/O keeps the file's bytes coherent with dd on the host side.
-echo 1 > $CFG/subsystems/$NQN/namespaces/1/buffered_io
-echo 1 > $CFG/subsystems/$NQN/namespaces/1/enable
-must mkdir $CFG/ports/1
-echo ipv4 > $CFG/ports/1/addr_adrfam
-echo tcp > $CFG/ports/1/addr_trtype
-echo 127.0.0.1 > $CFG/ports/1/addr_traddr
-echo 4420 > $CFG/ports/1/addr_trsvcid
-must ln -s $CFG/subsystems/$NQN $CFG/ports/1/subsystems/$NQN
+nvmet_subsystem $NQN $IMG
+nvmet_tcp_port $NQN
 
 ATTACH='"name":"Nvme0","trtype":"tcp","adrfam":"ipv4","traddr":"127.0.0.1","trsvcid":"4420","subnqn":"'$NQN'","hdgst":true,"ddgst":true'
 
