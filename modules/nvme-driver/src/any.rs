@@ -9,7 +9,9 @@ use crate::error::Result;
 use crate::pcie::{PcieQueue, PcieTransport};
 use crate::sys::DmaMem;
 use crate::tcp::{TcpQueue, TcpTransport};
-use crate::transport::{AdminExec, Data, Dir, QueueTransport, Request, SubmitError, Transport};
+use crate::transport::{
+    AdminExec, Data, Dir, QueueTransport, Release, Request, SubmitError, Transport,
+};
 
 /// A PCIe or a TCP transport.
 #[derive(Debug)]
@@ -80,11 +82,11 @@ impl QueueTransport for AnyQueue {
     fn submit(
         &mut self,
         slot: u16,
-        sqe: &mut Sqe,
+        sqe: Sqe,
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<(), SubmitError> {
+    ) -> std::result::Result<Release, SubmitError> {
         each_q!(self, q => q.submit(slot, sqe, req, data, dir))
     }
     fn submit_with_page(
@@ -101,8 +103,16 @@ impl QueueTransport for AnyQueue {
         each_q!(self, q => q.flush());
     }
     #[inline]
-    fn reap(&mut self, out: &mut [Cqe]) -> usize {
-        each_q!(self, q => q.reap(out))
+    fn reap_start(&mut self) {
+        each_q!(self, q => q.reap_start());
+    }
+    #[inline]
+    fn next_cqe(&mut self) -> Option<Cqe> {
+        each_q!(self, q => q.next_cqe())
+    }
+    #[inline]
+    fn reap_end(&mut self) {
+        each_q!(self, q => q.reap_end());
     }
     #[inline]
     fn release(&mut self, slot: u16, req: Option<&mut dyn Request>) {

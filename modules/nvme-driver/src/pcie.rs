@@ -21,7 +21,9 @@ use crate::bus::PciFunction;
 use crate::error::{Error, Result};
 use crate::prp::{self, LayoutError, PRP_LIST_ENTRIES};
 use crate::sys::{DmaMem, Doorbell, PAGE};
-use crate::transport::{AdminExec, Data, Dir, QueueTransport, Request, SubmitError, Transport};
+use crate::transport::{
+    AdminExec, Data, Dir, QueueTransport, Release, Request, SubmitError, Transport,
+};
 
 /// Largest transfer one slot's PRP list describes: PRP1's page plus one
 /// list page of entries (the first page may be partial, so one less).
@@ -96,6 +98,7 @@ impl PcieTransport {
             slot_bounce_read: vec![false; depth].into_boxed_slice(),
             sq_tail: 0,
             sq_dirty: false,
+            cq_dirty: false,
             cq_head: 0,
             phase: true,
             sgl: self.sgl.load(Ordering::Relaxed),
@@ -247,6 +250,8 @@ pub struct PcieQueue {
     sq_tail: u16,
     sq_dirty: bool,
     cq_head: u16,
+    /// The CQ head moved since its doorbell was last written.
+    cq_dirty: bool,
     phase: bool,
     sgl: u8,
     /// `func.reach_gate()`.
@@ -280,34 +285,45 @@ impl PcieQueue {
         self.sq_dirty = true;
     }
 
-    /// PRPs (or an SGL) for the request's own memory; `Ok(false)` when it
-    /// must be bounced. One segment within two pages (most I/O) takes
-    /// PRP1/PRP2 here; everything else goes to [`PcieQueue::describe_list`].
+    /// PRP1/PRP2 for one segment of the request's own memory within two
+    /// pages (most I/O), if that is what `data` is; everything else goes
+    /// to [`PcieQueue::submit_list`].
     #[inline]
-    fn describe(
-        &mut self,
-        slot: u16,
-        sqe: &mut Sqe,
-        req: &dyn Request,
-        data: Data,
-    ) -> std::result::Result<bool, SubmitError> {
-        if let Some((a, l)) = req.single_segment(data) {
-            if let Some((prp1, prp2)) = prp::short_prps(a as u64, l) {
-                let all = self
-                    .reach_gate
-                    .is_some_and(|g| g.load(Ordering::Relaxed) == 0);
-                if all || self.func.reaches(a, l) {
-                    sqe.set_prps(prp1, prp2);
-                    return Ok(true);
-                }
-            }
-        }
-        self.describe_list(slot, sqe, req, data)
+    fn short(&self, req: &dyn Request, data: Data) -> Option<(u64, u64)> {
+        let (a, l) = req.single_segment(data)?;
+        let prps = prp::short_prps(a as u64, l)?;
+        let all = self
+            .reach_gate
+            .is_some_and(|g| g.load(Ordering::Relaxed) == 0);
+        (all || self.func.reaches(a, l)).then_some(prps)
     }
 
-    /// [`PcieQueue::describe`] for several segments or more than two
-    /// pages: a PRP list or an SGL in the slot's page.
+    /// [`QueueTransport::submit`] for data that [`PcieQueue::short`] does
+    /// not describe: a PRP list or an SGL in the slot's page, or a bounce
+    /// buffer. Out of line, so that the common path keeps the command in
+    /// registers.
     #[inline(never)]
+    fn submit_list(
+        &mut self,
+        slot: u16,
+        mut sqe: Sqe,
+        req: &dyn Request,
+        data: Data,
+        dir: Dir,
+    ) -> std::result::Result<Release, SubmitError> {
+        let release = if self.describe_list(slot, &mut sqe, req, data)? {
+            Release::NotNeeded
+        } else {
+            self.bounce(slot, &mut sqe, req, data, dir)?;
+            Release::Needed
+        };
+        self.push(&sqe);
+        Ok(release)
+    }
+
+    /// PRPs (or an SGL) for several segments or more than two pages of
+    /// the request's own memory, in the slot's page; `Ok(false)` when it
+    /// must be bounced.
     fn describe_list(
         &mut self,
         slot: u16,
@@ -424,16 +440,19 @@ impl QueueTransport for PcieQueue {
     fn submit(
         &mut self,
         slot: u16,
-        sqe: &mut Sqe,
+        mut sqe: Sqe,
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<(), SubmitError> {
-        if data != Data::None && !self.describe(slot, sqe, req, data)? {
-            self.bounce(slot, sqe, req, data, dir)?;
+    ) -> std::result::Result<Release, SubmitError> {
+        if data != Data::None {
+            let Some((prp1, prp2)) = self.short(req, data) else {
+                return self.submit_list(slot, sqe, req, data, dir);
+            };
+            sqe.set_prps(prp1, prp2);
         }
-        self.push(sqe);
-        Ok(())
+        self.push(&sqe);
+        Ok(Release::NotNeeded)
     }
 
     fn submit_with_page(
@@ -464,25 +483,24 @@ impl QueueTransport for PcieQueue {
     }
 
     #[inline]
-    fn reap(&mut self, out: &mut [Cqe]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let off = self.cq_off + usize::from(self.cq_head) * 16;
-            let Some(c) = self.mem.new_cqe(off, self.phase) else {
-                break;
-            };
-            out[n] = c;
-            n += 1;
-            self.cq_head += 1;
-            if self.cq_head == self.entries {
-                self.cq_head = 0;
-                self.phase = !self.phase;
-            }
+    fn next_cqe(&mut self) -> Option<Cqe> {
+        let off = self.cq_off + usize::from(self.cq_head) * 16;
+        let c = self.mem.new_cqe(off, self.phase)?;
+        self.cq_head += 1;
+        if self.cq_head == self.entries {
+            self.cq_head = 0;
+            self.phase = !self.phase;
         }
-        if n > 0 {
+        self.cq_dirty = true;
+        Some(c)
+    }
+
+    #[inline]
+    fn reap_end(&mut self) {
+        if self.cq_dirty {
+            self.cq_dirty = false;
             self.cq_db.ring(u32::from(self.cq_head));
         }
-        n
     }
 
     #[inline]
@@ -514,6 +532,7 @@ impl QueueTransport for PcieQueue {
         self.sq_tail = 0;
         self.sq_dirty = false;
         self.cq_head = 0;
+        self.cq_dirty = false;
         self.phase = true;
         let cq_len = (usize::from(self.entries) * 16).div_ceil(PAGE) * PAGE;
         self.mem.fill(self.cq_off, cq_len, 0);

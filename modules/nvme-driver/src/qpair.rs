@@ -6,10 +6,9 @@
 use std::fmt;
 
 use nvme_spec::cmd::Fuse;
-use nvme_spec::zerocopy::FromZeros;
-use nvme_spec::{Cqe, Sqe, Status};
+use nvme_spec::{Sqe, Status};
 
-use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
+use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError};
 
 /// Completions taken from the transport per batch.
 pub const BATCH: usize = 64;
@@ -23,6 +22,8 @@ struct Slot<C> {
     opcode: u8,
     /// The other command of a fused pair (`NONE` if not fused).
     peer: u16,
+    /// The transport must release the slot's resources at completion.
+    release: bool,
     /// The first command of a fused pair: its status, once completed.
     first: Option<Status>,
     /// The second command completed before the first: its completion.
@@ -38,6 +39,7 @@ impl<C> Default for Slot<C> {
             timed_out: false,
             opcode: 0,
             peer: NONE,
+            release: false,
             first: None,
             early: None,
         }
@@ -57,12 +59,23 @@ pub struct Completion<C> {
     pub dw1: u32,
 }
 
+/// What [`Qpair::next`] found.
+#[derive(Debug)]
+pub enum Reaped<C> {
+    /// A command finished.
+    Done(Completion<C>),
+    /// A completion that finishes no request (the first half of a fused
+    /// pair, a stray): look again.
+    Nothing,
+    /// No new completion.
+    Empty,
+}
+
 /// One queue pair.
 pub struct Qpair<Q: QueueTransport, C: Request> {
     q: Q,
     slots: Box<[Slot<C>]>,
     free: Vec<u16>,
-    cqes: Box<[Cqe]>,
     outstanding: u32,
     connected: bool,
 }
@@ -86,7 +99,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             q,
             slots,
             free: (0..depth).rev().collect(),
-            cqes: vec![Cqe::new_zeroed(); BATCH].into_boxed_slice(),
             outstanding: 0,
             connected: true,
         }
@@ -136,16 +148,24 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         dir: Dir,
         ctx: C,
     ) -> Result<u16, (C, SubmitError)> {
-        let slot = match self.free.last() {
-            Some(&slot) if self.connected => slot,
-            _ => return Err((ctx, self.refusal())),
+        let slot = match self.free.pop() {
+            Some(slot) if self.connected => slot,
+            Some(slot) => {
+                self.free.push(slot);
+                return Err((ctx, SubmitError::Disconnected));
+            }
+            None => return Err((ctx, self.refusal())),
         };
         sqe.cid.set(slot);
-        if let Err(e) = self.q.submit(slot, &mut sqe, &ctx, data, dir) {
-            return Err((ctx, e));
-        }
-        self.free.pop();
-        self.occupy(slot, sqe.opcode, ctx, NONE);
+        let opcode = sqe.opcode;
+        let release = match self.q.submit(slot, sqe, &ctx, data, dir) {
+            Ok(r) => r == Release::Needed,
+            Err(e) => {
+                self.free.push(slot);
+                return Err((ctx, e));
+            }
+        };
+        self.occupy(slot, opcode, ctx, NONE, release);
         Ok(slot)
     }
 
@@ -179,7 +199,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             self.free.push(slot);
             return Err((ctx, e));
         }
-        self.occupy(slot, sqe.opcode, ctx, NONE);
+        self.occupy(slot, sqe.opcode, ctx, NONE, true);
         Ok(slot)
     }
 
@@ -206,41 +226,41 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         first.set_fuse(Fuse::First);
         second.cid.set(b);
         second.set_fuse(Fuse::Second);
-        if let Err(e) = self
-            .q
-            .submit(a, &mut first, &ctx, Data::Main, Dir::ToDevice)
-        {
+        let (op1, op2) = (first.opcode, second.opcode);
+        if let Err(e) = self.q.submit(a, first, &ctx, Data::Main, Dir::ToDevice) {
             self.free.push(b);
             self.free.push(a);
             return Err((ctx, e));
         }
-        if let Err(e) = self
-            .q
-            .submit(b, &mut second, &ctx, Data::Aux, Dir::ToDevice)
-        {
+        if let Err(e) = self.q.submit(b, second, &ctx, Data::Aux, Dir::ToDevice) {
             // The first is in the SQ already: it goes with a second that
             // the controller aborts as a missing fused command. Tell the
             // caller to retry; the lone first completes as an orphan.
             self.free.push(b);
-            self.occupy_orphan(a, first.opcode);
+            self.occupy_orphan(a, op1);
             return Err((ctx, e));
         }
-        self.occupy_orphan(a, first.opcode);
+        self.occupy_orphan(a, op1);
         self.slots[usize::from(a)].peer = b;
-        self.occupy(b, second.opcode, ctx, a);
+        self.occupy(b, op2, ctx, a, true);
+        let s = &mut self.slots[usize::from(b)];
+        s.first = None;
+        s.early = None;
         Ok(())
     }
 
-    #[inline]
-    fn occupy(&mut self, slot: u16, opcode: u8, ctx: C, peer: u16) {
+    /// Marks `slot` in flight. The fused-pair fields (`first`, `early`)
+    /// are set only by [`Qpair::submit_fused`]: a lone command's
+    /// completion never reads them.
+    #[inline(always)]
+    fn occupy(&mut self, slot: u16, opcode: u8, ctx: C, peer: u16, release: bool) {
         let s = &mut self.slots[usize::from(slot)];
         s.ctx = Some(ctx);
         s.age = 0;
         s.timed_out = false;
         s.opcode = opcode;
         s.peer = peer;
-        s.first = None;
-        s.early = None;
+        s.release = release;
         self.outstanding += 1;
     }
 
@@ -251,6 +271,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         s.timed_out = false;
         s.opcode = opcode;
         s.peer = NONE;
+        s.release = true;
         s.first = None;
         s.early = None;
         self.outstanding += 1;
@@ -264,68 +285,95 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
 
     /// Reaps up to [`BATCH`] completions into `out` (reuse one vector with
     /// capacity [`BATCH`]: no allocation); returns how many commands
-    /// finished.
-    #[inline]
+    /// finished. The same as [`Qpair::reap_start`], [`Qpair::next`] until
+    /// empty, [`Qpair::reap_end`].
     pub fn process(&mut self, out: &mut Vec<Completion<C>>) -> usize {
-        if self.outstanding == 0 {
+        if !self.reap_start() {
             return 0;
         }
-        // Out of `self` while `finish` needs `self` (an empty box does not
-        // allocate); put back below.
-        let mut cqes = std::mem::take(&mut self.cqes);
-        let n = self.q.reap(&mut cqes);
-        for c in &cqes[..n] {
-            self.finish(c.cid.get(), c.status(), (c.dw0.get(), c.dw1.get()), out);
+        let mut n = 0;
+        for _ in 0..BATCH {
+            match self.next() {
+                Reaped::Done(c) => {
+                    out.push(c);
+                    n += 1;
+                }
+                Reaped::Nothing => {}
+                Reaped::Empty => break,
+            }
         }
-        self.cqes = cqes;
+        self.reap_end();
         n
     }
 
-    /// One completion: the common case (a lone command in flight) here,
-    /// fused pairs and strays in [`Qpair::finish_rare`].
+    /// Starts a pass over new completions: false (and nothing done) when
+    /// no command is in flight. Then [`Qpair::next`] (at most [`BATCH`]
+    /// times, or until it says [`Reaped::Empty`]) and [`Qpair::reap_end`].
+    /// Between those calls the queue takes submissions as usual (a
+    /// completion's callback may submit the next command).
     #[inline]
-    fn finish(&mut self, slot: u16, status: Status, dw: (u32, u32), out: &mut Vec<Completion<C>>) {
+    pub fn reap_start(&mut self) -> bool {
+        if self.outstanding == 0 {
+            return false;
+        }
+        self.q.reap_start();
+        true
+    }
+
+    /// Ends a pass: the reaped completion queue slots go back to the
+    /// controller (one doorbell write).
+    #[inline]
+    pub fn reap_end(&mut self) {
+        self.q.reap_end();
+    }
+
+    /// The next finished command: the common case (a lone command in
+    /// flight) here, fused pairs and strays in [`Qpair::finish_rare`].
+    #[inline]
+    pub fn next(&mut self) -> Reaped<C> {
+        let Some(c) = self.q.next_cqe() else {
+            return Reaped::Empty;
+        };
+        let slot = c.cid.get();
+        let (status, dw) = (c.status(), (c.dw0.get(), c.dw1.get()));
         let Some(s) = self
             .slots
             .get_mut(usize::from(slot))
             .filter(|s| s.age != u32::MAX && s.peer == NONE)
         else {
-            return self.finish_rare(slot, status, dw, out);
+            return self.finish_rare(slot, status, dw);
         };
         let mut ctx = s.ctx.take();
         s.age = u32::MAX;
-        self.q
-            .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
+        if s.release {
+            self.q
+                .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
+        }
         self.free.push(slot);
         self.outstanding -= 1;
-        // No request: the lone first of a fused pair whose second never
-        // reached the queue.
-        if let Some(ctx) = ctx {
-            out.push(Completion {
+        match ctx {
+            Some(ctx) => Reaped::Done(Completion {
                 ctx,
                 status,
                 dw0: dw.0,
                 dw1: dw.1,
-            });
+            }),
+            // The lone first of a fused pair whose second never reached
+            // the queue.
+            None => Reaped::Nothing,
         }
     }
 
     #[cold]
-    fn finish_rare(
-        &mut self,
-        slot: u16,
-        status: Status,
-        dw: (u32, u32),
-        out: &mut Vec<Completion<C>>,
-    ) {
+    fn finish_rare(&mut self, slot: u16, status: Status, dw: (u32, u32)) -> Reaped<C> {
         let (dw0, dw1) = dw;
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             tracing::warn!(cid = slot, "completion for an unknown command identifier");
-            return;
+            return Reaped::Nothing;
         };
         if s.age == u32::MAX {
             tracing::warn!(cid = slot, "completion for a free slot");
-            return;
+            return Reaped::Nothing;
         }
         let mut ctx = s.ctx.take();
         let peer = s.peer;
@@ -336,13 +384,13 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.free.push(slot);
         self.outstanding -= 1;
         match (ctx, peer) {
-            (Some(ctx), NONE) => out.push(Completion {
+            (Some(ctx), NONE) => Reaped::Done(Completion {
                 ctx,
                 status,
                 dw0,
                 dw1,
             }),
-            (None, NONE) => {}
+            (None, NONE) => Reaped::Nothing,
             (None, second) => {
                 // The first of a fused pair.
                 let p = &mut self.slots[usize::from(second)];
@@ -356,14 +404,17 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                         self.free.push(second);
                         self.outstanding -= 1;
                         let st = if status.is_success() { st2 } else { status };
-                        out.push(Completion {
+                        Reaped::Done(Completion {
                             ctx,
                             status: st,
                             dw0: dw,
                             dw1: 0,
-                        });
+                        })
                     }
-                    None => p.first = Some(status),
+                    None => {
+                        p.first = Some(status);
+                        Reaped::Nothing
+                    }
                 }
             }
             (Some(ctx), first_slot) => {
@@ -378,19 +429,19 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     p.age = 0;
                     self.free.pop();
                     self.outstanding += 1;
-                    return;
+                    return Reaped::Nothing;
                 }
                 let first = self.slots[usize::from(slot)].first.take();
                 let st = match first {
                     Some(f) if !f.is_success() => f,
                     _ => status,
                 };
-                out.push(Completion {
+                Reaped::Done(Completion {
                     ctx,
                     status: st,
                     dw0,
                     dw1,
-                });
+                })
             }
         }
     }

@@ -200,10 +200,18 @@ impl DmaMem {
         u64::from_le(unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off).cast::<u64>()) })
     }
 
-    /// Writes a submission entry at `off` (64-byte aligned).
+    /// Writes a submission entry at `off` (64-byte aligned): one typed
+    /// store, so that a command built in registers goes straight to the
+    /// queue.
     #[inline]
     pub fn write_sqe(&self, off: usize, sqe: &Sqe) {
-        self.write_bytes(off, sqe.as_bytes());
+        self.check(off, std::mem::size_of::<Sqe>());
+        // SAFETY: in bounds (checked); `Sqe` is plain bytes (alignment 1,
+        // unaligned store), written into memory we own that no reference
+        // points into (callers never hold references into DmaMem).
+        unsafe {
+            std::ptr::write_unaligned(self.ptr.as_ptr().add(off).cast::<Sqe>(), *sqe);
+        }
     }
 
     /// The completion entry at `off` (16-byte aligned) if its phase tag

@@ -67,6 +67,17 @@ pub enum SubmitError {
     Disconnected,
 }
 
+/// Whether a submitted command's slot holds resources that
+/// [`QueueTransport::release`] must free at its completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Nothing to free (PCIe: the data pointer points into the request's
+    /// own memory).
+    NotNeeded,
+    /// A bounce buffer, a data buffer to copy back, or per-slot state.
+    Needed,
+}
+
 /// One queue pair's transport side: moves commands to the controller and
 /// completions back. Owned by one thread; no locks.
 pub trait QueueTransport: Send + fmt::Debug {
@@ -79,15 +90,17 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// Queues `sqe` (its CID set) for slot `slot`, describing `data` of
     /// `req` moving in `dir`. Resources it needs per command (PRP list
     /// page, bounce buffer) belong to the slot until
-    /// [`QueueTransport::release`].
+    /// [`QueueTransport::release`]. Returns [`Release::Needed`] when the
+    /// command holds such resources (or its data must be copied back), so
+    /// that a completion of a command that holds none skips `release`.
     fn submit(
         &mut self,
         slot: u16,
-        sqe: &mut Sqe,
+        sqe: Sqe,
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<(), SubmitError>;
+    ) -> std::result::Result<Release, SubmitError>;
 
     /// Queues `sqe` with a data buffer the queue builds in the slot's own
     /// page (`fill` writes up to one page: Dataset Management ranges).
@@ -103,12 +116,23 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// doorbell write on PCIe).
     fn flush(&mut self);
 
-    /// Copies up to `out.len()` new completions into `out`, returns how
-    /// many, and gives their queue slots back to the controller.
-    fn reap(&mut self, out: &mut [Cqe]) -> usize;
+    /// Starts a pass over new completions (a fabrics queue takes what its
+    /// connection has received). Then [`QueueTransport::next_cqe`] until
+    /// it says none, or enough, then [`QueueTransport::reap_end`].
+    fn reap_start(&mut self) {}
+
+    /// The next new completion, if there is one.
+    fn next_cqe(&mut self) -> Option<Cqe>;
+
+    /// Ends a pass: gives the completion queue slots taken since
+    /// [`QueueTransport::reap_start`] back to the controller (PCIe: one CQ
+    /// head doorbell write).
+    fn reap_end(&mut self) {}
 
     /// The command in `slot` completed: copies bounced read data back into
-    /// `req` and frees the slot's resources.
+    /// `req` and frees the slot's resources. Called for every command
+    /// whose submission returned [`Release::Needed`] (calling it for
+    /// others is harmless).
     fn release(&mut self, slot: u16, req: Option<&mut dyn Request>);
 
     /// Forgets every queued and in-flight command (the controller dropped

@@ -4,7 +4,9 @@
 //!
 //! `submit` builds the command and queues it (no doorbell); the poller
 //! rings the SQ doorbell once for everything queued since its last run,
-//! reaps completions in batches and completes them outside any borrow.
+//! reaps completions one by one (the queue pair's borrow ends before each
+//! is completed, so that its callback can submit the next command) and
+//! rings the CQ doorbell once per batch.
 //! Failed commands that may be retried (no DNR, not aborted by request)
 //! go again, up to `bdev_retry_count` times. While the controller resets,
 //! new I/O waits in a queue and what was in flight comes back through
@@ -21,8 +23,8 @@ use std::sync::Arc;
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo, NvmeCmd};
 use bdevkit::thread::{ChannelStep, IoDevice, Poller, PollerStatus, Thread};
 use nvme_driver::{
-    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, SubmitError,
-    Transport,
+    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, Reaped,
+    SubmitError, Transport,
 };
 use nvme_spec::admin::Abort;
 use nvme_spec::io::{Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes};
@@ -69,7 +71,6 @@ pub(crate) struct ChInner {
     opts: Applied,
     thread: Thread,
     qp: RefCell<Option<Qp>>,
-    batch: RefCell<Vec<Completion<NvmeIo>>>,
     /// I/O waiting for the queue (reset in progress) or for a retry.
     waiting: RefCell<VecDeque<BdevIo>>,
     paused: Cell<bool>,
@@ -131,7 +132,6 @@ impl CtrlrChannel {
             opts,
             thread: thread.clone(),
             qp: RefCell::new(Some(qp)),
-            batch: RefCell::new(Vec::with_capacity(nvme_driver::qpair::BATCH)),
             waiting: RefCell::new(VecDeque::with_capacity(64)),
             paused: Cell::new(false),
             dead: Cell::new(false),
@@ -187,27 +187,34 @@ impl ChInner {
         let ctx = io.driver_ctx();
         ctx[CTX_NSID] = u64::from(nsid);
         ctx[CTX_RETRIES] = 0;
-        self.dispatch(io);
-    }
-
-    /// Serves `io` (also one moved here from another path: its namespace
-    /// id and retry count are set).
-    #[inline]
-    pub(crate) fn dispatch(self: &Rc<Self>, io: BdevIo) {
-        if !self.dead.get()
-            && !self.paused.get()
-            && matches!(io.io_type(), IoType::Read | IoType::Write)
-        {
-            return self.read_write(io);
+        if self.is_read_write(&io) {
+            return self.read_write(nsid, io);
         }
         self.dispatch_other(io);
     }
 
+    /// Serves `io` (also one moved here from another path: its namespace
+    /// id and retry count are set).
+    pub(crate) fn dispatch(self: &Rc<Self>, mut io: BdevIo) {
+        if self.is_read_write(&io) {
+            let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+            return self.read_write(nsid, io);
+        }
+        self.dispatch_other(io);
+    }
+
+    /// A read or write while the queue takes I/O: the common case.
+    #[inline(always)]
+    fn is_read_write(&self, io: &BdevIo) -> bool {
+        !self.dead.get()
+            && !self.paused.get()
+            && matches!(io.io_type(), IoType::Read | IoType::Write)
+    }
+
     /// Reads and writes, the common case of [`ChInner::to_queue`], kept
     /// small so that it inlines into `submit`.
-    #[inline]
-    fn read_write(self: &Rc<Self>, mut io: BdevIo) {
-        let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
+    #[inline(always)]
+    fn read_write(self: &Rc<Self>, nsid: u32, io: BdevIo) {
         let mut g = self.qp.borrow_mut();
         let (Some(qp), Some(r)) = (g.as_mut(), range(&io)) else {
             drop(g);
@@ -366,16 +373,15 @@ impl ChInner {
         if !self.paused.get() && !self.waiting.borrow().is_empty() {
             self.resubmit_waiting();
         }
-        let mut batch = std::mem::take(&mut *self.batch.borrow_mut());
         // A reset's reconnect finished here: whether it connected.
         let settled: Option<bool>;
-        let busy = {
+        let reaping = {
             let mut g = self.qp.borrow_mut();
             let Some(qp) = g.as_mut() else {
                 return PollerStatus::Idle;
             };
             qp.flush();
-            qp.process(&mut batch);
+            let reaping = qp.reap_start();
             let q = qp.transport();
             settled =
                 (!q.is_connecting() && self.connect_wait.borrow().is_some()).then(|| q.is_alive());
@@ -387,8 +393,8 @@ impl ChInner {
                 qp.set_connected(false);
             }
             if !qp.transport().is_alive() && !self.reset_asked.get() && !self.dead.get() {
-                // A fabrics connection dropped: what was in flight came
-                // back in `batch` (retryable); a reset connects again.
+                // A fabrics connection dropped: what was in flight comes
+                // back below (retryable); a reset connects again.
                 tracing::warn!(
                     ctrlr = self.owner.name(),
                     "I/O queue connection lost: resetting"
@@ -396,18 +402,41 @@ impl ChInner {
                 self.reset_asked.set(true);
                 self.owner.start_reset(None);
             }
-            // Completions: poll again. Commands outstanding: poll again,
-            // unless the thread may sleep until the queue's socket has data.
-            let sleeps = match self.wake.borrow_mut().as_mut() {
-                Some(w) => batch.is_empty() && w.may_sleep(qp.transport()),
-                None => qp.outstanding() == 0,
-            };
-            !batch.is_empty() || !sleeps
+            reaping
         };
-        for c in batch.drain(..) {
-            self.finish(c);
+        let mut done = 0;
+        if reaping {
+            for _ in 0..nvme_driver::qpair::BATCH {
+                let next = match self.qp.borrow_mut().as_mut() {
+                    Some(qp) => qp.next(),
+                    None => Reaped::Empty,
+                };
+                match next {
+                    Reaped::Done(c) => {
+                        done += 1;
+                        self.finish(c);
+                    }
+                    Reaped::Nothing => {}
+                    Reaped::Empty => break,
+                }
+            }
         }
-        *self.batch.borrow_mut() = batch;
+        let busy = match self.qp.borrow_mut().as_mut() {
+            Some(qp) => {
+                if reaping {
+                    qp.reap_end();
+                }
+                // Completions: poll again. Commands outstanding: poll
+                // again, unless the thread may sleep until the queue's
+                // socket has data.
+                let sleeps = match self.wake.borrow_mut().as_mut() {
+                    Some(w) => done == 0 && w.may_sleep(qp.transport()),
+                    None => qp.outstanding() == 0,
+                };
+                done > 0 || !sleeps
+            }
+            None => done > 0,
+        };
         if let Some(connected) = settled {
             let wait = self.connect_wait.borrow_mut().take();
             if let Some((step, failed)) = wait {

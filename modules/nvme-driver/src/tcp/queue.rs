@@ -21,7 +21,7 @@
 //!
 //! A new queue is still connecting (ICReq/ICResp, Fabrics Connect: see
 //! `connect.rs`); its polls ([`QueueTransport::flush`],
-//! [`QueueTransport::reap`]) move it on, and what is submitted meanwhile
+//! [`QueueTransport::reap_start`]) move it on, and what is submitted meanwhile
 //! waits in the queue (write data copied into the slot's buffer) until it
 //! is ready.
 
@@ -37,7 +37,7 @@ use nvme_spec::{Cqe, Sqe, Status};
 
 use super::connect::{Connecting, Failure, Phase};
 use crate::error::{Error, Result};
-use crate::transport::{Data, Dir, QueueTransport, Request, SubmitError};
+use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError};
 
 mod connecting;
 
@@ -612,11 +612,11 @@ impl QueueTransport for TcpQueue {
     fn submit(
         &mut self,
         slot: u16,
-        sqe: &mut Sqe,
+        mut sqe: Sqe,
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<(), SubmitError> {
+    ) -> std::result::Result<Release, SubmitError> {
         if self.sock.is_none() {
             return Err(SubmitError::Disconnected);
         }
@@ -632,7 +632,7 @@ impl QueueTransport for TcpQueue {
         // in the slot's buffer) and goes out once the queue is ready.
         let connecting = self.conn.is_some();
         let in_capsule = !connecting && dir == Dir::ToDevice && len > 0 && len <= self.icd_max;
-        if !connecting && !self.push_capsule(sqe, len32, in_capsule) {
+        if !connecting && !self.push_capsule(&mut sqe, len32, in_capsule) {
             return Err(SubmitError::Invalid);
         }
         let tx = self.tx;
@@ -668,9 +668,10 @@ impl QueueTransport for TcpQueue {
             }
         }
         if let Some(c) = self.conn.as_mut() {
-            c.held.push_back((slot, *sqe));
+            c.held.push_back((slot, sqe));
         }
-        Ok(())
+        // The slot's state is reset, and read data copied, at release.
+        Ok(Release::Needed)
     }
 
     fn submit_with_page(
@@ -684,7 +685,8 @@ impl QueueTransport for TcpQueue {
         let page = page.get_mut(..len).ok_or(SubmitError::Invalid)?;
         fill(page);
         let req = Bytes(page);
-        self.submit(slot, sqe, &req, Data::Main, Dir::ToDevice)
+        self.submit(slot, *sqe, &req, Data::Main, Dir::ToDevice)
+            .map(|_| ())
     }
 
     fn flush(&mut self) {
@@ -695,17 +697,12 @@ impl QueueTransport for TcpQueue {
         }
     }
 
-    fn reap(&mut self, out: &mut [Cqe]) -> usize {
+    fn reap_start(&mut self) {
         self.advance();
-        let mut n = 0;
-        while n < out.len() {
-            let Some(c) = self.ready.pop_front() else {
-                break;
-            };
-            out[n] = c;
-            n += 1;
-        }
-        n
+    }
+
+    fn next_cqe(&mut self) -> Option<Cqe> {
+        self.ready.pop_front()
     }
 
     fn release(&mut self, slot: u16, req: Option<&mut dyn Request>) {
