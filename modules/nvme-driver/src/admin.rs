@@ -119,8 +119,9 @@ fn data_of(sqe: &Sqe, buf: &Option<(DmaMem, usize)>) -> (Data, Dir) {
 
 fn deliver(done: &mut Vec<Completion<AdminReq>>) {
     for c in done.drain(..) {
+        let status = c.status();
         if let AdminKind::Async(cb) = c.ctx.kind {
-            cb(c.status, c.dw0, c.ctx.buf.map(|b| b.0));
+            cb(status, c.dw0, c.ctx.buf.map(|b| b.0));
         }
     }
 }
@@ -132,7 +133,7 @@ fn stash_sync<Q: QueueTransport>(a: &mut Admin<Q>, done: &mut Vec<Completion<Adm
         if let AdminKind::Sync(id) = done[i].ctx.kind {
             let c = done.swap_remove(i);
             a.done_sync
-                .push((id, c.status, (c.dw0, c.dw1), c.ctx.buf.map(|b| b.0)));
+                .push((id, c.status(), (c.dw0, c.dw1), c.ctx.buf.map(|b| b.0)));
         } else {
             i += 1;
         }

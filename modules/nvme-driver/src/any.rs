@@ -87,7 +87,13 @@ impl QueueTransport for AnyQueue {
         data: Data,
         dir: Dir,
     ) -> std::result::Result<Release, SubmitError> {
-        each_q!(self, q => q.submit(slot, sqe, req, data, dir))
+        match self {
+            AnyQueue::Pcie(q) => q.submit(slot, sqe, req, data, dir),
+            // A fresh copy for the call: the caller's command then never
+            // has its address taken, so that it stays in registers and
+            // goes to a PCIe queue in one pass.
+            AnyQueue::Tcp(q) => q.submit(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir),
+        }
     }
     fn submit_with_page(
         &mut self,

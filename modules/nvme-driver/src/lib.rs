@@ -76,6 +76,6 @@ pub use ctrlr::{Controller, ControllerOptions, Health, State};
 pub use error::{Error, Result};
 pub use ns::{Namespace, NsIds};
 pub use pcie::PcieTransport;
-pub use qpair::{Completion, Qpair, Reaped};
+pub use qpair::{Completion, Qpair};
 pub use tcp::{TcpOptions, TcpPath, TcpTransport};
 pub use transport::{Data, Dir, QueueTransport, Release, Request, SubmitError, Transport};

@@ -274,7 +274,7 @@ impl PcieQueue {
         self.slots_off + usize::from(slot) * PAGE
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, sqe: &Sqe) {
         let off = usize::from(self.sq_tail) * 64;
         self.mem.write_sqe(off, sqe);
@@ -447,7 +447,8 @@ impl QueueTransport for PcieQueue {
     ) -> std::result::Result<Release, SubmitError> {
         if data != Data::None {
             let Some((prp1, prp2)) = self.short(req, data) else {
-                return self.submit_list(slot, sqe, req, data, dir);
+                // A fresh copy (see AnyQueue::submit).
+                return self.submit_list(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir);
             };
             sqe.set_prps(prp1, prp2);
         }

@@ -51,24 +51,38 @@ impl<C> Default for Slot<C> {
 pub struct Completion<C> {
     /// The request it was submitted with.
     pub ctx: C,
-    /// Its status.
-    pub status: Status,
+    /// Its status field, as the completion entry carries it (decoded by
+    /// [`Completion::status`]; zero is success).
+    field: u16,
     /// Completion dword 0.
     pub dw0: u32,
     /// Completion dword 1 (the upper half of an 8-byte Property Get).
     pub dw1: u32,
 }
 
-/// What [`Qpair::next`] found.
-#[derive(Debug)]
-pub enum Reaped<C> {
-    /// A command finished.
-    Done(Completion<C>),
-    /// A completion that finishes no request (the first half of a fused
-    /// pair, a stray): look again.
-    Nothing,
-    /// No new completion.
-    Empty,
+impl<C> Completion<C> {
+    fn new(ctx: C, status: Status, dw0: u32, dw1: u32) -> Self {
+        Completion {
+            ctx,
+            field: status.to_field(),
+            dw0,
+            dw1,
+        }
+    }
+
+    /// Its status.
+    #[inline]
+    #[must_use]
+    pub fn status(&self) -> Status {
+        Status::from_field(self.field)
+    }
+
+    /// Whether it succeeded (one comparison).
+    #[inline]
+    #[must_use]
+    pub fn is_success(&self) -> bool {
+        self.field == 0
+    }
 }
 
 /// One queue pair.
@@ -285,30 +299,27 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
 
     /// Reaps up to [`BATCH`] completions into `out` (reuse one vector with
     /// capacity [`BATCH`]: no allocation); returns how many commands
-    /// finished. The same as [`Qpair::reap_start`], [`Qpair::next`] until
-    /// empty, [`Qpair::reap_end`].
+    /// finished. The same as [`Qpair::reap_start`], [`Qpair::reap_next`]
+    /// until none, [`Qpair::reap_end`].
     pub fn process(&mut self, out: &mut Vec<Completion<C>>) -> usize {
         if !self.reap_start() {
             return 0;
         }
         let mut n = 0;
-        for _ in 0..BATCH {
-            match self.next() {
-                Reaped::Done(c) => {
-                    out.push(c);
-                    n += 1;
-                }
-                Reaped::Nothing => {}
-                Reaped::Empty => break,
-            }
+        while n < BATCH {
+            let Some(c) = self.reap_next() else {
+                break;
+            };
+            out.push(c);
+            n += 1;
         }
         self.reap_end();
         n
     }
 
     /// Starts a pass over new completions: false (and nothing done) when
-    /// no command is in flight. Then [`Qpair::next`] (at most [`BATCH`]
-    /// times, or until it says [`Reaped::Empty`]) and [`Qpair::reap_end`].
+    /// no command is in flight. Then [`Qpair::reap_next`] (at most
+    /// [`BATCH`] times, or until it finds none) and [`Qpair::reap_end`].
     /// Between those calls the queue takes submissions as usual (a
     /// completion's callback may submit the next command).
     #[inline]
@@ -327,53 +338,58 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.q.reap_end();
     }
 
-    /// The next finished command: the common case (a lone command in
-    /// flight) here, fused pairs and strays in [`Qpair::finish_rare`].
+    /// The next finished command, if any (completions that finish no
+    /// request, such as the first half of a fused pair, are taken on the
+    /// way). The common case (a lone command in flight) here, fused pairs
+    /// and strays in [`Qpair::finish_rare`].
     #[inline]
-    pub fn next(&mut self) -> Reaped<C> {
-        let Some(c) = self.q.next_cqe() else {
-            return Reaped::Empty;
-        };
-        let slot = c.cid.get();
-        let (status, dw) = (c.status(), (c.dw0.get(), c.dw1.get()));
-        let Some(s) = self
-            .slots
-            .get_mut(usize::from(slot))
-            .filter(|s| s.age != u32::MAX && s.peer == NONE)
-        else {
-            return self.finish_rare(slot, status, dw);
-        };
-        let mut ctx = s.ctx.take();
-        s.age = u32::MAX;
-        if s.release {
-            self.q
-                .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
-        }
-        self.free.push(slot);
-        self.outstanding -= 1;
-        match ctx {
-            Some(ctx) => Reaped::Done(Completion {
-                ctx,
-                status,
-                dw0: dw.0,
-                dw1: dw.1,
-            }),
-            // The lone first of a fused pair whose second never reached
-            // the queue.
-            None => Reaped::Nothing,
+    pub fn reap_next(&mut self) -> Option<Completion<C>> {
+        loop {
+            let c = self.q.next_cqe()?;
+            let slot = c.cid.get();
+            let field = c.status.get() >> 1;
+            let dw = (c.dw0.get(), c.dw1.get());
+            let Some(s) = self
+                .slots
+                .get_mut(usize::from(slot))
+                .filter(|s| s.age != u32::MAX && s.peer == NONE)
+            else {
+                match self.finish_rare(slot, Status::from_field(field), dw) {
+                    Some(c) => return Some(c),
+                    None => continue,
+                }
+            };
+            let mut ctx = s.ctx.take();
+            s.age = u32::MAX;
+            if s.release {
+                self.q
+                    .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
+            }
+            self.free.push(slot);
+            self.outstanding -= 1;
+            // No request: the lone first of a fused pair whose second
+            // never reached the queue.
+            if let Some(ctx) = ctx {
+                return Some(Completion {
+                    ctx,
+                    field,
+                    dw0: dw.0,
+                    dw1: dw.1,
+                });
+            }
         }
     }
 
     #[cold]
-    fn finish_rare(&mut self, slot: u16, status: Status, dw: (u32, u32)) -> Reaped<C> {
+    fn finish_rare(&mut self, slot: u16, status: Status, dw: (u32, u32)) -> Option<Completion<C>> {
         let (dw0, dw1) = dw;
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             tracing::warn!(cid = slot, "completion for an unknown command identifier");
-            return Reaped::Nothing;
+            return None;
         };
         if s.age == u32::MAX {
             tracing::warn!(cid = slot, "completion for a free slot");
-            return Reaped::Nothing;
+            return None;
         }
         let mut ctx = s.ctx.take();
         let peer = s.peer;
@@ -384,13 +400,8 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.free.push(slot);
         self.outstanding -= 1;
         match (ctx, peer) {
-            (Some(ctx), NONE) => Reaped::Done(Completion {
-                ctx,
-                status,
-                dw0,
-                dw1,
-            }),
-            (None, NONE) => Reaped::Nothing,
+            (Some(ctx), NONE) => Some(Completion::new(ctx, status, dw0, dw1)),
+            (None, NONE) => None,
             (None, second) => {
                 // The first of a fused pair.
                 let p = &mut self.slots[usize::from(second)];
@@ -404,16 +415,11 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                         self.free.push(second);
                         self.outstanding -= 1;
                         let st = if status.is_success() { st2 } else { status };
-                        Reaped::Done(Completion {
-                            ctx,
-                            status: st,
-                            dw0: dw,
-                            dw1: 0,
-                        })
+                        Some(Completion::new(ctx, st, dw, 0))
                     }
                     None => {
                         p.first = Some(status);
-                        Reaped::Nothing
+                        None
                     }
                 }
             }
@@ -429,19 +435,14 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     p.age = 0;
                     self.free.pop();
                     self.outstanding += 1;
-                    return Reaped::Nothing;
+                    return None;
                 }
                 let first = self.slots[usize::from(slot)].first.take();
                 let st = match first {
                     Some(f) if !f.is_success() => f,
                     _ => status,
                 };
-                Reaped::Done(Completion {
-                    ctx,
-                    status: st,
-                    dw0,
-                    dw1,
-                })
+                Some(Completion::new(ctx, st, dw0, dw1))
             }
         }
     }
@@ -494,12 +495,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             self.free.push(slot);
             self.outstanding -= 1;
             if let Some(ctx) = ctx {
-                out.push(Completion {
-                    ctx,
-                    status,
-                    dw0: 0,
-                    dw1: 0,
-                });
+                out.push(Completion::new(ctx, status, 0, 0));
             }
         }
         self.q.clear();

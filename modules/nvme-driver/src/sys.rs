@@ -144,6 +144,18 @@ impl DmaMem {
         self.huge
     }
 
+    /// [`DmaMem::check`] for an access of at most a page (queue entries),
+    /// in one comparison: a `DmaMem` is always a whole number of pages,
+    /// at least one (`alloc` rounds up and refuses 0), so `self.len - len`
+    /// cannot wrap.
+    #[inline(always)]
+    fn check_entry(&self, off: usize, len: usize) {
+        debug_assert!(len <= PAGE && self.len >= PAGE);
+        if off > self.len - len {
+            out_of_bounds(off, len, self.len);
+        }
+    }
+
     #[inline(always)]
     fn check(&self, off: usize, len: usize) {
         if off.checked_add(len).is_none_or(|e| e > self.len) {
@@ -205,7 +217,7 @@ impl DmaMem {
     /// queue.
     #[inline]
     pub fn write_sqe(&self, off: usize, sqe: &Sqe) {
-        self.check(off, std::mem::size_of::<Sqe>());
+        self.check_entry(off, std::mem::size_of::<Sqe>());
         // SAFETY: in bounds (checked); `Sqe` is plain bytes (alignment 1,
         // unaligned store), written into memory we own that no reference
         // points into (callers never hold references into DmaMem).
@@ -220,7 +232,7 @@ impl DmaMem {
     #[inline]
     #[must_use]
     pub fn new_cqe(&self, off: usize, phase: bool) -> Option<Cqe> {
-        self.check(off, 16);
+        self.check_entry(off, 16);
         // SAFETY: in bounds (checked); 2-byte aligned (entries are 16-byte
         // aligned in page-aligned memory).
         let word = u16::from_le(unsafe {

@@ -152,9 +152,9 @@ mod tests {
         let c = wait(&mut rig.qp, 1);
         assert_eq!(c.len(), 1);
         assert!(
-            c[0].status.is_success(),
+            c[0].status().is_success(),
             "write {layout:?}: {}",
-            c[0].status
+            c[0].status()
         );
         let r = Req::new(layout, 2);
         rig.qp
@@ -167,7 +167,11 @@ mod tests {
             .map_err(|e| e.1)
             .unwrap();
         let c = wait(&mut rig.qp, 1);
-        assert!(c[0].status.is_success(), "read {layout:?}: {}", c[0].status);
+        assert!(
+            c[0].status().is_success(),
+            "read {layout:?}: {}",
+            c[0].status()
+        );
         assert_eq!(c[0].ctx.bytes(Data::Main), expect, "data of {layout:?}");
     }
 
@@ -265,7 +269,7 @@ mod tests {
             rig.qp.flush();
             rig.qp.process(&mut batch);
             for c in batch.drain(..) {
-                assert!(c.status.is_success());
+                assert!(c.status().is_success());
                 done += 1;
             }
         }
@@ -307,9 +311,9 @@ mod tests {
             let c = wait(&mut rig.qp, 1);
             assert_eq!(c.len(), 1);
             if should_pass {
-                assert!(c[0].status.is_success(), "{}", c[0].status);
+                assert!(c[0].status().is_success(), "{}", c[0].status());
             } else {
-                assert_eq!(c[0].status, Status::COMPARE_FAILURE);
+                assert_eq!(c[0].status(), Status::COMPARE_FAILURE);
             }
         }
         assert_eq!(rig.qp.outstanding(), 0);
@@ -335,7 +339,7 @@ mod tests {
             .unwrap();
         let c = wait(&mut rig.qp, 1);
         assert_eq!(
-            (c[0].status.sct, c[0].status.sc, c[0].status.dnr),
+            (c[0].status().sct, c[0].status().sc, c[0].status().dnr),
             (2, 0x81, true)
         );
         assert_eq!(c[0].ctx.tag, 7);
@@ -359,7 +363,7 @@ mod tests {
             .map_err(|e| e.1)
             .unwrap();
         let c = wait(&mut rig.qp, 2);
-        let mut got: Vec<(u64, Status)> = c.iter().map(|c| (c.ctx.tag, c.status)).collect();
+        let mut got: Vec<(u64, Status)> = c.iter().map(|c| (c.ctx.tag, c.status())).collect();
         got.sort_by_key(|g| g.0);
         assert_eq!(got[0].1, Status::LBA_OUT_OF_RANGE.with_dnr());
         assert_eq!(got[1].1, Status::INVALID_NAMESPACE.with_dnr());
@@ -401,7 +405,7 @@ mod tests {
         assert!(abort.status().is_success());
         assert_eq!(abort.dw0.get() & 1, 0, "the command was aborted");
         let c = wait(&mut rig.qp, 1);
-        assert_eq!(c[0].status, Status::ABORTED_BY_REQUEST);
+        assert_eq!(c[0].status(), Status::ABORTED_BY_REQUEST);
     }
 
     #[test]

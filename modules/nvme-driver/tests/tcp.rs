@@ -87,7 +87,7 @@ mod tests {
         qp.submit(sqe, Data::Main, Dir::ToDevice, Buf(data))
             .map_err(|(_, e)| e)
             .unwrap();
-        wait(qp, 1).remove(0).status
+        wait(qp, 1).remove(0).status()
     }
 
     fn read(qp: &mut Qp, lba: u64, len: usize) -> (Status, Vec<u8>) {
@@ -97,7 +97,7 @@ mod tests {
             .map_err(|(_, e)| e)
             .unwrap();
         let c = wait(qp, 1).remove(0);
-        (c.status, c.ctx.0)
+        (c.status(), c.ctx.0)
     }
 
     /// Writes in the capsule and through R2T (several H2CData PDUs), reads
@@ -156,7 +156,7 @@ mod tests {
                 .unwrap();
         }
         for c in wait(&mut qp, 32) {
-            assert!(c.status.is_success(), "{}", c.status);
+            assert!(c.status().is_success(), "{}", c.status());
         }
         for i in 0..32u64 {
             let len = if i % 2 == 0 { 4096 } else { 16384 };
@@ -236,7 +236,7 @@ mod tests {
         let done = wait(&mut qp, 8);
         assert!(done
             .iter()
-            .all(|c| c.status.is(Status::TRANSIENT_TRANSPORT_ERROR)));
+            .all(|c| c.status().is(Status::TRANSIENT_TRANSPORT_ERROR)));
         assert!(!qp.transport().is_alive());
         assert!(qp.transport().dead_reason().is_some());
         assert_eq!(qp.outstanding(), 0);
@@ -306,10 +306,10 @@ mod tests {
                 .unwrap();
         }
         let done = wait(&mut qp, 4);
-        assert!(done.iter().any(|c| !c.status.is_success()), "{why}");
+        assert!(done.iter().any(|c| !c.status().is_success()), "{why}");
         assert!(done
             .iter()
-            .all(|c| c.status.is_success() || c.status.is(Status::TRANSIENT_TRANSPORT_ERROR)));
+            .all(|c| c.status().is_success() || c.status().is(Status::TRANSIENT_TRANSPORT_ERROR)));
         assert!(!qp.transport().is_alive(), "{why}");
         let reason = qp.transport().dead_reason().unwrap().to_string();
         assert!(reason.contains("protocol error"), "{why}: {reason}");
@@ -406,7 +406,7 @@ mod tests {
         // The controller answers: Connect, then the held writes go out.
         f.hold_icresp.store(false, Ordering::Release);
         for c in wait(&mut qp, 2) {
-            assert!(c.status.is_success(), "{}", c.status);
+            assert!(c.status().is_success(), "{}", c.status());
         }
         assert!(!qp.transport().is_connecting());
         assert_eq!(read(&mut qp, 0, 4096).1, small);
@@ -425,9 +425,9 @@ mod tests {
             .unwrap();
         let done = wait(qp, 1);
         assert!(
-            done[0].status.is(Status::TRANSIENT_TRANSPORT_ERROR),
+            done[0].status().is(Status::TRANSIENT_TRANSPORT_ERROR),
             "{}",
-            done[0].status
+            done[0].status()
         );
         assert!(!qp.transport().is_alive());
         assert!(!qp.transport().is_connecting());

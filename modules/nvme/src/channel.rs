@@ -23,8 +23,8 @@ use std::sync::Arc;
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo, NvmeCmd};
 use bdevkit::thread::{ChannelStep, IoDevice, Poller, PollerStatus, Thread};
 use nvme_driver::{
-    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, Reaped,
-    SubmitError, Transport,
+    AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, SubmitError,
+    Transport,
 };
 use nvme_spec::admin::Abort;
 use nvme_spec::io::{Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes};
@@ -407,18 +407,12 @@ impl ChInner {
         let mut done = 0;
         if reaping {
             for _ in 0..nvme_driver::qpair::BATCH {
-                let next = match self.qp.borrow_mut().as_mut() {
-                    Some(qp) => qp.next(),
-                    None => Reaped::Empty,
+                let next = self.qp.borrow_mut().as_mut().and_then(Qpair::reap_next);
+                let Some(c) = next else {
+                    break;
                 };
-                match next {
-                    Reaped::Done(c) => {
-                        done += 1;
-                        self.finish(c);
-                    }
-                    Reaped::Nothing => {}
-                    Reaped::Empty => break,
-                }
+                done += 1;
+                self.finish(c);
             }
         }
         let busy = match self.qp.borrow_mut().as_mut() {
@@ -472,7 +466,7 @@ impl ChInner {
 
     #[inline(always)]
     fn finish(self: &Rc<Self>, c: Completion<NvmeIo>) {
-        if !c.status.is_success() {
+        if !c.is_success() {
             return self.finish_failed(c);
         }
         let mut io = c.ctx.0;
@@ -485,8 +479,8 @@ impl ChInner {
     /// [`ChInner::finish`] for a failed command: retry or complete.
     #[cold]
     fn finish_failed(self: &Rc<Self>, c: Completion<NvmeIo>) {
+        let st = c.status();
         let mut io = c.ctx.0;
-        let st = c.status;
         let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
         let retries = io.driver_ctx()[CTX_RETRIES];
         if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {
