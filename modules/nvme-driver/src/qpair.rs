@@ -14,16 +14,19 @@ use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError}
 pub const BATCH: usize = 64;
 const NONE: u16 = u16::MAX;
 
+// The fields a submission sets side by side (C layout), so that their
+// stores merge.
+#[repr(C)]
 struct Slot<C> {
     ctx: Option<C>,
     /// Timeout scans this command has lived through.
     age: u32,
-    timed_out: bool,
-    opcode: u8,
     /// The other command of a fused pair (`NONE` if not fused).
     peer: u16,
+    timed_out: bool,
     /// The transport must release the slot's resources at completion.
     release: bool,
+    opcode: u8,
     /// The first command of a fused pair: its status, once completed.
     first: Option<Status>,
     /// The second command completed before the first: its completion.
@@ -90,7 +93,6 @@ pub struct Qpair<Q: QueueTransport, C: Request> {
     q: Q,
     slots: Box<[Slot<C>]>,
     free: Vec<u16>,
-    outstanding: u32,
     connected: bool,
 }
 
@@ -98,7 +100,7 @@ impl<Q: QueueTransport, C: Request> fmt::Debug for Qpair<Q, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Qpair")
             .field("q", &self.q)
-            .field("outstanding", &self.outstanding)
+            .field("outstanding", &self.outstanding())
             .field("connected", &self.connected)
             .finish()
     }
@@ -113,7 +115,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             q,
             slots,
             free: (0..depth).rev().collect(),
-            outstanding: 0,
             connected: true,
         }
     }
@@ -132,7 +133,8 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     #[inline]
     #[must_use]
     pub fn outstanding(&self) -> u32 {
-        self.outstanding
+        // Every slot not on the free list holds a command.
+        u32::try_from(self.slots.len() - self.free.len()).expect("invariant: slots fit u16")
     }
 
     /// Slots.
@@ -275,7 +277,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         s.opcode = opcode;
         s.peer = peer;
         s.release = release;
-        self.outstanding += 1;
     }
 
     fn occupy_orphan(&mut self, slot: u16, opcode: u8) {
@@ -288,7 +289,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         s.release = true;
         s.first = None;
         s.early = None;
-        self.outstanding += 1;
     }
 
     /// Rings the doorbell for everything queued since the last flush.
@@ -324,7 +324,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     /// completion's callback may submit the next command).
     #[inline]
     pub fn reap_start(&mut self) -> bool {
-        if self.outstanding == 0 {
+        if self.free.len() == self.slots.len() {
             return false;
         }
         self.q.reap_start();
@@ -366,7 +366,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
             }
             self.free.push(slot);
-            self.outstanding -= 1;
             // No request: the lone first of a fused pair whose second
             // never reached the queue.
             if let Some(ctx) = ctx {
@@ -398,7 +397,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.q
             .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
         self.free.push(slot);
-        self.outstanding -= 1;
         match (ctx, peer) {
             (Some(ctx), NONE) => Some(Completion::new(ctx, status, dw0, dw1)),
             (None, NONE) => None,
@@ -413,7 +411,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                             .expect("invariant: second waits with its request");
                         p.age = u32::MAX;
                         self.free.push(second);
-                        self.outstanding -= 1;
                         let st = if status.is_success() { st2 } else { status };
                         Some(Completion::new(ctx, st, dw, 0))
                     }
@@ -434,7 +431,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     p.early = Some((status, dw0));
                     p.age = 0;
                     self.free.pop();
-                    self.outstanding += 1;
                     return None;
                 }
                 let first = self.slots[usize::from(slot)].first.take();
@@ -493,7 +489,6 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             *s = Slot::default();
             s.age = u32::MAX;
             self.free.push(slot);
-            self.outstanding -= 1;
             if let Some(ctx) = ctx {
                 out.push(Completion::new(ctx, status, 0, 0));
             }

@@ -248,6 +248,9 @@ impl DmaMem {
         unsafe {
             std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), 16);
         }
+        // The status word as first read (the device does not change an
+        // entry it has posted): no second load.
+        c.status.set(word);
         Some(c)
     }
 
