@@ -338,10 +338,13 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.q.reap_end();
     }
 
-    /// The next finished command, if any (completions that finish no
-    /// request, such as the first half of a fused pair, are taken on the
-    /// way). The common case (a lone command in flight) here, fused pairs
-    /// and strays in [`Qpair::finish_rare`].
+    /// The next finished command, if any. Completions that finish no
+    /// request (the first half of a fused pair, a stray) are taken on the
+    /// way; that loop is bounded by what one pass can see: a PCIe device
+    /// cannot post past the CQ head that [`Qpair::reap_end`] writes, and
+    /// a fabrics queue holds what [`Qpair::reap_start`] received. The
+    /// common case (a lone command in flight) here, fused pairs and
+    /// strays in [`Qpair::finish_rare`].
     #[inline]
     pub fn reap_next(&mut self) -> Option<Completion<C>> {
         loop {
