@@ -119,3 +119,59 @@ impl QosState {
         self.inner.lock().shared.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(q: &QosShared, t: IoType, bytes: u64) -> usize {
+        (0..1000).take_while(|_| q.try_charge(t, bytes)).count()
+    }
+
+    #[test]
+    fn a_fresh_quota_admits_one_timeslice_then_refuses() {
+        let q = QosShared::new([5_000, 0, 0, 0]);
+        // 5 000 IOPS is 5 I/Os per 1 ms timeslice.
+        assert_eq!(admitted(&q, IoType::Read, 4096), 5);
+        assert!(!q.try_charge(IoType::Write, 512));
+    }
+
+    #[test]
+    fn refill_adds_whole_timeslices_up_to_the_burst_depth() {
+        let q = QosShared::new([5_000, 0, 0, 0]);
+        admitted(&q, IoType::Read, 512);
+        q.refill(3);
+        assert_eq!(admitted(&q, IoType::Read, 512), 15);
+        // A refill poller that ran late gives back at most 10 slices.
+        q.refill(1_000);
+        assert_eq!(admitted(&q, IoType::Read, 512), 50);
+    }
+
+    #[test]
+    fn a_byte_limit_charges_bytes_and_an_overdraw_carries_over() {
+        // 1 MiB/s: 1 048 bytes per timeslice.
+        let q = QosShared::new([0, 1, 0, 0]);
+        assert!(
+            q.try_charge(IoType::Read, 4096),
+            "a positive balance admits one I/O"
+        );
+        assert!(
+            !q.try_charge(IoType::Read, 512),
+            "now 3 048 bytes overdrawn"
+        );
+        q.refill(2);
+        assert!(!q.try_charge(IoType::Write, 512), "still 952 overdrawn");
+        q.refill(1);
+        assert!(q.try_charge(IoType::Write, 512));
+        // A flush moves no data: the byte limit does not hold it back.
+        assert!(q.try_charge(IoType::Flush, 0));
+    }
+
+    #[test]
+    fn a_read_limit_leaves_writes_alone() {
+        let q = QosShared::new([0, 0, 1, 0]);
+        assert!(q.try_charge(IoType::Read, 4096));
+        assert!(!q.try_charge(IoType::Read, 4096));
+        assert_eq!(admitted(&q, IoType::Write, 1 << 20), 1000);
+    }
+}

