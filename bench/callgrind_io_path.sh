@@ -4,15 +4,17 @@
 # difference in instructions divided by the difference in I/Os. Includes the
 # consumer's completion and resubmission, the bdev layer and the module.
 # For nvme (the nvme module over an inline emulated controller with a null
-# namespace) the emulated device's own work (the emulator's run_inline) is
-# left out, so the count is the driver's and the module's; EMU=1 keeps it in.
+# namespace) the emulated device's own work is left out: its doorbell
+# register (the emulator's DoorbellSink::ring, which runs the inline
+# emulator's run_inline; on hardware a doorbell is one store), so the count
+# is the driver's and the module's; EMU=1 keeps it in.
 #   bench/callgrind_io_path.sh [null|malloc|nvme] [QD] [read|write]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-null}; qd=${2:-128}; rw=${3:-read}
 cargo build --release -q --bin io_path
 # (--toggle-collect sets --collect-atstart=no: set it back after it.)
-toggle=(--toggle-collect='*run_inline*' --collect-atstart=yes)
+toggle=(--toggle-collect='*emu::Shared as*DoorbellSink*::ring*' --collect-atstart=yes)
 [ "${EMU:-0}" = 1 ] && toggle=()
 count() {
     IO_PATH_INTERRUPT=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null "${toggle[@]}" \

@@ -144,11 +144,11 @@ impl CtrlrChannel {
             hooks: RefCell::new(Vec::new()),
             wake: RefCell::new(wake),
         });
-        let w: Weak<ChInner> = Rc::downgrade(&inner);
-        let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| match w.upgrade() {
-            Some(c) => c.poll(),
-            None => PollerStatus::Idle,
-        });
+        // The poller holds the channel's state (no upgrade per poll): no
+        // cycle, since dropping the channel unregisters the poller, which
+        // drops this closure (after the call, if it is running).
+        let c = Rc::clone(&inner);
+        let poller = thread.register_poller("bdev_nvme_poll", 0, move |_| c.poll());
         let o = opts;
         let ages = (o.timeout_us > 0).then(|| {
             let w: Weak<ChInner> = Rc::downgrade(&inner);
