@@ -35,9 +35,11 @@
 //! has them, a bounce buffer otherwise), writes the SQE and marks the
 //! doorbell dirty. `Qpair::flush` rings the SQ doorbell once for
 //! everything submitted since (SPDK's `delay_cmd_submit`).
-//! `Qpair::process` reaps completions by phase tag in batches of up to
-//! [`qpair::BATCH`], rings the CQ doorbell once per batch and hands the
-//! finished requests back. Nothing allocates.
+//! `Qpair::reap_start`, then `Qpair::reap_next` (one finished request at
+//! a time, by phase tag; the caller may submit between two) up to
+//! [`qpair::BATCH`] times, then `Qpair::reap_end`, which rings the CQ
+//! doorbell once for the pass (`Qpair::process` does all three into a
+//! vector). Nothing allocates.
 //!
 //! # Example
 //!

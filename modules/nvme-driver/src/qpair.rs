@@ -344,7 +344,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     /// cannot post past the CQ head that [`Qpair::reap_end`] writes, and
     /// a fabrics queue holds what [`Qpair::reap_start`] received. The
     /// common case (a lone command in flight) here, fused pairs and
-    /// strays in [`Qpair::finish_rare`].
+    /// strays out of line.
     #[inline]
     pub fn reap_next(&mut self) -> Option<Completion<C>> {
         loop {
