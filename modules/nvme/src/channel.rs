@@ -27,12 +27,11 @@ use nvme_driver::{
     Transport,
 };
 use nvme_spec::admin::Abort;
-use nvme_spec::io::{Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes};
-use nvme_spec::zerocopy::IntoBytes;
+use nvme_spec::io::{Read, Write};
 use nvme_spec::{Command, Sqe, Status};
 
 pub(crate) use crate::nvme_io::NvmeIo;
-use crate::nvme_io::{passthru_dir, range, retryable, CTX_NSID, CTX_RETRIES};
+use crate::nvme_io::{range, retryable, submit_io, CTX_NSID, CTX_RETRIES};
 use crate::options::{Applied, TimeoutAction};
 use crate::wake::QueueWake;
 
@@ -268,91 +267,7 @@ impl ChInner {
             io.complete_deferred(IoStatus::Errno(libc::ENXIO));
             return;
         };
-        let r = match io.io_type() {
-            IoType::Read => match range(&io) {
-                Some(r) => qp.submit(
-                    Read::new(nsid, r).to_sqe(0),
-                    Data::Main,
-                    Dir::FromDevice,
-                    NvmeIo(io),
-                ),
-                None => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::Write => match range(&io) {
-                Some(r) => qp.submit(
-                    Write::new(nsid, r).to_sqe(0),
-                    Data::Main,
-                    Dir::ToDevice,
-                    NvmeIo(io),
-                ),
-                None => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::Compare => match range(&io) {
-                Some(r) => qp.submit(
-                    Compare::new(nsid, r).to_sqe(0),
-                    Data::Main,
-                    Dir::ToDevice,
-                    NvmeIo(io),
-                ),
-                None => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::WriteZeroes => match range(&io) {
-                Some(r) => qp.submit(
-                    WriteZeroes::new(nsid, r).to_sqe(0),
-                    Data::None,
-                    Dir::ToDevice,
-                    NvmeIo(io),
-                ),
-                None => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::Flush => qp.submit(
-                Flush { nsid }.to_sqe(0),
-                Data::None,
-                Dir::ToDevice,
-                NvmeIo(io),
-            ),
-            IoType::Unmap => match (
-                DatasetManagement::deallocate(nsid, 1),
-                u32::try_from(io.num_blocks()),
-            ) {
-                (Ok(d), Ok(n)) => {
-                    let slba = io.offset_blocks();
-                    let r = DsmRange::new(slba, n);
-                    qp.submit_with_page(
-                        d.to_sqe(0),
-                        16,
-                        &mut |page| page.copy_from_slice(r.as_bytes()),
-                        NvmeIo(io),
-                    )
-                }
-                _ => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::CompareAndWrite => match range(&io) {
-                Some(r) if io.iov_len() <= 4096 => qp
-                    .submit_fused(
-                        Compare::new(nsid, r).to_sqe(0),
-                        Write::new(nsid, r).to_sqe(0),
-                        NvmeIo(io),
-                    )
-                    .map(|()| 0),
-                _ => Err((NvmeIo(io), SubmitError::Invalid)),
-            },
-            IoType::NvmeIo => {
-                let NvmeCmd { cdw } = *io.nvme_cmd();
-                let mut sqe = Sqe::from_dwords(cdw);
-                if sqe.nsid.get() == 0 {
-                    sqe.nsid.set(nsid);
-                }
-                let data = if io.iovs().is_empty() {
-                    Data::None
-                } else {
-                    Data::Main
-                };
-                let dir = passthru_dir(sqe.opcode);
-                qp.submit(sqe, data, dir, NvmeIo(io))
-            }
-            _ => Err((NvmeIo(io), SubmitError::Invalid)),
-        };
+        let r = submit_io(qp, nsid, io);
         drop(g);
         if let Err((NvmeIo(io), e)) = r {
             self.refused(io, e);

@@ -1,12 +1,15 @@
 //! A `BdevIo` as the NVMe driver sees it: its scratch words (namespace
 //! id, retry count), its segments as a command's data, and the small
 //! rules the channel applies to it (block range, passthrough direction,
-//! what is worth a retry).
+//! what is worth a retry), and the command each I/O type becomes.
 
-use bdevkit::bdev::module::{BdevIo, IoVec, ModuleIo};
-use nvme_driver::{Data, Dir, Request};
-use nvme_spec::io::BlockRange;
-use nvme_spec::Status;
+use bdevkit::bdev::module::{BdevIo, IoType, IoVec, ModuleIo, NvmeCmd};
+use nvme_driver::{Data, Dir, Qpair, QueueTransport, Request, SubmitError};
+use nvme_spec::io::{
+    BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
+};
+use nvme_spec::zerocopy::IntoBytes;
+use nvme_spec::{Command, Sqe, Status};
 
 /// The scratch word of a `BdevIo` holding its namespace id.
 pub(crate) const CTX_NSID: usize = 0;
@@ -80,5 +83,100 @@ pub(crate) fn passthru_dir(opcode: u8) -> Dir {
         Dir::ToDevice
     } else {
         Dir::FromDevice
+    }
+}
+
+/// Builds the command for `io` (any I/O type the queue takes) and queues
+/// it on `qp`; the request comes back with the reason when the queue does
+/// not take it.
+pub(crate) fn submit_io<Q: QueueTransport>(
+    qp: &mut Qpair<Q, NvmeIo>,
+    nsid: u32,
+    io: BdevIo,
+) -> Result<u16, (NvmeIo, SubmitError)> {
+    match io.io_type() {
+        IoType::Read => match range(&io) {
+            Some(r) => qp.submit(
+                Read::new(nsid, r).to_sqe(0),
+                Data::Main,
+                Dir::FromDevice,
+                NvmeIo(io),
+            ),
+            None => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::Write => match range(&io) {
+            Some(r) => qp.submit(
+                Write::new(nsid, r).to_sqe(0),
+                Data::Main,
+                Dir::ToDevice,
+                NvmeIo(io),
+            ),
+            None => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::Compare => match range(&io) {
+            Some(r) => qp.submit(
+                Compare::new(nsid, r).to_sqe(0),
+                Data::Main,
+                Dir::ToDevice,
+                NvmeIo(io),
+            ),
+            None => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::WriteZeroes => match range(&io) {
+            Some(r) => qp.submit(
+                WriteZeroes::new(nsid, r).to_sqe(0),
+                Data::None,
+                Dir::ToDevice,
+                NvmeIo(io),
+            ),
+            None => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::Flush => qp.submit(
+            Flush { nsid }.to_sqe(0),
+            Data::None,
+            Dir::ToDevice,
+            NvmeIo(io),
+        ),
+        IoType::Unmap => match (
+            DatasetManagement::deallocate(nsid, 1),
+            u32::try_from(io.num_blocks()),
+        ) {
+            (Ok(d), Ok(n)) => {
+                let slba = io.offset_blocks();
+                let r = DsmRange::new(slba, n);
+                qp.submit_with_page(
+                    d.to_sqe(0),
+                    16,
+                    &mut |page| page.copy_from_slice(r.as_bytes()),
+                    NvmeIo(io),
+                )
+            }
+            _ => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::CompareAndWrite => match range(&io) {
+            Some(r) if io.iov_len() <= 4096 => qp
+                .submit_fused(
+                    Compare::new(nsid, r).to_sqe(0),
+                    Write::new(nsid, r).to_sqe(0),
+                    NvmeIo(io),
+                )
+                .map(|()| 0),
+            _ => Err((NvmeIo(io), SubmitError::Invalid)),
+        },
+        IoType::NvmeIo => {
+            let NvmeCmd { cdw } = *io.nvme_cmd();
+            let mut sqe = Sqe::from_dwords(cdw);
+            if sqe.nsid.get() == 0 {
+                sqe.nsid.set(nsid);
+            }
+            let data = if io.iovs().is_empty() {
+                Data::None
+            } else {
+                Data::Main
+            };
+            let dir = passthru_dir(sqe.opcode);
+            qp.submit(sqe, data, dir, NvmeIo(io))
+        }
+        _ => Err((NvmeIo(io), SubmitError::Invalid)),
     }
 }
