@@ -152,6 +152,30 @@ pub(super) struct Ns {
     pub id: Box<IdentifyNamespace>,
 }
 
+/// What the I/O fast path needs to know of a namespace ([`Engine::null`]):
+/// for a null namespace its size and the most blocks one command may move
+/// (MDTS); all zero for any other, which the fast path then leaves to
+/// [`Engine::io`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct NullNs {
+    pub nsze: u64,
+    pub max_blocks: u32,
+}
+
+impl NullNs {
+    pub(super) fn of(ns: Option<&Ns>, max_bytes: usize) -> NullNs {
+        match ns {
+            Some(n) if n.cfg.kind == EmuKind::Null && n.cfg.block_size > 0 => NullNs {
+                nsze: n.cfg.num_blocks,
+                max_blocks: u32::try_from(max_bytes / n.cfg.block_size as usize)
+                    .unwrap_or(u32::MAX)
+                    .min(nvme_spec::io::MAX_BLOCKS_PER_COMMAND),
+            },
+            _ => NullNs::default(),
+        }
+    }
+}
+
 pub(super) struct Engine {
     pub sh: Arc<Shared>,
     pub opts: EmuOptions,
@@ -159,6 +183,8 @@ pub(super) struct Engine {
     pub sqs: Vec<Option<Sq>>,
     pub cqs: Vec<Option<Cq>>,
     pub ns: Vec<Option<Ns>>,
+    /// [`NullNs`] of each entry of `ns` (kept with it).
+    pub null: Vec<NullNs>,
     pub id: Box<IdentifyController>,
     pub aers: Vec<u16>,
     pub events: VecDeque<u32>,
@@ -243,12 +269,21 @@ impl Engine {
         sh.set_reg(offset::CAP, (cap & 0xffff_ffff) as u32);
         sh.set_reg(offset::CAP + 4, (cap >> 32) as u32);
         sh.set_reg(offset::VS, 0x0001_0400);
+        let max_bytes = if opts.mdts == 0 {
+            usize::MAX
+        } else {
+            4096usize << opts.mdts
+        };
         Ok(Engine {
             sh,
             opts: opts.clone(),
             enabled: false,
             sqs: vec![None; MAX_QUEUES],
             cqs: vec![None; MAX_QUEUES],
+            null: ns
+                .iter()
+                .map(|n| NullNs::of(n.as_ref(), max_bytes))
+                .collect(),
             ns,
             id,
             aers: Vec::with_capacity(8),
@@ -257,11 +292,7 @@ impl Engine {
             dropped: Vec::with_capacity(64),
             scratch: vec![0u8; 4096].into_boxed_slice(),
             sq_mask: 0,
-            max_bytes: if opts.mdts == 0 {
-                usize::MAX
-            } else {
-                4096usize << opts.mdts
-            },
+            max_bytes,
             commands: 0,
         })
     }
@@ -373,10 +404,17 @@ impl Engine {
         }
     }
 
-    /// Counts a command executed.
+    /// Counts `n` commands executed (or about to be, a batch counted
+    /// before its completions are posted).
     #[inline]
     pub(super) fn count(&mut self, n: u64) {
         self.commands += n;
+        self.sh.commands.0.store(self.commands, Ordering::Relaxed);
+    }
+
+    /// Takes back `n` of a batch's count (those it left to another loop).
+    pub(super) fn uncount(&mut self, n: u64) {
+        self.commands -= n;
         self.sh.commands.0.store(self.commands, Ordering::Relaxed);
     }
 
@@ -423,6 +461,7 @@ impl Engine {
                 continue;
             }
             self.ns[i] = Some(build_ns(c, &self.opts.serial));
+            self.null[i] = NullNs::of(self.ns[i].as_ref(), self.max_bytes);
             if !self.changed.contains(&c.nsid) {
                 self.changed.push(c.nsid);
             }

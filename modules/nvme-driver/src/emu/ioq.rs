@@ -1,8 +1,8 @@
 //! The I/O queues' command loop, the emulated controller's hot path: per
 //! pass it reads a queue's tail doorbell once, takes the commands up to it
 //! in batches as large as the completion queue has room for (whose head
-//! doorbell it reads only when the room it last saw runs out), copies each
-//! entry once, completes a null namespace's Read or Write after one check
+//! doorbell it reads only when the room it last saw runs out), prefetches
+//! the entries a few ahead, copies each entry once, completes a null namespace's Read or Write after one check
 //! and posts each completion with one store sequence. Everything else (a
 //! fault armed, a RAM namespace, other opcodes, errors) goes through
 //! [`Engine::io`]; a fused command hands the queue to the one-at-a-time
@@ -12,11 +12,13 @@ use std::sync::atomic::Ordering;
 
 use nvme_spec::cmd::Fuse;
 use nvme_spec::io::BlockRange;
-use nvme_spec::{Sqe, Status};
+use nvme_spec::Status;
 
-use super::engine::{cq_room, ring_dist, Engine, Step, PER_PASS};
-use super::sys::read_sqe;
-use super::EmuKind;
+use super::engine::{cq_room, ring_dist, Cq, Engine, Step, PER_PASS};
+use super::sys::{prefetch, read_sqe, read_sqe_head, SqeHead};
+
+/// Submission entries prefetched ahead of the one being read.
+const AHEAD: u16 = 8;
 
 /// NVM opcodes of the fast path.
 const WRITE: u8 = 0x01;
@@ -39,6 +41,9 @@ impl Engine {
             return Step::Idle;
         };
         let sqid = u16::try_from(qid).expect("invariant: queue ids fit u16");
+        // Read after the tail: a fault injected before the commands up to
+        // that tail were submitted is seen (the doorbell's acquire).
+        let faults = self.sh.faults_on.load(Ordering::Relaxed);
         let mut left = PER_PASS;
         let mut fused = false;
         'pass: while sq.head != tail && left > 0 {
@@ -48,9 +53,31 @@ impl Engine {
             if n == 0 {
                 break;
             }
-            for _ in 0..n {
-                let sqe = read_sqe(sq.base + u64::from(sq.head) * 64);
-                if sqe.fuse() == Fuse::First {
+            let mut ahead = sq.head;
+            for _ in 0..n.min(AHEAD) {
+                prefetch(sq.base + u64::from(ahead) * 64);
+                ahead = if ahead + 1 == sq.entries {
+                    0
+                } else {
+                    ahead + 1
+                };
+            }
+            // Counted before any of their completions is posted.
+            self.count(u64::from(n));
+            for i in 0..n {
+                if i + AHEAD < n {
+                    prefetch(sq.base + u64::from(ahead) * 64);
+                    ahead = if ahead + 1 == sq.entries {
+                        0
+                    } else {
+                        ahead + 1
+                    };
+                }
+                let at = sq.base + u64::from(sq.head) * 64;
+                let h = read_sqe_head(at);
+                if h.flags() & 3 == Fuse::First.code() {
+                    // Left to the one-at-a-time loop, which counts them.
+                    self.uncount(u64::from(n - i));
                     fused = true;
                     break 'pass;
                 }
@@ -59,11 +86,10 @@ impl Engine {
                     sq.head = 0;
                 }
                 left -= 1;
-                self.count(1);
-                if self.null_rw_ok(&sqe) {
-                    cq.post(sqid, sq.head, sqe.cid.get(), Status::SUCCESS, 0);
-                } else if let Some((st, dw0)) = self.io(qid, &sqe) {
-                    cq.post(sqid, sq.head, sqe.cid.get(), st, dw0);
+                if !faults && self.null_rw_ok(h) {
+                    cq.post(sqid, sq.head, h.cid(), Status::SUCCESS, 0);
+                } else {
+                    self.io_posted(qid, at, &mut cq, sq.head, h.cid());
                 }
             }
         }
@@ -83,25 +109,33 @@ impl Engine {
         st
     }
 
-    /// Whether `sqe` is a Read or Write of a null namespace that succeeds
-    /// as it is: no fault armed, the namespace exists, the range lies
-    /// inside it and the length is within MDTS (what [`Engine::io`] would
-    /// find before answering success without moving data).
+    /// [`Engine::io`] for the entry at `at` of SQ `qid` (whose head is
+    /// now `sqhd`), and its completion if it has one: the general path,
+    /// out of line so that the fast one keeps its registers.
+    #[cold]
+    #[inline(never)]
+    fn io_posted(&mut self, qid: usize, at: u64, cq: &mut Cq, sqhd: u16, cid: u16) {
+        if let Some((st, dw0)) = self.io(qid, &read_sqe(at)) {
+            let sqid = u16::try_from(qid).expect("invariant: queue ids fit u16");
+            cq.post(sqid, sqhd, cid, st, dw0);
+        }
+    }
+
+    /// Whether the command `h` is a Read or Write of a null namespace
+    /// that succeeds as it is (with no fault armed): the namespace exists,
+    /// the range lies inside it and the length is within MDTS (what
+    /// [`Engine::io`] would find before answering success without moving
+    /// data).
     #[inline]
-    fn null_rw_ok(&self, sqe: &Sqe) -> bool {
-        if !matches!(sqe.opcode, READ | WRITE) || self.sh.faults_on.load(Ordering::Relaxed) {
+    fn null_rw_ok(&self, h: SqeHead) -> bool {
+        if !matches!(h.opcode(), READ | WRITE) {
             return false;
         }
-        let Some(Some(ns)) = self.ns.get(sqe.nsid.get() as usize) else {
+        let Some(ns) = self.null.get(h.nsid as usize) else {
             return false;
         };
-        if ns.cfg.kind != EmuKind::Null {
-            return false;
-        }
-        let slba = u64::from(sqe.cdw10.get()) | (u64::from(sqe.cdw11.get()) << 32);
-        let nlb = (sqe.cdw12.get() & 0xffff) as u16;
-        let len = (usize::from(nlb) + 1).saturating_mul(ns.cfg.block_size as usize);
-        BlockRange::from_raw(slba, nlb).within(ns.cfg.num_blocks) && len <= self.max_bytes
+        let nlb = h.cdw12 & 0xffff;
+        nlb < ns.max_blocks && BlockRange::from_raw(h.slba, nlb as u16).within(ns.nsze)
     }
 }
 
