@@ -1,12 +1,12 @@
 //! The I/O queues' command loop, the emulated controller's hot path: per
 //! pass it reads a queue's tail doorbell once, takes the commands up to it
 //! in batches as large as the completion queue has room for (whose head
-//! doorbell it reads only when the room it last saw runs out), prefetches
-//! the entries a few ahead, copies each entry once, completes a null namespace's Read or Write after one check
-//! and posts each completion with one store sequence. Everything else (a
-//! fault armed, a RAM namespace, other opcodes, errors) goes through
-//! [`Engine::io`]; a fused command hands the queue to the one-at-a-time
-//! loop ([`Engine::process_sq`]).
+//! doorbell it reads only when the room it last saw runs out), reads of
+//! each entry only the words it decides on, completes a null namespace's
+//! Read or Write after one check and posts each completion with one store
+//! sequence. Everything else (a fault armed, a RAM namespace, other
+//! opcodes, errors) goes through [`Engine::io`]; a fused command hands
+//! the queue to the one-at-a-time loop ([`Engine::process_sq`]).
 
 use std::sync::atomic::Ordering;
 
@@ -15,10 +15,7 @@ use nvme_spec::io::BlockRange;
 use nvme_spec::Status;
 
 use super::engine::{cq_room, ring_dist, Cq, Engine, Step, PER_PASS};
-use super::sys::{prefetch, read_sqe, read_sqe_head, SqeHead};
-
-/// Submission entries prefetched ahead of the one being read.
-const AHEAD: u16 = 8;
+use super::sys::{read_sqe, read_sqe_head, SqeHead};
 
 /// NVM opcodes of the fast path.
 const WRITE: u8 = 0x01;
@@ -53,26 +50,9 @@ impl Engine {
             if n == 0 {
                 break;
             }
-            let mut ahead = sq.head;
-            for _ in 0..n.min(AHEAD) {
-                prefetch(sq.base + u64::from(ahead) * 64);
-                ahead = if ahead + 1 == sq.entries {
-                    0
-                } else {
-                    ahead + 1
-                };
-            }
             // Counted before any of their completions is posted.
             self.count(u64::from(n));
             for i in 0..n {
-                if i + AHEAD < n {
-                    prefetch(sq.base + u64::from(ahead) * 64);
-                    ahead = if ahead + 1 == sq.entries {
-                        0
-                    } else {
-                        ahead + 1
-                    };
-                }
                 let at = sq.base + u64::from(sq.head) * 64;
                 let h = read_sqe_head(at);
                 if h.flags() & 3 == Fuse::First.code() {

@@ -127,20 +127,3 @@ pub(super) fn write_cqe(iova: u64, lo: u64, hi: u64) {
         std::ptr::write_volatile(p.add(1), hi.to_le());
     }
 }
-
-/// Asks the CPU to start loading the cache line at `iova` (a submission
-/// entry the engine reads a little later): a hint with no effect on
-/// memory, so that the misses on entries the driver just wrote, on
-/// another core, overlap instead of coming one per command.
-#[inline]
-pub(super) fn prefetch(iova: u64) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is only a hint: it cannot fault, whatever the
-        // address, and reads or writes nothing.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(host(iova) as *const i8) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = iova;
-}
