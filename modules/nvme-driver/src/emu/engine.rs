@@ -578,3 +578,22 @@ impl Engine {
         cq.post(sqid, sq.head, cid, st, dw0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{ring_dist, Cq};
+
+    proptest! {
+        #[test]
+        fn ring_distance_and_free_slots(entries in 2u16..=4096, a in any::<u16>(), b in any::<u16>()) {
+            let (from, to) = (a % entries, b % entries);
+            let d = ring_dist(from, to, entries);
+            let want = (u32::from(to) + u32::from(entries) - u32::from(from)) % u32::from(entries);
+            prop_assert_eq!(u32::from(d), want);
+            let cq = Cq { head: from, tail: to, ..Cq::new(0, entries) };
+            prop_assert_eq!(cq.free(), entries - 1 - d);
+        }
+    }
+}

@@ -162,7 +162,8 @@ pub(crate) struct Shared {
     /// A completion queue was full when the engine last looked: a head
     /// doorbell write must run it (otherwise such a write only stores).
     cq_wait: AtomicBool,
-    /// Commands executed; written by the engine alone, per command.
+    /// Commands executed; written by the engine alone (per batch, before
+    /// the batch's completions are posted).
     commands: Padded<AtomicU64>,
     /// Inline controller (no thread): its engine runs in `wake`.
     is_inline: bool,

@@ -62,10 +62,9 @@ pub(super) fn read_sqe(iova: u64) -> Sqe {
     unsafe { std::ptr::read_unaligned(host(iova) as *const Sqe) }
 }
 
-/// The fields of the submission entry at `iova` that the I/O fast path
-/// decides on, read straight from the queue (three loads, no copy of the
-/// entry): dword 0 (opcode, flags, command id), the namespace id, the
-/// starting LBA (dwords 10-11) and dword 12 (NLB in bits 15:0).
+/// The fields of a submission entry that the I/O fast path decides on:
+/// dword 0 (opcode, flags, command id), the namespace id, the starting
+/// LBA (dwords 10-11) and dword 12 (NLB in bits 15:0).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SqeHead {
     pub dw0: u32,
@@ -86,6 +85,8 @@ impl SqeHead {
     }
 }
 
+/// The [`SqeHead`] of the submission entry at `iova`, read straight from
+/// the queue (four loads, no copy of the entry).
 #[inline]
 pub(super) fn read_sqe_head(iova: u64) -> SqeHead {
     let p = host(iova) as *const u8;
