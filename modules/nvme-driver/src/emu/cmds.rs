@@ -12,7 +12,7 @@ use nvme_spec::sgl::{SglDescriptor, SglType};
 use nvme_spec::zerocopy::{FromBytes, IntoBytes};
 use nvme_spec::{Sqe, Status};
 
-use super::engine::{Cq, Engine, Sq};
+use super::engine::{cq_base_ok, Cq, Engine, Sq};
 use super::sys::{dma_read, dma_write};
 use super::{EmuKind, FaultAction};
 use crate::prp::walk_prps;
@@ -163,13 +163,13 @@ impl Engine {
                 if !c.pc || c.qsize == 0 {
                     return Some((Status::new(1, 0x02).with_dnr(), 0));
                 }
-                self.sh.doorbells[2 * q + 1].store(0, std::sync::atomic::Ordering::Release);
-                self.cqs[q] = Some(Cq {
-                    base: c.prp1,
-                    entries: c.qsize + 1,
-                    tail: 0,
-                    phase: true,
-                });
+                if !cq_base_ok(c.prp1) {
+                    return Some((Status::PRP_OFFSET_INVALID.with_dnr(), 0));
+                }
+                self.sh.doorbells[2 * q + 1]
+                    .0
+                    .store(0, std::sync::atomic::Ordering::Release);
+                self.cqs[q] = Some(Cq::new(c.prp1, c.qsize + 1));
                 Some((Status::SUCCESS, 0))
             }
             AdminCommand::CreateIoSq(c) => {
@@ -187,20 +187,25 @@ impl Engine {
                 {
                     return Some((Status::COMPLETION_QUEUE_INVALID.with_dnr(), 0));
                 }
-                self.sh.doorbells[2 * q].store(0, std::sync::atomic::Ordering::Release);
-                self.sqs[q] = Some(Sq {
-                    base: c.prp1,
-                    entries: c.qsize + 1,
-                    head: 0,
-                    cqid: c.cqid,
-                });
+                self.sh.doorbells[2 * q]
+                    .0
+                    .store(0, std::sync::atomic::Ordering::Release);
+                self.set_sq(
+                    q,
+                    Some(Sq {
+                        base: c.prp1,
+                        entries: c.qsize + 1,
+                        head: 0,
+                        cqid: c.cqid,
+                    }),
+                );
                 Some((Status::SUCCESS, 0))
             }
             AdminCommand::DeleteIoSq(c) => {
                 let q = usize::from(c.qid);
-                match self.sqs.get_mut(q) {
-                    Some(s @ Some(_)) if q != 0 => {
-                        *s = None;
+                match self.sqs.get(q) {
+                    Some(Some(_)) if q != 0 => {
+                        self.set_sq(q, None);
                         self.dropped.retain(|d| usize::from(d.0) != q);
                         Some((Status::SUCCESS, 0))
                     }
@@ -272,7 +277,7 @@ impl Engine {
             return self.faulted(qid, sqe, a);
         }
         let nsid = sqe.nsid.get() as usize;
-        let max_bytes = self.max_bytes();
+        let max_bytes = self.max_bytes;
         let Some(ns) = self.ns.get_mut(nsid).and_then(Option::as_mut) else {
             return Some((Status::INVALID_NAMESPACE.with_dnr(), 0));
         };
@@ -391,13 +396,5 @@ impl Engine {
             _ => Status::INVALID_OPCODE.with_dnr(),
         };
         Some((st, 0))
-    }
-
-    fn max_bytes(&self) -> usize {
-        if self.opts.mdts == 0 {
-            usize::MAX
-        } else {
-            4096usize << self.opts.mdts
-        }
     }
 }

@@ -1,6 +1,8 @@
 //! The emulated controller's thread: register state machine (enable,
 //! disable, shutdown, fatal status), command fetch from the submission
 //! queues the doorbells announce, completion posting with phase tags.
+//! The admin queue (and an I/O queue from a fused command on) takes one
+//! command at a time here; the I/O queues' batched loop is in `ioq`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -11,17 +13,38 @@ use nvme_spec::cmd::Fuse;
 use nvme_spec::identify::{IdentifyController, IdentifyNamespace};
 use nvme_spec::log::AsyncEvent;
 use nvme_spec::regs::{offset, Aqa, Cc, Csts};
-use nvme_spec::zerocopy::{FromZeros, IntoBytes};
-use nvme_spec::{Cqe, Sqe, Status};
+use nvme_spec::zerocopy::FromZeros;
+use nvme_spec::{Sqe, Status};
 
-use super::sys::{dma_read, dma_write, dma_write_u16_release};
+use super::sys::{read_sqe, write_cqe};
 use super::{EmuKind, EmuNamespace, EmuOptions, Shared, MAX_QUEUES};
 use crate::error::Result;
 
 /// Idle polls before the thread parks.
 const IDLE_SPINS: u32 = 20_000;
 /// Commands taken from one queue per pass (fairness between queues).
-const PER_PASS: u32 = 256;
+pub(super) const PER_PASS: u16 = 256;
+
+/// What a pass of the engine (or of one queue) found. Ordered: a pass
+/// over several queues reports the largest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Step {
+    /// Nothing to do.
+    Idle,
+    /// Did work and took all there was: only a doorbell or register
+    /// write brings more (an inline controller stops here).
+    Drained,
+    /// Did work and may find more without a new write (a state change, an
+    /// admin command, a queue that used up its share of the pass).
+    More,
+}
+
+impl Step {
+    /// It did something.
+    pub(super) fn busy(self) -> bool {
+        self != Step::Idle
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Sq {
@@ -37,12 +60,120 @@ pub(super) struct Cq {
     pub entries: u16,
     pub tail: u16,
     pub phase: bool,
+    /// The head doorbell's value when last read (the driver has consumed
+    /// the entries before it): read again only when the free slots it
+    /// leaves run short, so posting does not read the driver's doorbell
+    /// line for every entry.
+    pub head: u16,
+}
+
+impl Cq {
+    /// A new, empty completion queue.
+    pub(super) fn new(base: u64, entries: u16) -> Cq {
+        Cq {
+            base,
+            entries,
+            tail: 0,
+            phase: true,
+            head: 0,
+        }
+    }
+
+    /// Free slots by the cached head (one slot always stays empty).
+    pub(super) fn free(&self) -> u16 {
+        self.entries - 1 - ring_dist(self.head, self.tail, self.entries)
+    }
+
+    /// Writes a completion for command `cid` of SQ `sqid` (whose head is
+    /// now `sqhd`) and advances the tail: one two-store sequence.
+    #[inline]
+    pub(super) fn post(&mut self, sqid: u16, sqhd: u16, cid: u16, st: Status, dw0: u32) {
+        let word = st.to_cqe_word(self.phase);
+        let hi = u64::from(sqhd)
+            | (u64::from(sqid) << 16)
+            | (u64::from(cid) << 32)
+            | (u64::from(word) << 48);
+        write_cqe(self.base + u64::from(self.tail) * 16, u64::from(dw0), hi);
+        self.tail += 1;
+        if self.tail == self.entries {
+            self.tail = 0;
+            self.phase = !self.phase;
+        }
+    }
+}
+
+/// Entries from `from` up to `to` (not included) on a ring of `entries`
+/// (both below `entries`).
+pub(super) fn ring_dist(from: u16, to: u16, entries: u16) -> u16 {
+    if to >= from {
+        to - from
+    } else {
+        entries - from + to
+    }
+}
+
+/// A completion queue base the engine accepts: 16-byte aligned, so that
+/// an entry's status word lands in one aligned store with the rest of its
+/// second half (`super::sys::write_cqe`). Drivers give page-aligned ones.
+pub(super) fn cq_base_ok(base: u64) -> bool {
+    base.is_multiple_of(16)
+}
+
+/// The free slots of completion queue `cqid` (`cq`), reading its head
+/// doorbell again when the cached head leaves fewer than `want`. When
+/// none is free it asks the driver's next head doorbell write to run the
+/// engine ([`Shared::cq_wait`]), then reads the doorbell once more: a
+/// write in between is seen either here or by the writer.
+pub(super) fn cq_room(sh: &Shared, cqid: usize, cq: &mut Cq, want: u16) -> u16 {
+    let free = cq.free();
+    if free >= want {
+        return free;
+    }
+    let read = |cq: &mut Cq, order| {
+        let h = sh.doorbells[2 * cqid + 1].0.load(order);
+        // A head past the end (a driver bug) counts as "all consumed".
+        cq.head = u16::try_from(h)
+            .ok()
+            .filter(|h| *h < cq.entries)
+            .unwrap_or(cq.tail);
+    };
+    read(cq, Ordering::Acquire);
+    if cq.free() > 0 {
+        return cq.free();
+    }
+    sh.cq_wait.store(true, Ordering::SeqCst);
+    read(cq, Ordering::SeqCst);
+    cq.free()
 }
 
 pub(super) struct Ns {
     pub cfg: EmuNamespace,
     pub data: Vec<u8>,
     pub id: Box<IdentifyNamespace>,
+}
+
+/// What the I/O fast path needs to know of a namespace ([`Engine::null`]):
+/// for a null namespace its size and the most blocks one command may move
+/// (MDTS); all zero for any other, which the fast path then leaves to
+/// [`Engine::io`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct NullNs {
+    pub nsze: u64,
+    pub max_blocks: u32,
+}
+
+impl NullNs {
+    pub(super) fn of(ns: Option<&Ns>, max_bytes: usize) -> NullNs {
+        match ns {
+            Some(n) if n.cfg.kind == EmuKind::Null && n.cfg.block_size > 0 => NullNs {
+                nsze: n.cfg.num_blocks,
+                max_blocks: u32::try_from(max_bytes / n.cfg.block_size as usize)
+                    .unwrap_or(u32::MAX)
+                    .min(nvme_spec::io::MAX_BLOCKS_PER_COMMAND),
+            },
+            _ => NullNs::default(),
+        }
+    }
 }
 
 pub(super) struct Engine {
@@ -52,12 +183,20 @@ pub(super) struct Engine {
     pub sqs: Vec<Option<Sq>>,
     pub cqs: Vec<Option<Cq>>,
     pub ns: Vec<Option<Ns>>,
+    /// [`NullNs`] of each entry of `ns` (kept with it).
+    pub null: Vec<NullNs>,
     pub id: Box<IdentifyController>,
     pub aers: Vec<u16>,
     pub events: VecDeque<u32>,
     pub changed: Vec<u32>,
     pub dropped: Vec<(u16, u16)>,
     pub scratch: Box<[u8]>,
+    /// Bit `q` set: SQ `q` exists (the pass visits only those).
+    pub sq_mask: u128,
+    /// The most bytes one command moves (MDTS).
+    pub max_bytes: usize,
+    /// Commands executed (published to [`Shared::commands`]).
+    pub commands: u64,
 }
 
 /// The namespace's NGUID: a hash of the controller's serial number and
@@ -130,12 +269,21 @@ impl Engine {
         sh.set_reg(offset::CAP, (cap & 0xffff_ffff) as u32);
         sh.set_reg(offset::CAP + 4, (cap >> 32) as u32);
         sh.set_reg(offset::VS, 0x0001_0400);
+        let max_bytes = if opts.mdts == 0 {
+            usize::MAX
+        } else {
+            4096usize << opts.mdts
+        };
         Ok(Engine {
             sh,
             opts: opts.clone(),
             enabled: false,
             sqs: vec![None; MAX_QUEUES],
             cqs: vec![None; MAX_QUEUES],
+            null: ns
+                .iter()
+                .map(|n| NullNs::of(n.as_ref(), max_bytes))
+                .collect(),
             ns,
             id,
             aers: Vec::with_capacity(8),
@@ -143,13 +291,16 @@ impl Engine {
             changed: Vec::new(),
             dropped: Vec::with_capacity(64),
             scratch: vec![0u8; 4096].into_boxed_slice(),
+            sq_mask: 0,
+            max_bytes,
+            commands: 0,
         })
     }
 
     pub(super) fn run(&mut self, spin: bool) {
         let mut idle = 0u32;
         while !self.sh.stop.load(Ordering::Acquire) {
-            if self.step() {
+            if self.step().busy() {
                 idle = 0;
                 continue;
             }
@@ -167,7 +318,7 @@ impl Engine {
                 continue;
             }
             self.sh.sleeping.store(true, Ordering::SeqCst);
-            if !self.step() {
+            if !self.step().busy() {
                 std::thread::park_timeout(Duration::from_millis(20));
             }
             self.sh.sleeping.store(false, Ordering::SeqCst);
@@ -183,50 +334,88 @@ impl Engine {
         self.sh.set_reg(offset::CSTS, Csts::new(rdy, cfs, shst).0);
     }
 
-    /// One pass; true if it did anything.
-    pub(super) fn step(&mut self) -> bool {
+    /// One pass over the registers, events and submission queues.
+    pub(super) fn step(&mut self) -> Step {
         if self.sh.removed.load(Ordering::Acquire) {
-            return false;
+            return Step::Idle;
         }
         let cc = Cc(self.sh.reg(offset::CC));
         let fatal = self.sh.fatal.load(Ordering::Acquire);
         if !cc.en() {
             if self.enabled || self.csts().0 != 0 {
                 self.disable();
-                return true;
+                return Step::More;
             }
-            return false;
+            return Step::Idle;
         }
         if !self.enabled {
             if fatal {
-                return false;
+                return Step::Idle;
             }
             self.enable();
-            return true;
+            return Step::More;
         }
         if fatal {
             let c = self.csts();
             if !c.cfs() {
                 self.set_csts(c.rdy(), true, c.shst());
             }
-            return false;
+            return Step::Idle;
         }
         if cc.shn() != Cc::SHN_NONE && self.csts().shst() != Csts::SHST_COMPLETE {
             self.set_csts(true, false, Csts::SHST_COMPLETE);
-            return true;
+            return Step::More;
         }
-        let mut busy = false;
-        if self.sh.ns_pending.swap(false, Ordering::AcqRel) {
+        // Set again below by every completion queue still full.
+        if self.sh.cq_wait.load(Ordering::Relaxed) {
+            self.sh.cq_wait.store(false, Ordering::Relaxed);
+        }
+        let mut st = Step::Idle;
+        if self.sh.ns_pending.load(Ordering::Relaxed)
+            && self.sh.ns_pending.swap(false, Ordering::AcqRel)
+        {
             self.apply_ns_changes();
-            busy = true;
+            st = Step::More;
         }
-        busy |= self.deliver_events();
-        for qid in 0..self.sqs.len() {
-            if self.sqs[qid].is_some() {
-                busy |= self.process_sq(qid);
-            }
+        if !self.events.is_empty() && self.deliver_events() {
+            st = Step::More;
         }
-        busy
+        let mut mask = self.sq_mask;
+        while mask != 0 {
+            let qid = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let q = if qid == 0 {
+                self.process_sq(0, PER_PASS)
+            } else {
+                self.process_io_sq(qid)
+            };
+            st = st.max(q);
+        }
+        st
+    }
+
+    /// Creates (`Some`) or deletes SQ `qid`.
+    pub(super) fn set_sq(&mut self, qid: usize, sq: Option<Sq>) {
+        self.sqs[qid] = sq;
+        if sq.is_some() {
+            self.sq_mask |= 1 << qid;
+        } else {
+            self.sq_mask &= !(1 << qid);
+        }
+    }
+
+    /// Counts `n` commands executed (or about to be, a batch counted
+    /// before its completions are posted).
+    #[inline]
+    pub(super) fn count(&mut self, n: u64) {
+        self.commands += n;
+        self.sh.commands.0.store(self.commands, Ordering::Relaxed);
+    }
+
+    /// Takes back `n` of a batch's count (those it left to another loop).
+    pub(super) fn uncount(&mut self, n: u64) {
+        self.commands -= n;
+        self.sh.commands.0.store(self.commands, Ordering::Relaxed);
     }
 
     fn enable(&mut self) {
@@ -236,26 +425,26 @@ impl Engine {
         let acq =
             u64::from(self.sh.reg(offset::ACQ)) | (u64::from(self.sh.reg(offset::ACQ + 4)) << 32);
         for d in self.sh.doorbells.iter() {
-            d.store(0, Ordering::Release);
+            d.0.store(0, Ordering::Release);
         }
-        self.sqs[0] = Some(Sq {
-            base: asq,
-            entries: aqa.asqs() + 1,
-            head: 0,
-            cqid: 0,
-        });
-        self.cqs[0] = Some(Cq {
-            base: acq,
-            entries: aqa.acqs() + 1,
-            tail: 0,
-            phase: true,
-        });
+        // ASQB and ACQB are bits 63:12 (the low 12 are reserved).
+        self.set_sq(
+            0,
+            Some(Sq {
+                base: asq & !0xfff,
+                entries: aqa.asqs() + 1,
+                head: 0,
+                cqid: 0,
+            }),
+        );
+        self.cqs[0] = Some(Cq::new(acq & !0xfff, aqa.acqs() + 1));
         self.enabled = true;
         self.set_csts(true, false, Csts::SHST_NORMAL);
     }
 
     fn disable(&mut self) {
         self.sqs.iter_mut().for_each(|q| *q = None);
+        self.sq_mask = 0;
         self.cqs.iter_mut().for_each(|q| *q = None);
         self.aers.clear();
         self.dropped.clear();
@@ -272,6 +461,7 @@ impl Engine {
                 continue;
             }
             self.ns[i] = Some(build_ns(c, &self.opts.serial));
+            self.null[i] = NullNs::of(self.ns[i].as_ref(), self.max_bytes);
             if !self.changed.contains(&c.nsid) {
                 self.changed.push(c.nsid);
             }
@@ -281,7 +471,7 @@ impl Engine {
 
     fn deliver_events(&mut self) -> bool {
         let mut any = false;
-        while !self.events.is_empty() && !self.aers.is_empty() && !self.cq_full(0) {
+        while !self.events.is_empty() && !self.aers.is_empty() && self.cq_room(0, 1) > 0 {
             let ev = self.events.pop_front().expect("invariant: not empty");
             let cid = self.aers.pop().expect("invariant: not empty");
             self.post(0, cid, Status::SUCCESS, ev);
@@ -290,36 +480,37 @@ impl Engine {
         any
     }
 
-    pub(super) fn cq_full(&self, cqid: usize) -> bool {
-        let Some(cq) = self.cqs.get(cqid).copied().flatten() else {
-            return true;
-        };
-        let head = self.sh.doorbell(2 * cqid + 1);
-        let next = (u32::from(cq.tail) + 1) % u32::from(cq.entries);
-        next == head
+    /// [`cq_room`] of completion queue `cqid` (0 if there is none).
+    pub(super) fn cq_room(&mut self, cqid: usize, want: u16) -> u16 {
+        match self.cqs.get_mut(cqid).and_then(Option::as_mut) {
+            Some(cq) => cq_room(&self.sh, cqid, cq, want),
+            None => 0,
+        }
     }
 
     fn fetch(&mut self, qid: usize) -> Option<Sqe> {
         let sq = self.sqs[qid].as_mut()?;
-        let mut sqe = Sqe::new_zeroed();
-        dma_read(sq.base + u64::from(sq.head) * 64, sqe.as_mut_bytes());
+        let sqe = read_sqe(sq.base + u64::from(sq.head) * 64);
         sq.head = (sq.head + 1) % sq.entries;
         Some(sqe)
     }
 
-    fn process_sq(&mut self, qid: usize) -> bool {
+    /// Takes up to `budget` commands of SQ `qid` one at a time, checking
+    /// for room in its completion queue before each: the admin queue, and
+    /// an I/O queue from a fused command on (the batched loop hands over).
+    pub(super) fn process_sq(&mut self, qid: usize, budget: u16) -> Step {
         let Some(sq) = self.sqs[qid] else {
-            return false;
+            return Step::Idle;
         };
         let tail = self.sh.doorbell(2 * qid);
         if tail >= u32::from(sq.entries) {
-            return false;
+            return Step::Idle;
         }
         let tail = u16::try_from(tail).expect("invariant: below entries");
         let mut n = 0;
-        while n < PER_PASS {
+        while n < budget {
             let Some(sq) = self.sqs[qid] else { break };
-            if sq.head == tail || self.cq_full(usize::from(sq.cqid)) {
+            if sq.head == tail || self.cq_room(usize::from(sq.cqid), 1) == 0 {
                 break;
             }
             let Some(sqe) = self.fetch(qid) else { break };
@@ -337,7 +528,7 @@ impl Engine {
                 self.fused(qid, &sqe, &second);
                 continue;
             }
-            self.sh.commands.fetch_add(1, Ordering::Relaxed);
+            self.count(1);
             let r = if qid == 0 {
                 self.admin(&sqe)
             } else {
@@ -347,11 +538,17 @@ impl Engine {
                 self.post(qid, sqe.cid.get(), st, dw0);
             }
         }
-        n > 0
+        if n == 0 {
+            Step::Idle
+        } else if qid == 0 || n == budget {
+            Step::More
+        } else {
+            Step::Drained
+        }
     }
 
     fn fused(&mut self, qid: usize, first: &Sqe, second: &Sqe) {
-        self.sh.commands.fetch_add(2, Ordering::Relaxed);
+        self.count(2);
         let ok_pair =
             first.opcode == 0x05 && second.opcode == 0x01 && second.fuse() == Fuse::Second;
         if !ok_pair {
@@ -374,23 +571,29 @@ impl Engine {
         let Some(sq) = self.sqs.get(sqid).copied().flatten() else {
             return;
         };
-        let cqid = usize::from(sq.cqid);
-        let Some(cq) = self.cqs[cqid].as_mut() else {
+        let Some(cq) = self.cqs[usize::from(sq.cqid)].as_mut() else {
             return;
         };
-        let mut c = Cqe::new(cid, st, dw0);
-        c.sqhd.set(sq.head);
-        c.sqid
-            .set(u16::try_from(sqid).expect("invariant: queue ids fit u16"));
-        c.set_phase(cq.phase);
-        let at = cq.base + u64::from(cq.tail) * 16;
-        let b = c.as_bytes();
-        dma_write(at, &b[..14]);
-        dma_write_u16_release(at + 14, c.status.get());
-        cq.tail += 1;
-        if cq.tail == cq.entries {
-            cq.tail = 0;
-            cq.phase = !cq.phase;
+        let sqid = u16::try_from(sqid).expect("invariant: queue ids fit u16");
+        cq.post(sqid, sq.head, cid, st, dw0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{ring_dist, Cq};
+
+    proptest! {
+        #[test]
+        fn ring_distance_and_free_slots(entries in 2u16..=4096, a in any::<u16>(), b in any::<u16>()) {
+            let (from, to) = (a % entries, b % entries);
+            let d = ring_dist(from, to, entries);
+            let want = (u32::from(to) + u32::from(entries) - u32::from(from)) % u32::from(entries);
+            prop_assert_eq!(u32::from(d), want);
+            let cq = Cq { head: from, tail: to, ..Cq::new(0, entries) };
+            prop_assert_eq!(cq.free(), entries - 1 - d);
         }
     }
 }

@@ -16,7 +16,11 @@
 //! The controller thread polls the doorbells; when idle for a while it
 //! parks, and a doorbell or register write wakes it (a flag check per
 //! doorbell write). With [`EmuOptions::spin`] it never parks (benchmarks,
-//! pinned to a core of its own). [`EmuController::start_inline`] makes a
+//! pinned to a core of its own) and a doorbell write is a plain store.
+//! Each doorbell sits on a cache line of its own, and so does anything
+//! the controller writes per command, so that a spinning controller and
+//! the driver share only the lines they must (queue entries, the one
+//! doorbell written). [`EmuController::start_inline`] makes a
 //! controller without a thread, a device model that runs inside the
 //! driver's register and doorbell writes (as a hypervisor runs one in the
 //! vCPU thread that wrote): no hand-off between threads, which keeps
@@ -24,6 +28,7 @@
 
 mod cmds;
 mod engine;
+mod ioq;
 mod sys;
 
 use std::fmt;
@@ -134,10 +139,17 @@ pub struct Fault {
     pub action: FaultAction,
 }
 
+/// A value alone on its cache line (two lines: the adjacent-line
+/// prefetcher moves pairs), so that writing it moves no other data
+/// between cores.
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
 pub(crate) struct Shared {
     name: String,
     regs: Box<[AtomicU32]>,
-    doorbells: Box<[AtomicU32]>,
+    /// Doorbell `i` (2 * qid: SQ tail; 2 * qid + 1: CQ head).
+    doorbells: Box<[Padded<AtomicU32>]>,
     removed: AtomicBool,
     fatal: AtomicBool,
     sleeping: AtomicBool,
@@ -147,9 +159,16 @@ pub(crate) struct Shared {
     faults_on: AtomicBool,
     ns_changes: Mutex<Vec<EmuNamespace>>,
     ns_pending: AtomicBool,
-    commands: AtomicU64,
+    /// A completion queue was full when the engine last looked: a head
+    /// doorbell write must run it (otherwise such a write only stores).
+    cq_wait: AtomicBool,
+    /// Commands executed; written by the engine alone (per batch, before
+    /// the batch's completions are posted).
+    commands: Padded<AtomicU64>,
     /// Inline controller (no thread): its engine runs in `wake`.
     is_inline: bool,
+    /// Spinning controller thread: nothing to wake.
+    spin: bool,
     /// The engine of an inline controller. It holds an `Arc` of this:
     /// [`EmuController`]'s drop takes it out.
     inline: Mutex<Option<engine::Engine>>,
@@ -172,7 +191,7 @@ impl Shared {
             };
             let Some(e) = g.as_mut() else { return };
             while self.kick.swap(false, Ordering::SeqCst) {
-                while e.step() {}
+                while e.step() == engine::Step::More {}
             }
             drop(g);
             if !self.kick.load(Ordering::SeqCst) {
@@ -184,6 +203,9 @@ impl Shared {
     fn wake(&self) {
         if self.is_inline {
             self.run_inline();
+            return;
+        }
+        if self.spin {
             return;
         }
         fence(Ordering::SeqCst);
@@ -206,17 +228,25 @@ impl Shared {
         }
     }
 
+    #[inline]
     pub(crate) fn doorbell(&self, i: usize) -> u32 {
         self.doorbells
             .get(i)
-            .map_or(0, |d| d.load(Ordering::Acquire))
+            .map_or(0, |d| d.0.load(Ordering::Acquire))
     }
 
     /// Takes a matching fault, if any.
+    #[inline]
     pub(crate) fn fault(&self, admin: bool, opcode: u8) -> Option<FaultAction> {
         if !self.faults_on.load(Ordering::Relaxed) {
             return None;
         }
+        self.take_fault(admin, opcode)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_fault(&self, admin: bool, opcode: u8) -> Option<FaultAction> {
         let mut f = self.faults.lock();
         let i = f
             .iter()
@@ -236,8 +266,23 @@ impl Shared {
 impl DoorbellSink for Shared {
     #[inline]
     fn ring(&self, index: u32, value: u32) {
-        if let Some(d) = self.doorbells.get(index as usize) {
-            d.store(value, Ordering::Release);
+        let Some(d) = self.doorbells.get(index as usize) else {
+            return;
+        };
+        if self.spin {
+            d.0.store(value, Ordering::Release);
+            return;
+        }
+        if !index.is_multiple_of(2) {
+            // A CQ head only matters to an engine waiting for room; the
+            // SeqCst store and load pair with the engine's in
+            // `engine::cq_room` (one of the two sees the other's write).
+            d.0.store(value, Ordering::SeqCst);
+            if !self.cq_wait.load(Ordering::SeqCst) {
+                return;
+            }
+        } else {
+            d.0.store(value, Ordering::Release);
         }
         self.wake();
     }
@@ -260,11 +305,13 @@ pub struct EmuController {
 }
 
 impl EmuController {
-    fn shared(name: &str, is_inline: bool) -> Arc<Shared> {
+    fn shared(name: &str, is_inline: bool, spin: bool) -> Arc<Shared> {
         Arc::new(Shared {
             name: format!("emu:{name}"),
             regs: (0..1024).map(|_| AtomicU32::new(0)).collect(),
-            doorbells: (0..2 * MAX_QUEUES).map(|_| AtomicU32::new(0)).collect(),
+            doorbells: (0..2 * MAX_QUEUES)
+                .map(|_| Padded(AtomicU32::new(0)))
+                .collect(),
             removed: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
@@ -274,8 +321,10 @@ impl EmuController {
             faults_on: AtomicBool::new(false),
             ns_changes: Mutex::new(Vec::new()),
             ns_pending: AtomicBool::new(false),
-            commands: AtomicU64::new(0),
+            cq_wait: AtomicBool::new(false),
+            commands: Padded(AtomicU64::new(0)),
             is_inline,
+            spin,
             inline: Mutex::new(None),
             kick: AtomicBool::new(false),
         })
@@ -284,7 +333,7 @@ impl EmuController {
     /// Starts a controller named `name` (its address is `emu:NAME`) with
     /// a thread of its own.
     pub fn start(name: &str, opts: EmuOptions) -> Result<EmuController> {
-        let shared = Self::shared(name, false);
+        let shared = Self::shared(name, false, opts.spin);
         let mut eng = engine::Engine::new(Arc::clone(&shared), &opts)?;
         let spin = opts.spin;
         let cpu = opts.cpu;
@@ -310,7 +359,7 @@ impl EmuController {
     /// has completed when its doorbell write returns). [`EmuOptions::spin`]
     /// and [`EmuOptions::cpu`] do not apply.
     pub fn start_inline(name: &str, opts: EmuOptions) -> Result<EmuController> {
-        let shared = Self::shared(name, true);
+        let shared = Self::shared(name, true, false);
         let eng = engine::Engine::new(Arc::clone(&shared), &opts)?;
         *shared.inline.lock() = Some(eng);
         shared.wake();
@@ -366,7 +415,7 @@ impl EmuController {
     /// Commands executed so far.
     #[must_use]
     pub fn commands(&self) -> u64 {
-        self.shared.commands.load(Ordering::Relaxed)
+        self.shared.commands.0.load(Ordering::Relaxed)
     }
 }
 
