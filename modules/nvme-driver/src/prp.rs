@@ -85,15 +85,17 @@ pub fn build_prps(
 #[inline]
 #[must_use]
 pub fn short_prps(addr: u64, len: usize) -> Option<(u64, u64)> {
-    let in_first = PAGE_U64 - (addr & PAGE_MASK);
+    let off = addr & PAGE_MASK;
     let len = len as u64;
-    if addr & 3 != 0 || len == 0 || len > in_first + PAGE_U64 {
+    // 1 ..= (the rest of the first page + one more page) bytes: a zero
+    // length wraps to the top and is refused with the rest.
+    if addr & 3 != 0 || len.wrapping_sub(1) >= 2 * PAGE_U64 - off {
         return None;
     }
-    let prp2 = if len <= in_first {
-        0
+    let prp2 = if off + len > PAGE_U64 {
+        (addr | PAGE_MASK) + 1
     } else {
-        (addr & !PAGE_MASK) + PAGE_U64
+        0
     };
     Some((addr, prp2))
 }
