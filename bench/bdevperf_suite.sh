@@ -10,8 +10,8 @@ RUNS=${RUNS:-5}; SECS=${SECS:-5}
 cargo build --release -q --bin bdevperf
 BP=target/release/bdevperf
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-total_iops() { awk '/Total/ {v=$4} END {print v}'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 measure() { # label, args...
     local label=$1; shift

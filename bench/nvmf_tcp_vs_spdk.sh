@@ -43,7 +43,8 @@ TP=
 cleanup() { [ -n "$TP" ] && kill "$TP" 2>/dev/null && wait "$TP" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 # start_target ours|spdk BDEV_METHOD_JSON: the target on core 0 with one
 # namespace, listening on 127.0.0.1:$PORT.
