@@ -6,7 +6,7 @@
 //! rings the SQ doorbell once for everything queued since its last run,
 //! reaps completions one by one (the queue pair's borrow ends before each
 //! is completed, so that its callback can submit the next command) and
-//! rings the CQ doorbell once per batch.
+//! rings the CQ doorbell once per pass.
 //! Failed commands that may be retried (no DNR, not aborted by request)
 //! go again, up to `bdev_retry_count` times. While the controller resets,
 //! new I/O waits in a queue and what was in flight comes back through
