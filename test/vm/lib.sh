@@ -144,6 +144,17 @@ nvmet_tcp_port() {
     done
 }
 
+# wait_rpc SOCK PID: waits until the daemon PID answers on its RPC socket
+# SOCK (its config is loaded then), or dies if it exits or takes 30 s.
+wait_rpc() {
+    _i=0
+    until bdev_rpc -s "$1" -t 5 spdk_get_version > /dev/null 2>&1; do
+        [ $_i -lt 300 ] || die "bdev_tgt did not come up"
+        kill -0 "$2" 2>/dev/null || die "bdev_tgt exited"
+        sleep 0.1; _i=$((_i + 1))
+    done
+}
+
 # ns_dev NSID: the kernel NVMe host's block device of namespace NSID of
 # subsystem $NQN (names follow the order the host found them, not the nsid).
 ns_dev() {

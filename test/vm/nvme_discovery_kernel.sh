@@ -58,12 +58,7 @@ step "bdev_tgt: start over RPC, controllers, discovery info, errors"
 bdev_tgt -r $SOCK > /tmp/tgt.log 2>&1 &
 TGT=$!
 trap 'echo "--- bdev_tgt log"; tail -n 60 /tmp/tgt.log' EXIT
-i=0
-until bdev_rpc -s $SOCK -t 5 spdk_get_version > /dev/null 2>&1; do
-    [ $i -lt 300 ] || die "bdev_tgt did not come up"
-    kill -0 $TGT 2>/dev/null || die "bdev_tgt exited"
-    sleep 0.1; i=$((i + 1))
-done
+wait_rpc $SOCK $TGT
 out=$(bdev_rpc -s $SOCK -t 30 bdev_nvme_start_discovery --json "{$START}")
 assert_eq "$(echo $out)" "true" "start_discovery answers true"
 assert_eq "$(names)" "nvme0 nvme1" "both subsystems attached as nvme0, nvme1"

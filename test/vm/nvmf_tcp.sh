@@ -44,12 +44,7 @@ TGT=$!
 # On the way out, the target's log.
 trap 'echo "--- target log"; grep -v DEBUG /tmp/tgt.log | tail -n 150' EXIT
 # The socket answers once the config is loaded (listeners up).
-i=0
-until bdev_rpc -s $SOCK -t 5 spdk_get_version > /dev/null 2>&1; do
-    [ $i -lt 300 ] || die "bdev_tgt did not come up"
-    kill -0 $TGT 2>/dev/null || die "bdev_tgt exited"
-    sleep 0.1; i=$((i + 1))
-done
+wait_rpc $SOCK $TGT
 
 # ctrl_dev: the /dev/nvmeN controller of $NQN (none: empty).
 ctrl_dev() {
