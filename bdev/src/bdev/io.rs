@@ -586,8 +586,9 @@ pub(crate) struct ChannelCore {
     /// multiples of it, in offset and length.
     pub(crate) write_unit: u64,
     pub(crate) split_rw: bool,
-    /// Reads and writes go straight to the module: no split limits, no
-    /// alignment requirement.
+    /// Reads and writes go straight to the module: no split limits and
+    /// no alignment requirement, or a module that tests them itself
+    /// (`module_checks_fit`).
     pub(crate) direct_rw: bool,
     qos_on: Cell<bool>,
     /// `direct_rw` and neither frozen nor rate limited: reads and writes
@@ -663,7 +664,7 @@ impl ChannelCore {
             (1usize << p.required_alignment.min(20)) - 1
         };
         let block_size = u64::from(p.block_size);
-        let direct_rw = !split_rw && align_mask == 0;
+        let direct_rw = p.module_checks_fit || !split_rw && align_mask == 0;
         // (Write limits differ only in a boundary, which rules this out.)
         let fit = limits
             .fit_caps(align_mask)

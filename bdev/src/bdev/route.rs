@@ -1,8 +1,9 @@
 //! Routing a checked consumer I/O: the reset sequence, write-zeroes
 //! emulation, the split stage, or straight to the module.
 
+use super::bounce;
 use super::dispatch;
-use super::io::{BdevIo, ChannelCore, SplitKind};
+use super::io::{BdevIo, ChannelCore, Role, SplitKind};
 use super::reset;
 use super::splitting;
 use super::types::IoType;
@@ -18,6 +19,41 @@ pub(crate) fn route(core: &ChannelCore, io: BdevIo) {
         return;
     }
     route_slow(core, io);
+}
+
+/// [`crate::bdev::module::ModuleIo::fit_to_limits`]: a read or write that
+/// breaks the bdev's limits is split, or bounced to aligned memory, and
+/// the result goes to the module again (`None`); one that fits comes back.
+/// A module that calls this from its submission path cannot loop: an I/O
+/// is split only if it is not a split's child (children are cut to the
+/// limits) and bounced only once, as on the bdev layer's own path.
+pub(crate) fn fit_to_limits(io: BdevIo) -> Option<BdevIo> {
+    let Some(ch) = io.inner().ch.clone() else {
+        return Some(io);
+    };
+    let core: &ChannelCore = &ch;
+    let i = io.inner();
+    if !matches!(i.io_type, IoType::Read | IoType::Write) || i.bounce.is_some() {
+        return Some(io);
+    }
+    if core.split_rw && !matches!(i.role, Role::Child { .. }) {
+        let limits = if i.io_type == IoType::Write {
+            core.write_limits
+        } else {
+            core.limits
+        };
+        if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
+            splitting::start(core, io, SplitKind::Data, limits);
+            return None;
+        }
+    }
+    if core.align_mask != 0 && bounce::misaligned(core, &io) {
+        // Bounced (or queued until a bounce buffer is free): aligned when
+        // the module sees it again.
+        dispatch::to_module(core, io);
+        return None;
+    }
+    Some(io)
 }
 
 fn route_slow(core: &ChannelCore, io: BdevIo) {

@@ -361,6 +361,16 @@ pub struct BdevProps {
     pub max_num_segments: u32,
     /// Largest read/write in blocks (0 = no limit).
     pub max_rw_size: u32,
+    /// The module tests itself, on its own submission path, whether a
+    /// read or write fits the limits above (`required_alignment`,
+    /// `max_rw_size`, the segment limits, the boundaries), and hands one
+    /// that may not back with
+    /// [`ModuleIo::fit_to_limits`](crate::bdev::module::ModuleIo::fit_to_limits):
+    /// the bdev layer then passes reads and writes on without a test of
+    /// its own. For a module whose fast path checks the same things
+    /// anyway (the NVMe driver's PRP1/PRP2 case), so that the common I/O
+    /// is tested once.
+    pub module_checks_fit: bool,
     /// Largest unmap in blocks (0 = no limit).
     pub max_unmap: u32,
     /// Largest write_zeroes in blocks (0 = no limit).
@@ -419,6 +429,7 @@ impl BdevProps {
             max_segment_size: 0,
             max_num_segments: 0,
             max_rw_size: 0,
+            module_checks_fit: false,
             max_unmap: 0,
             max_write_zeroes: 0,
             max_copy: 0,

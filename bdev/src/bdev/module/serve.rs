@@ -2,10 +2,10 @@
 //! the I/O's data, completing it, and (for a virtual bdev) building the
 //! child it sends to its base from the I/O it serves.
 
-use crate::bdev::complete;
 use crate::bdev::io::{BdevIo, IoState, Role};
 use crate::bdev::segments::{self, IoVec};
 use crate::bdev::types::IoStatus;
+use crate::bdev::{complete, route};
 use crate::thread::Thread;
 
 mod sealed {
@@ -94,6 +94,16 @@ pub trait ModuleIo: sealed::Sealed + Sized {
     #[must_use]
     fn for_each_segment_mut(&mut self, f: impl FnMut(&mut [u8])) -> bool;
 
+    /// For a bdev registered with
+    /// [`BdevProps::module_checks_fit`](crate::bdev::BdevProps::module_checks_fit):
+    /// a read or write the module's own test did not pass. One that breaks
+    /// the bdev's limits is split, or bounced to aligned memory, and what
+    /// results comes to the module's `submit` again (later, or from
+    /// inside this call: hold no borrow the module's `submit` takes);
+    /// then `None`. One that fits comes back, for the module to serve as
+    /// it is. Other I/O types come back unchanged.
+    fn fit_to_limits(self) -> Option<Self>;
+
     /// Four words of per-I/O scratch space for the module serving it.
     /// Their contents are unspecified when the module receives the I/O
     /// (what another module, or an earlier use of the same `BdevIo`, left
@@ -154,6 +164,10 @@ impl ModuleIo for BdevIo {
             Some(t) => t.defer(move || self.complete(status)),
             None => self.complete(status),
         }
+    }
+
+    fn fit_to_limits(self) -> Option<Self> {
+        route::fit_to_limits(self)
     }
 
     fn complete_from(mut self, child: &BdevIo) {
