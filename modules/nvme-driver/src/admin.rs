@@ -279,7 +279,7 @@ impl<Q: QueueTransport> AdminQueue<Q> {
             };
             a.qp.submit(sqe, data, dir, req).map_err(|(_, e)| match e {
                 SubmitError::Busy | SubmitError::Disconnected => Error::Busy,
-                SubmitError::Invalid => Error::InvalidArg("admin data".into()),
+                SubmitError::Invalid | SubmitError::Long => Error::InvalidArg("admin data".into()),
             })?;
             a.qp.flush();
             id

@@ -95,6 +95,21 @@ impl QueueTransport for AnyQueue {
             AnyQueue::Tcp(q) => q.submit(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir),
         }
     }
+    #[inline(always)]
+    fn submit_short(
+        &mut self,
+        slot: u16,
+        sqe: Sqe,
+        req: &dyn Request,
+        data: Data,
+        dir: Dir,
+    ) -> std::result::Result<Release, SubmitError> {
+        match self {
+            AnyQueue::Pcie(q) => q.submit_short(slot, sqe, req, data, dir),
+            // (A fresh copy, as in `submit`.)
+            AnyQueue::Tcp(q) => q.submit(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir),
+        }
+    }
     fn submit_with_page(
         &mut self,
         slot: u16,

@@ -456,6 +456,23 @@ impl QueueTransport for PcieQueue {
         Ok(Release::NotNeeded)
     }
 
+    #[inline(always)]
+    fn submit_short(
+        &mut self,
+        _slot: u16,
+        mut sqe: Sqe,
+        req: &dyn Request,
+        data: Data,
+        _dir: Dir,
+    ) -> std::result::Result<Release, SubmitError> {
+        if data != Data::None {
+            let (prp1, prp2) = self.short(req, data).ok_or(SubmitError::Long)?;
+            sqe.set_prps(prp1, prp2);
+        }
+        self.push(&sqe);
+        Ok(Release::NotNeeded)
+    }
+
     fn submit_with_page(
         &mut self,
         slot: u16,
@@ -485,12 +502,14 @@ impl QueueTransport for PcieQueue {
 
     #[inline]
     fn next_cqe(&mut self) -> Option<Cqe> {
-        let off = self.cq_off + usize::from(self.cq_head) * 16;
+        let head = self.cq_head;
+        let off = self.cq_off + usize::from(head) * 16;
         let c = self.mem.new_cqe(off, self.phase)?;
-        self.cq_head += 1;
-        if self.cq_head == self.entries {
+        if head + 1 == self.entries {
             self.cq_head = 0;
             self.phase = !self.phase;
+        } else {
+            self.cq_head = head + 1;
         }
         self.cq_dirty = true;
         Some(c)

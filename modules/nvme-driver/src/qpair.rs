@@ -14,6 +14,21 @@ use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError}
 pub const BATCH: usize = 64;
 const NONE: u16 = u16::MAX;
 
+/// What a slot holds, as the completion path sees it: the common case is
+/// one comparison.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+enum Held {
+    /// Nothing: the slot is on the free list.
+    Free,
+    /// A lone command with its request and no transport resources to
+    /// release: its completion takes the short path.
+    Plain,
+    /// Any other command in flight: one with resources to release, half
+    /// of a fused pair, or an orphan (no request).
+    Special,
+}
+
 // The fields a submission sets side by side (C layout), so that their
 // stores merge.
 #[repr(C)]
@@ -21,6 +36,7 @@ struct Slot<C> {
     ctx: Option<C>,
     /// Timeout scans this command has lived through.
     age: u32,
+    held: Held,
     /// The other command of a fused pair (`NONE` if not fused).
     peer: u16,
     timed_out: bool,
@@ -37,8 +53,8 @@ impl<C> Default for Slot<C> {
     fn default() -> Self {
         Slot {
             ctx: None,
-            // u32::MAX marks a free slot.
-            age: u32::MAX,
+            age: 0,
+            held: Held::Free,
             timed_out: false,
             opcode: 0,
             peer: NONE,
@@ -159,6 +175,31 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     #[inline(always)]
     pub fn submit(
         &mut self,
+        sqe: Sqe,
+        data: Data,
+        dir: Dir,
+        ctx: C,
+    ) -> Result<u16, (C, SubmitError)> {
+        self.enqueue::<false>(sqe, data, dir, ctx)
+    }
+
+    /// [`Qpair::submit`] through [`QueueTransport::submit_short`]: data
+    /// that needs more than the command's own pointers comes back with
+    /// [`SubmitError::Long`], nothing queued.
+    #[inline(always)]
+    pub fn submit_short(
+        &mut self,
+        sqe: Sqe,
+        data: Data,
+        dir: Dir,
+        ctx: C,
+    ) -> Result<u16, (C, SubmitError)> {
+        self.enqueue::<true>(sqe, data, dir, ctx)
+    }
+
+    #[inline(always)]
+    fn enqueue<const SHORT: bool>(
+        &mut self,
         mut sqe: Sqe,
         data: Data,
         dir: Dir,
@@ -174,7 +215,12 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         };
         sqe.cid.set(slot);
         let opcode = sqe.opcode;
-        let release = match self.q.submit(slot, sqe, &ctx, data, dir) {
+        let r = if SHORT {
+            self.q.submit_short(slot, sqe, &ctx, data, dir)
+        } else {
+            self.q.submit(slot, sqe, &ctx, data, dir)
+        };
+        let release = match r {
             Ok(r) => r == Release::Needed,
             Err(e) => {
                 self.free.push(slot);
@@ -273,6 +319,11 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         let s = &mut self.slots[usize::from(slot)];
         s.ctx = Some(ctx);
         s.age = 0;
+        s.held = if release || peer != NONE {
+            Held::Special
+        } else {
+            Held::Plain
+        };
         s.timed_out = false;
         s.opcode = opcode;
         s.peer = peer;
@@ -283,6 +334,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         let s = &mut self.slots[usize::from(slot)];
         s.ctx = None;
         s.age = 0;
+        s.held = Held::Special;
         s.timed_out = false;
         s.opcode = opcode;
         s.peer = NONE;
@@ -352,32 +404,22 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             let slot = c.cid.get();
             let field = c.status.get() >> 1;
             let dw = (c.dw0.get(), c.dw1.get());
-            let Some(s) = self
-                .slots
-                .get_mut(usize::from(slot))
-                .filter(|s| s.age != u32::MAX && s.peer == NONE)
-            else {
-                match self.finish_rare(slot, Status::from_field(field), dw) {
-                    Some(c) => return Some(c),
-                    None => continue,
+            if let Some(s) = self.slots.get_mut(usize::from(slot)) {
+                if s.held == Held::Plain {
+                    if let Some(ctx) = s.ctx.take() {
+                        s.held = Held::Free;
+                        self.free.push(slot);
+                        return Some(Completion {
+                            ctx,
+                            field,
+                            dw0: dw.0,
+                            dw1: dw.1,
+                        });
+                    }
                 }
-            };
-            let mut ctx = s.ctx.take();
-            s.age = u32::MAX;
-            if s.release {
-                self.q
-                    .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
             }
-            self.free.push(slot);
-            // No request: the lone first of a fused pair whose second
-            // never reached the queue.
-            if let Some(ctx) = ctx {
-                return Some(Completion {
-                    ctx,
-                    field,
-                    dw0: dw.0,
-                    dw1: dw.1,
-                });
+            if let Some(c) = self.finish_rare(slot, Status::from_field(field), dw) {
+                return Some(c);
             }
         }
     }
@@ -389,14 +431,14 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             tracing::warn!(cid = slot, "completion for an unknown command identifier");
             return None;
         };
-        if s.age == u32::MAX {
+        if s.held == Held::Free {
             tracing::warn!(cid = slot, "completion for a free slot");
             return None;
         }
         let mut ctx = s.ctx.take();
         let peer = s.peer;
         s.peer = NONE;
-        s.age = u32::MAX;
+        s.held = Held::Free;
         self.q
             .release(slot, ctx.as_mut().map(|c| c as &mut dyn Request));
         self.free.push(slot);
@@ -412,7 +454,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                             .ctx
                             .take()
                             .expect("invariant: second waits with its request");
-                        p.age = u32::MAX;
+                        p.held = Held::Free;
                         self.free.push(second);
                         let st = if status.is_success() { st2 } else { status };
                         Some(Completion::new(ctx, st, dw, 0))
@@ -433,6 +475,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
                     p.ctx = Some(ctx);
                     p.early = Some((status, dw0));
                     p.age = 0;
+                    p.held = Held::Special;
                     self.free.pop();
                     return None;
                 }
@@ -450,7 +493,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     /// `timed_out` the CIDs that reached `max_age` scans (once each).
     pub fn age(&mut self, max_age: u32, timed_out: &mut Vec<u16>) {
         for (i, s) in self.slots.iter_mut().enumerate() {
-            if s.age == u32::MAX || s.timed_out {
+            if s.held == Held::Free || s.timed_out {
                 continue;
             }
             s.age += 1;
@@ -466,7 +509,7 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     pub fn opcode_of(&self, cid: u16) -> Option<u8> {
         self.slots
             .get(usize::from(cid))
-            .filter(|s| s.age != u32::MAX)
+            .filter(|s| s.held != Held::Free)
             .map(|s| s.opcode)
     }
 
@@ -485,12 +528,11 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         for i in 0..self.slots.len() {
             let slot = u16::try_from(i).expect("invariant: slots fit u16");
             let s = &mut self.slots[i];
-            if s.age == u32::MAX {
+            if s.held == Held::Free {
                 continue;
             }
             let ctx = s.ctx.take();
             *s = Slot::default();
-            s.age = u32::MAX;
             self.free.push(slot);
             if let Some(ctx) = ctx {
                 out.push(Completion::new(ctx, status, 0, 0));

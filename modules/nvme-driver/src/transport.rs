@@ -65,6 +65,10 @@ pub enum SubmitError {
     Invalid,
     /// The queue is not connected (reset in progress, controller gone).
     Disconnected,
+    /// Refused by [`QueueTransport::submit_short`]: the data needs more
+    /// than the command itself can point at (PCIe: a PRP list, an SGL or
+    /// a bounce buffer). Nothing was queued; `submit` takes it.
+    Long,
 }
 
 /// Whether a submitted command's slot holds resources that
@@ -101,6 +105,24 @@ pub trait QueueTransport: Send + fmt::Debug {
         data: Data,
         dir: Dir,
     ) -> std::result::Result<Release, SubmitError>;
+
+    /// [`QueueTransport::submit`] for data the command itself points at
+    /// (PCIe: one segment within two pages, PRP1 and PRP2, in the
+    /// request's own reachable memory); anything else is refused with
+    /// [`SubmitError::Long`], nothing queued. The common I/O's path, with
+    /// no slow branch inside it: the caller decides what to do with the
+    /// rest. Default: `submit` (a transport with no such distinction).
+    #[inline]
+    fn submit_short(
+        &mut self,
+        slot: u16,
+        sqe: Sqe,
+        req: &dyn Request,
+        data: Data,
+        dir: Dir,
+    ) -> std::result::Result<Release, SubmitError> {
+        self.submit(slot, sqe, req, data, dir)
+    }
 
     /// Queues `sqe` with a data buffer the queue builds in the slot's own
     /// page (`fill` writes up to one page: Dataset Management ranges).

@@ -64,6 +64,11 @@ pub(crate) type Driver = Arc<Controller<AnyTransport>>;
 
 type Qp = Qpair<AnyQueue, NvmeIo>;
 
+/// [`ChInner::gate`]: a reset holds new I/O back.
+const PAUSED: u8 = 1;
+/// [`ChInner::gate`]: the controller is gone or failed.
+const DEAD: u8 = 2;
+
 pub(crate) struct ChInner {
     owner: Arc<dyn ChannelOwner>,
     driver: Driver,
@@ -72,9 +77,10 @@ pub(crate) struct ChInner {
     qp: RefCell<Option<Qp>>,
     /// I/O waiting for the queue (reset in progress) or for a retry.
     waiting: RefCell<VecDeque<BdevIo>>,
-    paused: Cell<bool>,
-    /// The controller is gone or failed: new I/O fails at once.
-    dead: Cell<bool>,
+    /// [`PAUSED`] (a reset holds new I/O back) and [`DEAD`] (the
+    /// controller is gone or failed: new I/O fails at once), as bits: the
+    /// submission path tests both in one comparison.
+    gate: Cell<u8>,
     /// This queue's connection dropped and a reset was asked for.
     reset_asked: Cell<bool>,
     /// The controller is lost past `fast_io_fail_timeout_sec`: I/O fails
@@ -132,8 +138,7 @@ impl CtrlrChannel {
             thread: thread.clone(),
             qp: RefCell::new(Some(qp)),
             waiting: RefCell::new(VecDeque::with_capacity(64)),
-            paused: Cell::new(false),
-            dead: Cell::new(false),
+            gate: Cell::new(0),
             reset_asked: Cell::new(false),
             failing: Cell::new(false),
             parked: RefCell::new(HashMap::new()),
@@ -205,41 +210,56 @@ impl ChInner {
     /// A read or write while the queue takes I/O: the common case.
     #[inline(always)]
     fn is_read_write(&self, io: &BdevIo) -> bool {
-        !self.dead.get()
-            && !self.paused.get()
-            && matches!(io.io_type(), IoType::Read | IoType::Write)
+        self.gate.get() == 0 && matches!(io.io_type(), IoType::Read | IoType::Write)
     }
 
-    /// Reads and writes, the common case of [`ChInner::to_queue`], kept
-    /// small so that it inlines into `submit`.
+    /// Reads and writes whose data the command itself points at (PRP1 and
+    /// PRP2: one segment within two pages), the common case, kept small
+    /// so that it inlines into `submit`. That test is the only one such an
+    /// I/O meets (the bdev layer leaves it to this path:
+    /// `module_checks_fit`); the rest goes to [`ChInner::read_write_long`].
     #[inline(always)]
     fn read_write(self: &Rc<Self>, nsid: u32, io: BdevIo) {
         let mut g = self.qp.borrow_mut();
         let (Some(qp), Some(r)) = (g.as_mut(), range(&io)) else {
             drop(g);
-            return self.to_queue(io);
+            return self.read_write_long(io);
         };
         let (sqe, dir) = if io.io_type() == IoType::Read {
             (Read::new(nsid, r).to_sqe(0), Dir::FromDevice)
         } else {
             (Write::new(nsid, r).to_sqe(0), Dir::ToDevice)
         };
-        let r = qp.submit(sqe, Data::Main, dir, NvmeIo(io));
+        let r = qp.submit_short(sqe, Data::Main, dir, NvmeIo(io));
         drop(g);
-        if let Err((NvmeIo(io), e)) = r {
-            self.refused(io, e);
+        match r {
+            Ok(_) => {}
+            Err((NvmeIo(io), SubmitError::Long)) => self.read_write_long(io),
+            Err((NvmeIo(io), e)) => self.refused(io, e),
+        }
+    }
+
+    /// A read or write that needs a PRP list, an SGL or a bounce buffer,
+    /// or is larger than one command: the bdev layer splits it to the
+    /// limits (or bounces a misaligned one) if it must, and what fits is
+    /// queued. Outside the queue pair's borrow: the pieces may come back
+    /// through `submit` from inside `fit_to_limits`.
+    #[inline(never)]
+    fn read_write_long(self: &Rc<Self>, io: BdevIo) {
+        if let Some(io) = io.fit_to_limits() {
+            self.to_queue(io);
         }
     }
 
     #[inline(never)]
     fn dispatch_other(self: &Rc<Self>, io: BdevIo) {
-        if self.dead.get() {
+        if self.is_dead() {
             if let Some(io) = self.reroute(io, false) {
                 io.complete_deferred(IoStatus::Errno(libc::ENXIO));
             }
             return;
         }
-        if self.paused.get() {
+        if self.is_paused() {
             let Some(io) = self.reroute(io, true) else {
                 return;
             };
@@ -279,13 +299,15 @@ impl ChInner {
     fn refused(&self, io: BdevIo, e: SubmitError) {
         match e {
             SubmitError::Busy => io.complete_deferred(IoStatus::NoMem),
-            SubmitError::Invalid => io.complete_deferred(IoStatus::Errno(libc::EINVAL)),
+            SubmitError::Invalid | SubmitError::Long => {
+                io.complete_deferred(IoStatus::Errno(libc::EINVAL));
+            }
             SubmitError::Disconnected => self.waiting.borrow_mut().push_back(io),
         }
     }
 
     fn poll(self: &Rc<Self>) -> PollerStatus {
-        if !self.paused.get() && !self.waiting.borrow().is_empty() {
+        if !self.is_paused() && !self.waiting.borrow().is_empty() {
             self.resubmit_waiting();
         }
         // A reset's reconnect finished here: whether it connected.
@@ -307,7 +329,7 @@ impl ChInner {
                 self.reset_asked.set(true);
                 qp.set_connected(false);
             }
-            if !qp.transport().is_alive() && !self.reset_asked.get() && !self.dead.get() {
+            if !qp.transport().is_alive() && !self.reset_asked.get() && !self.is_dead() {
                 // A fabrics connection dropped: what was in flight comes
                 // back below (retryable); a reset connects again.
                 tracing::warn!(
@@ -319,14 +341,16 @@ impl ChInner {
             }
             reaping
         };
-        let mut done = 0;
+        // Everything the pass sees (bounded: see `Qpair::reap_next`), as
+        // SPDK's default of no completion limit per poll.
+        let mut done = false;
         if reaping {
-            for _ in 0..nvme_driver::qpair::BATCH {
+            loop {
                 let next = self.qp.borrow_mut().as_mut().and_then(Qpair::reap_next);
                 let Some(c) = next else {
                     break;
                 };
-                done += 1;
+                done = true;
                 self.finish(c);
             }
         }
@@ -339,18 +363,18 @@ impl ChInner {
                 // again, unless the thread may sleep until the queue's
                 // socket has data.
                 let sleeps = match self.wake.borrow_mut().as_mut() {
-                    Some(w) => done == 0 && w.may_sleep(qp.transport()),
+                    Some(w) => !done && w.may_sleep(qp.transport()),
                     None => qp.outstanding() == 0,
                 };
-                done > 0 || !sleeps
+                done || !sleeps
             }
-            None => done > 0,
+            None => done,
         };
         if let Some(connected) = settled {
             let wait = self.connect_wait.borrow_mut().take();
             if let Some((step, failed)) = wait {
                 if connected {
-                    self.paused.set(false);
+                    self.set_paused(false);
                     self.resubmit_waiting();
                 } else {
                     failed.store(true, Ordering::Release);
@@ -360,7 +384,7 @@ impl ChInner {
         }
         // I/O held by a reset waits for the reset's messages (they wake
         // the thread); a sleeping queue need not spin for it.
-        let sleeps_paused = self.paused.get() && self.wake.borrow().is_some();
+        let sleeps_paused = self.is_paused() && self.wake.borrow().is_some();
         if busy || (!sleeps_paused && !self.waiting.borrow().is_empty()) {
             PollerStatus::Busy
         } else {
@@ -536,12 +560,21 @@ impl ChInner {
     /// by a reset, not failing, not gone).
     #[inline]
     pub(crate) fn usable(&self) -> bool {
-        !self.paused.get() && !self.dead.get() && !self.failing.get()
+        self.gate.get() == 0 && !self.failing.get()
     }
 
     /// Whether the controller is gone for this channel.
     pub(crate) fn is_dead(&self) -> bool {
-        self.dead.get()
+        self.gate.get() & DEAD != 0
+    }
+
+    fn is_paused(&self) -> bool {
+        self.gate.get() & PAUSED != 0
+    }
+
+    fn set_paused(&self, on: bool) {
+        let g = self.gate.get() & !PAUSED;
+        self.gate.set(if on { g | PAUSED } else { g });
     }
 
     /// Commands in flight on its queue pair.
@@ -591,7 +624,7 @@ impl ChInner {
     /// Reset, step 1: hold new I/O back (what waits moves to another
     /// path if there is one).
     pub(crate) fn pause(&self) {
-        self.paused.set(true);
+        self.set_paused(true);
         self.reroute_waiting();
     }
 
@@ -634,7 +667,7 @@ impl ChInner {
         self.reset_asked.set(false);
         self.failing.set(false);
         if let Err(e) = r {
-            self.paused.set(false);
+            self.set_paused(false);
             tracing::warn!(ctrlr = self.owner.name(), error = %e, "I/O queue not reconnected");
             self.kill();
             return;
@@ -650,7 +683,7 @@ impl ChInner {
             *self.connect_wait.borrow_mut() = Some((step, Arc::clone(failed)));
             return;
         }
-        self.paused.set(false);
+        self.set_paused(false);
         self.resubmit_waiting();
         step.next();
     }
@@ -669,7 +702,7 @@ impl ChInner {
 
     /// The controller is gone: everything fails, now and later.
     pub(crate) fn kill(self: &Rc<Self>) {
-        self.dead.set(true);
+        self.gate.set(self.gate.get() | DEAD);
         let mut failed = Vec::new();
         if let Some(qp) = self.qp.borrow_mut().as_mut() {
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);

@@ -295,19 +295,15 @@ impl MpInner {
     pub(crate) fn submit(&self, io: BdevIo) {
         let paths = self.paths.borrow();
         // One path (the usual case) needs no policy.
-        let pick = if paths.len() == 1 {
-            Some(0)
-        } else {
-            self.select(&paths, None, false)
+        let p = match paths.as_slice() {
+            [p] => p,
+            all => match self.select(all, None, false) {
+                Some(i) => &all[i],
+                None => return io.complete_deferred(IoStatus::Errno(libc::ENXIO)),
+            },
         };
-        match pick {
-            Some(i) => {
-                let p = &paths[i];
-                p.submitted.set(p.submitted.get() + 1);
-                p.ch.inner.submit(self.nsid, io);
-            }
-            None => io.complete_deferred(IoStatus::Errno(libc::ENXIO)),
-        }
+        p.submitted.set(p.submitted.get() + 1);
+        p.ch.inner.submit(self.nsid, io);
     }
 }
 

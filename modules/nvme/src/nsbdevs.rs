@@ -61,6 +61,7 @@ impl NvmeCtrlr {
     pub(crate) fn add_bdevs(self: &Arc<Self>, namespaces: &[Namespace]) -> Vec<String> {
         let id = self.driver().identify();
         let max_bytes = self.driver().max_transfer_bytes();
+        let fabrics = nvme_driver::Transport::is_fabrics(self.driver().transport());
         let mut names = Vec::new();
         for ns in namespaces {
             if self.bdevs.lock().iter().any(|b| b.0 == ns.id) {
@@ -89,6 +90,11 @@ impl NvmeCtrlr {
             let bs = usize::try_from(ns.block_size).unwrap_or(512);
             p.max_rw_size = u32::try_from((max_bytes / bs).min(65536)).unwrap_or(65536);
             p.required_alignment = 2;
+            // The channel's PRP1/PRP2 path tests what the bdev layer would
+            // (one dword-aligned segment), and what it takes is within any
+            // MDTS (at least two pages); it hands the rest back. Fabrics
+            // queues keep the bdev layer's test.
+            p.module_checks_fit = !fabrics && max_bytes >= 2 * nvme_driver::sys::PAGE;
             p.write_cache = id.volatile_write_cache();
             p.max_write_zeroes = 65536;
             p.max_unmap = u32::MAX;
