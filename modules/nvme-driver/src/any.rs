@@ -103,12 +103,17 @@ impl QueueTransport for AnyQueue {
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<Release, SubmitError> {
+    ) -> std::result::Result<(), SubmitError> {
         match self {
             AnyQueue::Pcie(q) => q.submit_short(slot, sqe, req, data, dir),
             // (A fresh copy, as in `submit`.)
-            AnyQueue::Tcp(q) => q.submit(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir),
+            AnyQueue::Tcp(q) => q
+                .submit(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir)
+                .map(drop),
         }
+    }
+    fn short_release(&self) -> Release {
+        each_q!(self, q => q.short_release())
     }
     fn submit_with_page(
         &mut self,
@@ -132,8 +137,8 @@ impl QueueTransport for AnyQueue {
         each_q!(self, q => q.next_cqe())
     }
     #[inline]
-    fn reap_end(&mut self) {
-        each_q!(self, q => q.reap_end());
+    fn reap_end(&mut self) -> bool {
+        each_q!(self, q => q.reap_end())
     }
     #[inline]
     fn release(&mut self, slot: u16, req: Option<&mut dyn Request>) {

@@ -621,6 +621,9 @@ impl<T: Transport> Controller<T> {
 
     /// Connects `qp` again after a reset (empty).
     pub fn reconnect_io_qpair<C: Request>(&self, qp: &mut Qpair<T::Queue, C>) -> Result<()> {
+        if qp.is_retired() {
+            return Err(Error::InvalidArg("the queue pair was deleted".into()));
+        }
         self.t
             .reconnect_io_queue(qp.transport_mut(), &mut SyncAdmin(self))?;
         qp.set_connected(true);
@@ -629,6 +632,19 @@ impl<T: Transport> Controller<T> {
 
     /// Deletes `qp` (its commands must be finished or failed).
     pub fn delete_io_qpair<C: Request>(&self, mut qp: Qpair<T::Queue, C>) {
+        self.retire_io_qpair(&mut qp);
+    }
+
+    /// [`Controller::delete_io_qpair`] for a queue pair its owner keeps
+    /// (in place, to spare an `Option` on its I/O path): deleted on the
+    /// controller and its queue id freed; from then on it is disconnected
+    /// for good (submissions refused, no reconnect) and its memory goes
+    /// when it is dropped. A second call does nothing.
+    pub fn retire_io_qpair<C: Request>(&self, qp: &mut Qpair<T::Queue, C>) {
+        if qp.is_retired() {
+            return;
+        }
+        qp.retire();
         let qid = qp.transport().qid();
         if self.state() == State::Enabled {
             if let Err(e) = self

@@ -97,12 +97,12 @@ impl PcieTransport {
             slot_bounce: vec![NO_BOUNCE; depth].into_boxed_slice(),
             slot_bounce_read: vec![false; depth].into_boxed_slice(),
             sq_tail: 0,
-            sq_dirty: false,
-            cq_dirty: false,
+            sq_rung: 0,
+            cq_rung: 0,
             cq_head: 0,
             phase: true,
             sgl: self.sgl.load(Ordering::Relaxed),
-            reach_gate: self.func.reach_gate(),
+            reach_gate: self.func.reach_gate().unwrap_or(&ALWAYS_ASK),
             func: Arc::clone(&self.func),
             mem,
         })
@@ -248,17 +248,29 @@ pub struct PcieQueue {
     slot_bounce: Box<[u8]>,
     slot_bounce_read: Box<[bool]>,
     sq_tail: u16,
-    sq_dirty: bool,
+    /// The SQ tail its doorbell was last written with. Between two
+    /// flushes fewer than `entries` commands are queued (each holds one
+    /// of the `entries - 1` slots until the controller, which sees only
+    /// what a doorbell announced, completes it): the tail has moved iff
+    /// it differs, with no flag to set per command.
+    sq_rung: u16,
     cq_head: u16,
-    /// The CQ head moved since its doorbell was last written.
-    cq_dirty: bool,
+    /// The CQ head its doorbell was last written with (a pass reaps at
+    /// most `entries - 1`: the head has moved iff it differs; no flag to
+    /// set per completion).
+    cq_rung: u16,
     phase: bool,
     sgl: u8,
-    /// `func.reach_gate()`.
-    reach_gate: Option<&'static AtomicUsize>,
+    /// `func.reach_gate()`, or [`ALWAYS_ASK`] for a function without one
+    /// (one load and a test per I/O either way).
+    reach_gate: &'static AtomicUsize,
     func: Arc<dyn PciFunction>,
     mem: DmaMem,
 }
+
+/// The reach gate of a function that has none: never 0, so that every
+/// I/O asks [`PciFunction::reaches`].
+static ALWAYS_ASK: AtomicUsize = AtomicUsize::new(1);
 
 impl PcieQueue {
     fn sq_iova(&self) -> u64 {
@@ -282,7 +294,6 @@ impl PcieQueue {
         if self.sq_tail == self.entries {
             self.sq_tail = 0;
         }
-        self.sq_dirty = true;
     }
 
     /// PRP1/PRP2 for one segment of the request's own memory within two
@@ -292,9 +303,7 @@ impl PcieQueue {
     fn short(&self, req: &dyn Request, data: Data) -> Option<(u64, u64)> {
         let (a, l) = req.single_segment(data)?;
         let prps = prp::short_prps(a as u64, l)?;
-        let all = self
-            .reach_gate
-            .is_some_and(|g| g.load(Ordering::Relaxed) == 0);
+        let all = self.reach_gate.load(Ordering::Relaxed) == 0;
         (all || self.func.reaches(a, l)).then_some(prps)
     }
 
@@ -464,13 +473,17 @@ impl QueueTransport for PcieQueue {
         req: &dyn Request,
         data: Data,
         _dir: Dir,
-    ) -> std::result::Result<Release, SubmitError> {
+    ) -> std::result::Result<(), SubmitError> {
         if data != Data::None {
             let (prp1, prp2) = self.short(req, data).ok_or(SubmitError::Long)?;
             sqe.set_prps(prp1, prp2);
         }
         self.push(&sqe);
-        Ok(Release::NotNeeded)
+        Ok(())
+    }
+
+    fn short_release(&self) -> Release {
+        Release::NotNeeded
     }
 
     fn submit_with_page(
@@ -494,8 +507,8 @@ impl QueueTransport for PcieQueue {
 
     #[inline]
     fn flush(&mut self) {
-        if self.sq_dirty {
-            self.sq_dirty = false;
+        if self.sq_tail != self.sq_rung {
+            self.sq_rung = self.sq_tail;
             self.sq_db.ring(u32::from(self.sq_tail));
         }
     }
@@ -511,16 +524,17 @@ impl QueueTransport for PcieQueue {
         } else {
             self.cq_head = head + 1;
         }
-        self.cq_dirty = true;
         Some(c)
     }
 
     #[inline]
-    fn reap_end(&mut self) {
-        if self.cq_dirty {
-            self.cq_dirty = false;
+    fn reap_end(&mut self) -> bool {
+        let moved = self.cq_head != self.cq_rung;
+        if moved {
+            self.cq_rung = self.cq_head;
             self.cq_db.ring(u32::from(self.cq_head));
         }
+        moved
     }
 
     #[inline]
@@ -550,9 +564,9 @@ impl QueueTransport for PcieQueue {
 
     fn clear(&mut self) {
         self.sq_tail = 0;
-        self.sq_dirty = false;
+        self.sq_rung = 0;
         self.cq_head = 0;
-        self.cq_dirty = false;
+        self.cq_rung = 0;
         self.phase = true;
         let cq_len = (usize::from(self.entries) * 16).div_ceil(PAGE) * PAGE;
         self.mem.fill(self.cq_off, cq_len, 0);

@@ -110,6 +110,10 @@ pub struct Qpair<Q: QueueTransport, C: Request> {
     slots: Box<[Slot<C>]>,
     free: Vec<u16>,
     connected: bool,
+    /// [`QueueTransport::short_release`], asked once.
+    short_release: bool,
+    /// Deleted on the controller ([`crate::ctrlr::Controller::retire_io_qpair`]).
+    retired: bool,
 }
 
 impl<Q: QueueTransport, C: Request> fmt::Debug for Qpair<Q, C> {
@@ -126,12 +130,15 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     /// A queue pair on a connected transport queue.
     pub fn new(q: Q) -> Self {
         let depth = q.depth();
+        let short_release = q.short_release() == Release::Needed;
         let slots = (0..depth).map(|_| Slot::default()).collect();
         Qpair {
             q,
             slots,
             free: (0..depth).rev().collect(),
             connected: true,
+            short_release,
+            retired: false,
         }
     }
 
@@ -165,9 +172,21 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         self.connected
     }
 
-    /// Marks the queue (dis)connected.
+    /// Marks the queue (dis)connected (a retired one stays disconnected).
     pub fn set_connected(&mut self, c: bool) {
-        self.connected = c;
+        self.connected = c && !self.retired;
+    }
+
+    /// Whether the queue was deleted on the controller: disconnected for
+    /// good.
+    #[must_use]
+    pub fn is_retired(&self) -> bool {
+        self.retired
+    }
+
+    pub(crate) fn retire(&mut self) {
+        self.retired = true;
+        self.connected = false;
     }
 
     /// Queues `sqe` (its CID is set here) with `data` of `ctx` moving in
@@ -205,30 +224,34 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
         dir: Dir,
         ctx: C,
     ) -> Result<u16, (C, SubmitError)> {
-        let slot = match self.free.pop() {
-            Some(slot) if self.connected => slot,
-            Some(slot) => {
-                self.free.push(slot);
-                return Err((ctx, SubmitError::Disconnected));
-            }
-            None => return Err((ctx, self.refusal())),
+        // The slot is taken off the free list only once the transport
+        // took the command: a refusal leaves nothing to undo.
+        let Some(top) = self.free.len().checked_sub(1) else {
+            return Err((ctx, self.refusal()));
         };
+        if !self.connected {
+            return Err((ctx, SubmitError::Disconnected));
+        }
+        let slot = self.free[top];
         sqe.cid.set(slot);
         let opcode = sqe.opcode;
         let r = if SHORT {
-            self.q.submit_short(slot, sqe, &ctx, data, dir)
+            self.q
+                .submit_short(slot, sqe, &ctx, data, dir)
+                .map(|()| self.short_release)
         } else {
-            self.q.submit(slot, sqe, &ctx, data, dir)
+            self.q
+                .submit(slot, sqe, &ctx, data, dir)
+                .map(|r| r == Release::Needed)
         };
-        let release = match r {
-            Ok(r) => r == Release::Needed,
-            Err(e) => {
-                self.free.push(slot);
-                return Err((ctx, e));
+        match r {
+            Ok(release) => {
+                self.free.truncate(top);
+                self.occupy(slot, opcode, ctx, NONE, release);
+                Ok(slot)
             }
-        };
-        self.occupy(slot, opcode, ctx, NONE, release);
-        Ok(slot)
+            Err(e) => Err((ctx, e)),
+        }
     }
 
     /// Why a submission finds no slot: disconnected, or all busy.
@@ -317,7 +340,10 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     #[inline(always)]
     fn occupy(&mut self, slot: u16, opcode: u8, ctx: C, peer: u16, release: bool) {
         let s = &mut self.slots[usize::from(slot)];
-        s.ctx = Some(ctx);
+        // A free slot holds no request (every path that frees one takes
+        // it): nothing to drop, so no test for it.
+        debug_assert!(s.ctx.is_none(), "slot {slot} is free but holds a request");
+        std::mem::forget(s.ctx.replace(ctx));
         s.age = 0;
         s.held = if release || peer != NONE {
             Held::Special
@@ -384,10 +410,11 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     }
 
     /// Ends a pass: the reaped completion queue slots go back to the
-    /// controller (one doorbell write).
+    /// controller (one doorbell write). Returns whether the pass took any
+    /// completion ([`QueueTransport::reap_end`]).
     #[inline]
-    pub fn reap_end(&mut self) {
-        self.q.reap_end();
+    pub fn reap_end(&mut self) -> bool {
+        self.q.reap_end()
     }
 
     /// The next finished command, if any. Completions that finish no

@@ -111,7 +111,9 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// request's own reachable memory); anything else is refused with
     /// [`SubmitError::Long`], nothing queued. The common I/O's path, with
     /// no slow branch inside it: the caller decides what to do with the
-    /// rest. Default: `submit` (a transport with no such distinction).
+    /// rest. What a command it takes holds is the same for every one:
+    /// [`QueueTransport::short_release`]. Default: `submit` (a transport
+    /// with no such distinction).
     #[inline]
     fn submit_short(
         &mut self,
@@ -120,8 +122,15 @@ pub trait QueueTransport: Send + fmt::Debug {
         req: &dyn Request,
         data: Data,
         dir: Dir,
-    ) -> std::result::Result<Release, SubmitError> {
-        self.submit(slot, sqe, req, data, dir)
+    ) -> std::result::Result<(), SubmitError> {
+        self.submit(slot, sqe, req, data, dir).map(drop)
+    }
+
+    /// Whether the commands [`QueueTransport::submit_short`] takes hold
+    /// resources to release (one answer per queue, asked once). Default:
+    /// [`Release::Needed`].
+    fn short_release(&self) -> Release {
+        Release::Needed
     }
 
     /// Queues `sqe` with a data buffer the queue builds in the slot's own
@@ -148,8 +157,12 @@ pub trait QueueTransport: Send + fmt::Debug {
 
     /// Ends a pass: gives the completion queue slots taken since
     /// [`QueueTransport::reap_start`] back to the controller (PCIe: one CQ
-    /// head doorbell write).
-    fn reap_end(&mut self) {}
+    /// head doorbell write). Returns whether the pass took any completion
+    /// (so that its owner need not count them); the default says it may
+    /// have.
+    fn reap_end(&mut self) -> bool {
+        true
+    }
 
     /// The command in `slot` completed: copies bounced read data back into
     /// `req` and frees the slot's resources. Called for every command

@@ -74,7 +74,9 @@ pub(crate) struct ChInner {
     driver: Driver,
     opts: Applied,
     thread: Thread,
-    qp: RefCell<Option<Qp>>,
+    /// The queue pair (retired, not taken, when the channel goes: no
+    /// `Option` to test on the I/O path).
+    qp: RefCell<Qp>,
     /// I/O waiting for the queue (reset in progress) or for a retry.
     waiting: RefCell<VecDeque<BdevIo>>,
     /// [`PAUSED`] (a reset holds new I/O back) and [`DEAD`] (the
@@ -136,7 +138,7 @@ impl CtrlrChannel {
             driver,
             opts,
             thread: thread.clone(),
-            qp: RefCell::new(Some(qp)),
+            qp: RefCell::new(qp),
             waiting: RefCell::new(VecDeque::with_capacity(64)),
             gate: Cell::new(0),
             reset_asked: Cell::new(false),
@@ -178,9 +180,10 @@ impl Drop for CtrlrChannel {
         if let Some(p) = &self.ages {
             p.unregister();
         }
-        if let Some(qp) = self.inner.qp.borrow_mut().take() {
-            self.inner.driver.delete_io_qpair(qp);
-        }
+        // New I/O fails from now on (a retired queue pair only refuses).
+        self.inner.gate.set(self.inner.gate.get() | DEAD);
+        let mut qp = self.inner.qp.borrow_mut();
+        self.inner.driver.retire_io_qpair(&mut qp);
     }
 }
 
@@ -220,18 +223,17 @@ impl ChInner {
     /// `module_checks_fit`); the rest goes to [`ChInner::read_write_long`].
     #[inline(always)]
     fn read_write(self: &Rc<Self>, nsid: u32, io: BdevIo) {
-        let mut g = self.qp.borrow_mut();
-        let (Some(qp), Some(r)) = (g.as_mut(), range(&io)) else {
-            drop(g);
+        let Some(r) = range(&io) else {
             return self.read_write_long(io);
         };
+        let mut qp = self.qp.borrow_mut();
         let (sqe, dir) = if io.io_type() == IoType::Read {
             (Read::new(nsid, r).to_sqe(0), Dir::FromDevice)
         } else {
             (Write::new(nsid, r).to_sqe(0), Dir::ToDevice)
         };
         let r = qp.submit_short(sqe, Data::Main, dir, NvmeIo(io));
-        drop(g);
+        drop(qp);
         match r {
             Ok(_) => {}
             Err((NvmeIo(io), SubmitError::Long)) => self.read_write_long(io),
@@ -281,14 +283,9 @@ impl ChInner {
 
     fn to_queue(self: &Rc<Self>, mut io: BdevIo) {
         let nsid = u32::try_from(io.driver_ctx()[CTX_NSID]).unwrap_or(0);
-        let mut g = self.qp.borrow_mut();
-        let Some(qp) = g.as_mut() else {
-            drop(g);
-            io.complete_deferred(IoStatus::Errno(libc::ENXIO));
-            return;
-        };
-        let r = submit_io(qp, nsid, io);
-        drop(g);
+        let mut qp = self.qp.borrow_mut();
+        let r = submit_io(&mut qp, nsid, io);
+        drop(qp);
         if let Err((NvmeIo(io), e)) = r {
             self.refused(io, e);
         }
@@ -313,10 +310,7 @@ impl ChInner {
         // A reset's reconnect finished here: whether it connected.
         let settled: Option<bool>;
         let reaping = {
-            let mut g = self.qp.borrow_mut();
-            let Some(qp) = g.as_mut() else {
-                return PollerStatus::Idle;
-            };
+            let mut qp = self.qp.borrow_mut();
             qp.flush();
             let reaping = qp.reap_start();
             let q = qp.transport();
@@ -343,32 +337,26 @@ impl ChInner {
         };
         // Everything the pass sees (bounded: see `Qpair::reap_next`), as
         // SPDK's default of no completion limit per poll.
-        let mut done = false;
         if reaping {
             loop {
-                let next = self.qp.borrow_mut().as_mut().and_then(Qpair::reap_next);
+                let next = self.qp.borrow_mut().reap_next();
                 let Some(c) = next else {
                     break;
                 };
-                done = true;
                 self.finish(c);
             }
         }
-        let busy = match self.qp.borrow_mut().as_mut() {
-            Some(qp) => {
-                if reaping {
-                    qp.reap_end();
-                }
-                // Completions: poll again. Commands outstanding: poll
-                // again, unless the thread may sleep until the queue's
-                // socket has data.
-                let sleeps = match self.wake.borrow_mut().as_mut() {
-                    Some(w) => !done && w.may_sleep(qp.transport()),
-                    None => qp.outstanding() == 0,
-                };
-                done || !sleeps
-            }
-            None => done,
+        let busy = {
+            let mut qp = self.qp.borrow_mut();
+            let done = reaping && qp.reap_end();
+            // Completions: poll again. Commands outstanding: poll again,
+            // unless the thread may sleep until the queue's socket has
+            // data.
+            let sleeps = match self.wake.borrow_mut().as_mut() {
+                Some(w) => !done && w.may_sleep(qp.transport()),
+                None => qp.outstanding() == 0,
+            };
+            done || !sleeps
         };
         if let Some(connected) = settled {
             let wait = self.connect_wait.borrow_mut().take();
@@ -406,20 +394,19 @@ impl ChInner {
     #[inline(always)]
     fn finish(self: &Rc<Self>, c: Completion<NvmeIo>) {
         if !c.is_success() {
-            return self.finish_failed(c);
+            let (st, dw0) = (c.status(), c.dw0);
+            return self.finish_failed(c.ctx.0, st, dw0);
         }
         let mut io = c.ctx.0;
-        if io.io_type() == IoType::NvmeIo {
-            io.set_nvme_cdw0(c.dw0);
-        }
+        // Every I/O's completion carries dword 0 (as SPDK's bdev_nvme
+        // reports it): one store, no test of the type.
+        io.set_nvme_cdw0(c.dw0);
         io.complete(IoStatus::Success);
     }
 
     /// [`ChInner::finish`] for a failed command: retry or complete.
     #[cold]
-    fn finish_failed(self: &Rc<Self>, c: Completion<NvmeIo>) {
-        let st = c.status();
-        let mut io = c.ctx.0;
+    fn finish_failed(self: &Rc<Self>, mut io: BdevIo, st: Status, dw0: u32) {
         let passthru = matches!(io.io_type(), IoType::NvmeIo | IoType::NvmeAdmin);
         let retries = io.driver_ctx()[CTX_RETRIES];
         if !passthru && retryable(st) && retries < u64::from(self.opts.bdev_retry_count) {
@@ -427,7 +414,7 @@ impl ChInner {
             self.waiting.borrow_mut().push_back(io);
             return;
         }
-        io.set_nvme_cdw0(c.dw0);
+        io.set_nvme_cdw0(dw0);
         io.complete(IoStatus::from_nvme(st.sct, st.sc));
     }
 
@@ -500,10 +487,11 @@ impl ChInner {
 
     fn abort(self: &Rc<Self>, io: BdevIo) {
         let target = io.abort_target_tag();
-        let found = self.qp.borrow().as_ref().and_then(|qp| {
+        let found = {
+            let qp = self.qp.borrow();
             qp.find(|r| r.0.tag() == target)
                 .map(|cid| (qp.transport().qid(), cid))
-        });
+        };
         let Some((sqid, cid)) = found else {
             io.complete_deferred(IoStatus::Failed);
             return;
@@ -532,8 +520,7 @@ impl ChInner {
         let o = self.opts;
         let mut timed_out = std::mem::take(&mut *self.timed_out.borrow_mut());
         let qid = {
-            let mut g = self.qp.borrow_mut();
-            let Some(qp) = g.as_mut() else { return };
+            let mut qp = self.qp.borrow_mut();
             // A command held while its queue connects has not reached the
             // controller: its time starts once the queue is ready.
             if !qp.transport().is_connecting() {
@@ -580,9 +567,7 @@ impl ChInner {
     /// Commands in flight on its queue pair.
     #[inline]
     pub(crate) fn queue_depth(&self) -> u32 {
-        self.qp.try_borrow().map_or(u32::MAX, |g| {
-            g.as_ref().map_or(u32::MAX, nvme_driver::Qpair::outstanding)
-        })
+        self.qp.try_borrow().map_or(u32::MAX, |qp| qp.outstanding())
     }
 
     /// Registers the multipath channel of namespace `nsid` (replacing an
@@ -632,7 +617,8 @@ impl ChInner {
     /// comes back for a retry, or fails when its retries are used up.
     pub(crate) fn fail_in_flight(self: &Rc<Self>) {
         let mut failed = Vec::new();
-        if let Some(qp) = self.qp.borrow_mut().as_mut() {
+        {
+            let mut qp = self.qp.borrow_mut();
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
             qp.set_connected(false);
         }
@@ -653,14 +639,9 @@ impl ChInner {
         failed: &Arc<AtomicBool>,
     ) {
         let r = if ok {
-            let mut g = self.qp.borrow_mut();
-            match g.as_mut() {
-                Some(qp) => self
-                    .driver
-                    .reconnect_io_qpair(qp)
-                    .map_err(|e| e.to_string()),
-                None => Err("no queue".into()),
-            }
+            self.driver
+                .reconnect_io_qpair(&mut self.qp.borrow_mut())
+                .map_err(|e| e.to_string())
         } else {
             Err("reset failed".into())
         };
@@ -672,11 +653,7 @@ impl ChInner {
             self.kill();
             return;
         }
-        let connecting = self
-            .qp
-            .borrow()
-            .as_ref()
-            .is_some_and(|qp| qp.transport().is_connecting());
+        let connecting = self.qp.borrow().transport().is_connecting();
         if connecting {
             // I/O keeps waiting here (no retry spent on a connect that
             // may fail) until the poller sees the queue connected.
@@ -704,7 +681,8 @@ impl ChInner {
     pub(crate) fn kill(self: &Rc<Self>) {
         self.gate.set(self.gate.get() | DEAD);
         let mut failed = Vec::new();
-        if let Some(qp) = self.qp.borrow_mut().as_mut() {
+        {
+            let mut qp = self.qp.borrow_mut();
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
             qp.set_connected(false);
         }

@@ -121,6 +121,8 @@ pub struct TcpQueue {
     hdr: [u8; HDR_MAX],
     st: Rx,
     ready: VecDeque<Cqe>,
+    /// A completion was taken from `ready` in this reap pass.
+    reaped: bool,
     dead_reason: Option<String>,
     /// The connection attempt, while not ready.
     conn: Option<Box<Connecting>>,
@@ -181,6 +183,7 @@ impl TcpQueue {
             hdr: [0; HDR_MAX],
             st: Rx::Header { have: 0, need: 8 },
             ready: VecDeque::with_capacity(usize::from(depth) + 1),
+            reaped: false,
             dead_reason: None,
             conn: None,
             failure: None,
@@ -702,7 +705,13 @@ impl QueueTransport for TcpQueue {
     }
 
     fn next_cqe(&mut self) -> Option<Cqe> {
-        self.ready.pop_front()
+        let c = self.ready.pop_front();
+        self.reaped |= c.is_some();
+        c
+    }
+
+    fn reap_end(&mut self) -> bool {
+        std::mem::take(&mut self.reaped)
     }
 
     fn release(&mut self, slot: u16, req: Option<&mut dyn Request>) {
