@@ -100,6 +100,9 @@ pub(crate) struct ChInner {
     hooks: RefCell<Vec<(u32, Weak<dyn Reroute>)>>,
     /// Interrupt mode, fabrics: the thread sleeps on the queue's socket.
     wake: RefCell<Option<QueueWake>>,
+    /// A fabrics queue (it connects, drops and wakes the thread on its
+    /// own); PCIe's poll skips all of that.
+    fabrics: bool,
 }
 
 /// One thread's queue pair of a controller (the controller io_device's
@@ -128,7 +131,8 @@ impl CtrlrChannel {
     ) -> Result<CtrlrChannel, BoxError> {
         let thread = Thread::try_current()?;
         let qp: Qp = driver.create_io_qpair()?;
-        let wake = if driver.transport().is_fabrics() {
+        let fabrics = driver.transport().is_fabrics();
+        let wake = if fabrics {
             QueueWake::new(&thread)
         } else {
             None
@@ -149,6 +153,7 @@ impl CtrlrChannel {
             connect_wait: RefCell::new(None),
             hooks: RefCell::new(Vec::new()),
             wake: RefCell::new(wake),
+            fabrics,
         });
         // The poller holds the channel's state (no upgrade per poll): no
         // cycle, since dropping the channel unregisters the poller, which
@@ -307,33 +312,18 @@ impl ChInner {
         if !self.is_paused() && !self.waiting.borrow().is_empty() {
             self.resubmit_waiting();
         }
-        // A reset's reconnect finished here: whether it connected.
-        let settled: Option<bool>;
         let reaping = {
             let mut qp = self.qp.borrow_mut();
             qp.flush();
-            let reaping = qp.reap_start();
-            let q = qp.transport();
-            settled =
-                (!q.is_connecting() && self.connect_wait.borrow().is_some()).then(|| q.is_alive());
-            if settled == Some(false) {
-                // The queue a reset reconnected did not connect: that
-                // reset failed (its reconnect policy decides what next);
-                // I/O keeps waiting here.
-                self.reset_asked.set(true);
-                qp.set_connected(false);
-            }
-            if !qp.transport().is_alive() && !self.reset_asked.get() && !self.is_dead() {
-                // A fabrics connection dropped: what was in flight comes
-                // back below (retryable); a reset connects again.
-                tracing::warn!(
-                    ctrlr = self.owner.name(),
-                    "I/O queue connection lost: resetting"
-                );
-                self.reset_asked.set(true);
-                self.owner.start_reset(None);
-            }
-            reaping
+            qp.reap_start()
+        };
+        // A reset's reconnect finished here: whether it connected (a
+        // fabrics queue connects from its polls; a PCIe queue never
+        // drops or connects on its own: nothing to look at).
+        let settled = if self.fabrics {
+            self.watch_connection()
+        } else {
+            None
         };
         // Everything the pass sees (bounded: see `Qpair::reap_next`), as
         // SPDK's default of no completion limit per poll.
@@ -352,9 +342,13 @@ impl ChInner {
             // Completions: poll again. Commands outstanding: poll again,
             // unless the thread may sleep until the queue's socket has
             // data.
-            let sleeps = match self.wake.borrow_mut().as_mut() {
-                Some(w) => !done && w.may_sleep(qp.transport()),
-                None => qp.outstanding() == 0,
+            let sleeps = if self.fabrics {
+                match self.wake.borrow_mut().as_mut() {
+                    Some(w) => !done && w.may_sleep(qp.transport()),
+                    None => qp.outstanding() == 0,
+                }
+            } else {
+                qp.outstanding() == 0
             };
             done || !sleeps
         };
@@ -372,12 +366,41 @@ impl ChInner {
         }
         // I/O held by a reset waits for the reset's messages (they wake
         // the thread); a sleeping queue need not spin for it.
-        let sleeps_paused = self.is_paused() && self.wake.borrow().is_some();
+        let sleeps_paused = self.fabrics && self.is_paused() && self.wake.borrow().is_some();
         if busy || (!sleeps_paused && !self.waiting.borrow().is_empty()) {
             PollerStatus::Busy
         } else {
             PollerStatus::Idle
         }
+    }
+
+    /// [`ChInner::poll`] for a fabrics queue: whether the connect a reset
+    /// waits for settled (`Some(connected)`), and a reset when the
+    /// connection dropped.
+    #[inline(never)]
+    fn watch_connection(&self) -> Option<bool> {
+        let mut qp = self.qp.borrow_mut();
+        let q = qp.transport();
+        let settled =
+            (!q.is_connecting() && self.connect_wait.borrow().is_some()).then(|| q.is_alive());
+        if settled == Some(false) {
+            // The queue a reset reconnected did not connect: that reset
+            // failed (its reconnect policy decides what next); I/O keeps
+            // waiting here.
+            self.reset_asked.set(true);
+            qp.set_connected(false);
+        }
+        if !qp.transport().is_alive() && !self.reset_asked.get() && !self.is_dead() {
+            // The connection dropped: what was in flight comes back when
+            // reaped (retryable); a reset connects again.
+            tracing::warn!(
+                ctrlr = self.owner.name(),
+                "I/O queue connection lost: resetting"
+            );
+            self.reset_asked.set(true);
+            self.owner.start_reset(None);
+        }
+        settled
     }
 
     fn resubmit_waiting(self: &Rc<Self>) {
