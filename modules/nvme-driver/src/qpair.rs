@@ -36,6 +36,7 @@ struct Slot<C> {
     ctx: Option<C>,
     /// Timeout scans this command has lived through.
     age: u32,
+    /// What the slot holds (the completion's one test).
     held: Held,
     /// The other command of a fused pair (`NONE` if not fused).
     peer: u16,
