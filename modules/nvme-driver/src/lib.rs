@@ -32,14 +32,16 @@
 //!
 //! `Qpair::submit` takes a free slot, builds the data pointer (PRPs into
 //! the slot's page, an SGL when the layout needs one and the controller
-//! has them, a bounce buffer otherwise), writes the SQE and marks the
-//! doorbell dirty. `Qpair::flush` rings the SQ doorbell once for
-//! everything submitted since (SPDK's `delay_cmd_submit`).
-//! `Qpair::reap_start`, then `Qpair::reap_next` (one finished request at
-//! a time, by phase tag; the caller may submit between two) up to
-//! [`qpair::BATCH`] times, then `Qpair::reap_end`, which rings the CQ
-//! doorbell once for the pass (`Qpair::process` does all three into a
-//! vector). Nothing allocates.
+//! has them, a bounce buffer otherwise) and writes the SQE;
+//! `Qpair::submit_short` is the common I/O's path (PRP1/PRP2 only: the
+//! rest comes back as `SubmitError::Long`). `Qpair::flush` rings the SQ
+//! doorbell once for everything submitted since (SPDK's
+//! `delay_cmd_submit`). `Qpair::reap_start`, then `Qpair::reap_next` (one
+//! finished request at a time, by phase tag; the caller may submit
+//! between two) until it finds none (or enough), then `Qpair::reap_end`,
+//! which rings the CQ doorbell once for the pass and says whether it took
+//! anything (`Qpair::process` does all three into a vector, at most
+//! [`qpair::BATCH`]). Nothing allocates.
 //!
 //! # Example
 //!

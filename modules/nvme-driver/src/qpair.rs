@@ -397,8 +397,8 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     }
 
     /// Starts a pass over new completions: false (and nothing done) when
-    /// no command is in flight. Then [`Qpair::reap_next`] (at most
-    /// [`BATCH`] times, or until it finds none) and [`Qpair::reap_end`].
+    /// no command is in flight. Then [`Qpair::reap_next`] (until it finds
+    /// none, or enough) and [`Qpair::reap_end`].
     /// Between those calls the queue takes submissions as usual (a
     /// completion's callback may submit the next command).
     #[inline]
