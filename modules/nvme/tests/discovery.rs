@@ -263,7 +263,12 @@ mod tests {
         assert_eq!(r, Ok(()));
         host.run(|mgr| async move {
             let m = mgr.clone();
-            until("nvme3 attached", move || m.get("nvme3n1").is_some()).await;
+            // Both new entries attach at once, in any order: wait for
+            // both.
+            until("nvme2 and nvme3 attached", move || {
+                m.get("nvme2n1").is_some() && m.get("nvme3n1").is_some()
+            })
+            .await;
             // Log order: SUBNQN (again, as nvme2), SUB2 (nvme3), SUB3 (kept).
             assert_eq!(ctrlr_names(&mgr), ["nvme1", "nvme2", "nvme3"]);
             let c = bdevkit_nvme::controller(&mgr, "nvme2").unwrap();
