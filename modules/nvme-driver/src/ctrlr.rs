@@ -654,6 +654,9 @@ impl<T: Transport> Controller<T> {
                 tracing::debug!(qid, error = %e, "I/O queue deletion failed");
             }
         }
+        // What the queue holds on the transport (a fabrics connection)
+        // goes now, as it would with the queue pair dropped.
+        qp.transport_mut().clear();
         self.free_qid(qid);
     }
 
