@@ -27,7 +27,7 @@ pub(crate) fn route(core: &ChannelCore, io: BdevIo) {
 /// A module that calls this from its submission path cannot loop: an I/O
 /// is split only if it is not a split's child (children are cut to the
 /// limits) and bounced only once, as on the bdev layer's own path.
-pub(crate) fn fit_to_limits(io: BdevIo) -> Option<BdevIo> {
+pub(crate) fn fit_to_limits(mut io: BdevIo) -> Option<BdevIo> {
     let Some(ch) = io.inner().ch.clone() else {
         return Some(io);
     };
@@ -36,21 +36,31 @@ pub(crate) fn fit_to_limits(io: BdevIo) -> Option<BdevIo> {
     if !matches!(i.io_type, IoType::Read | IoType::Write) || i.bounce.is_some() {
         return Some(io);
     }
-    if core.split_rw && !matches!(i.role, Role::Child { .. }) {
-        let limits = if i.io_type == IoType::Write {
-            core.write_limits
-        } else {
-            core.limits
-        };
-        if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
-            splitting::start(core, io, SplitKind::Data, limits);
-            return None;
-        }
+    let child = matches!(i.role, Role::Child { .. });
+    if core.split_rw && !child {
+        io = split_data(core, io)?;
     }
     if core.align_mask != 0 && bounce::misaligned(core, &io) {
         // Bounced (or queued until a bounce buffer is free): aligned when
         // the module sees it again.
         dispatch::to_module(core, io);
+        return None;
+    }
+    Some(io)
+}
+
+/// A read, write or compare that breaks the bdev's split limits (writes:
+/// on the write unit where it is mandatory) is split (`None`); one that
+/// does not comes back.
+fn split_data(core: &ChannelCore, io: BdevIo) -> Option<BdevIo> {
+    let i = io.inner();
+    let limits = if i.io_type == IoType::Write {
+        core.write_limits
+    } else {
+        core.limits
+    };
+    if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
+        splitting::start(core, io, SplitKind::Data, limits);
         return None;
     }
     Some(io)
@@ -62,14 +72,7 @@ fn route_slow(core: &ChannelCore, io: BdevIo) {
         IoType::Reset => reset::start(core, io),
         IoType::WriteZeroes if !core.zeroes_native => splitting::emulate_write_zeroes(core, io),
         IoType::Read | IoType::Write | IoType::Compare if core.split_rw => {
-            let limits = if i.io_type == IoType::Write {
-                core.write_limits
-            } else {
-                core.limits
-            };
-            if limits.needs_split(i.offset_blocks, i.num_blocks, &i.iovs) {
-                splitting::start(core, io, SplitKind::Data, limits);
-            } else {
+            if let Some(io) = split_data(core, io) {
                 dispatch::to_module(core, io);
             }
         }
