@@ -32,13 +32,14 @@ mod tests {
     }
 
     /// passthru `PT` on split part `R1p0` on raid1 `R1` of `M0` and `M1`.
-    fn deep_stack(mgr: &BdevManager) {
+    async fn deep_stack(mgr: &BdevManager) {
         malloc(mgr, "M0", 16384);
         malloc(mgr, "M1", 16384);
         bdevkit_raid::create(
             mgr,
             RaidCreateParams::new("R1", RaidLevel::Raid1, 0, &["M0", "M1"]),
         )
+        .await
         .unwrap();
         bdevkit_split::create(mgr, SplitCreateParams::new("R1", 2)).unwrap();
         bdevkit_passthru::create(mgr, PassthruCreateParams::new("R1p0", "PT")).unwrap();
@@ -61,7 +62,7 @@ mod tests {
     fn verify_through_passthru_on_split_on_raid1() {
         let env = env();
         env.run(|mgr| async move {
-            deep_stack(&mgr);
+            deep_stack(&mgr).await;
             assert_eq!(mgr.get("PT").unwrap().num_blocks(), 8192);
         });
         let r = verify::run(&env, "PT", 8, 16, 60);
@@ -82,9 +83,9 @@ mod tests {
                 malloc(&mgr, &format!("M{i}"), 4096);
             }
             let p = RaidCreateParams::new("R0", RaidLevel::Raid0, 4, &["M0", "M1", "M2", "M3"]);
-            bdevkit_raid::create(&mgr, p).unwrap();
+            bdevkit_raid::create(&mgr, p).await.unwrap();
             let p = RaidCreateParams::new("C0", RaidLevel::Concat, 4, &["M4", "M5", "M6", "M7"]);
-            bdevkit_raid::create(&mgr, p).unwrap();
+            bdevkit_raid::create(&mgr, p).await.unwrap();
         });
         // 24 blocks: every I/O crosses strips (raid0) and some cross
         // members (concat), so the boundary split is exercised.
@@ -173,7 +174,7 @@ mod tests {
                 malloc(&mgr, &format!("M{i}"), 4096);
             }
             let p = RaidCreateParams::new("R0", RaidLevel::Raid0, 4, &["M0", "M1", "M2", "M3"]);
-            bdevkit_raid::create(&mgr, p).unwrap();
+            bdevkit_raid::create(&mgr, p).await.unwrap();
             bdevkit_error::create(&mgr, ErrorCreateParams::new("R0")).unwrap();
             bdevkit_delay::create(&mgr, DelayCreateParams::new("D0", "EE_R0", 0)).unwrap();
         });
@@ -205,7 +206,7 @@ mod tests {
     fn raid1_member_hot_removed_under_load_keeps_serving() {
         let env = env();
         env.run(|mgr| async move {
-            deep_stack(&mgr);
+            deep_stack(&mgr).await;
         });
         let r = verify_while_deleting(&env, "PT", "M0");
         assert_eq!(
@@ -226,7 +227,7 @@ mod tests {
     #[test]
     fn saved_config_of_a_whole_stack_replays_backwards() {
         let (saved, uuids) = env().run(|mgr| async move {
-            deep_stack(&mgr);
+            deep_stack(&mgr).await;
             bdevkit_error::create(&mgr, ErrorCreateParams::new("R1p1")).unwrap();
             bdevkit_delay::create(&mgr, DelayCreateParams::new("D0", "EE_R1p1", 5)).unwrap();
             let uuids: Vec<String> = ["PT", "R1", "D0"]

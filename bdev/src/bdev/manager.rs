@@ -90,6 +90,13 @@ pub trait BdevModule: Any + Send + Sync + 'static {
     fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
         Vec::new()
     }
+
+    /// Optional. Entries that must replay after every bdev's own entry
+    /// (before `bdev_wait_for_examine`): a step that needs bdevs created
+    /// later than the module's own, such as a raid member to rebuild.
+    fn config_json_after_bdevs(&self, _mgr: &BdevManager) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 /// The bdevs of a manager: in registration order, and by name or alias.

@@ -343,7 +343,8 @@ impl BdevManager {
 
     /// The `bdev` subsystem config (SPDK's order): `bdev_set_options`,
     /// `bdev_examine` entries, module entries, per-bdev entries and QoS,
-    /// then `bdev_wait_for_examine`.
+    /// the modules' entries that follow every bdev, then
+    /// `bdev_wait_for_examine`.
     #[must_use]
     pub fn config_json(&self) -> Vec<Value> {
         let o = self.options();
@@ -389,6 +390,9 @@ impl BdevManager {
                 }
                 out.push(json!({"method": "bdev_set_qos_limit", "params": p}));
             }
+        }
+        for m in self.modules() {
+            out.extend(m.config_json_after_bdevs(self));
         }
         out.push(json!({"method": "bdev_wait_for_examine"}));
         out

@@ -124,8 +124,9 @@ pub struct RaidCreateParams {
     /// UUID (generated when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<Uuid>,
-    /// Store the configuration on the members: not supported (only
-    /// `false` is accepted).
+    /// Keep SPDK's raid superblock on every member (`-s`): the array then
+    /// reassembles by examine, with no config, and its member states
+    /// survive a crash. Members' data starts after it (1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superblock: Option<bool>,
 }
@@ -156,7 +157,8 @@ impl RaidCreateParams {
 pub struct RaidDeleteParams {
     /// Raid name.
     pub name: String,
-    /// Wipe the superblock (no superblocks here: ignored).
+    /// Zero the superblock on every member (superblock raids), so that
+    /// examine does not reassemble the array.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clear_sb: Option<bool>,
 }
@@ -240,10 +242,39 @@ pub(crate) fn validate(p: &RaidCreateParams) -> Result<()> {
             return bad(format!("{a} is listed twice"));
         }
     }
-    if p.superblock.unwrap_or(false) {
-        // No on-disk superblock here: the configuration lives in saved
-        // configs only.
-        return bad("raid superblocks are not supported".into());
+    let placeholders = p
+        .base_bdevs
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| is_placeholder(n, *i))
+        .count();
+    if placeholders > 0 {
+        if p.raid_level != RaidLevel::Raid1 {
+            return bad(format!(
+                "{} cannot do without a member (removed_base_bdev_N)",
+                p.raid_level.name()
+            ));
+        }
+        if placeholders == p.base_bdevs.len() {
+            return bad("a raid1 needs at least one member in sync".into());
+        }
+        if p.superblock.unwrap_or(false) {
+            return bad("a superblock raid is created with all its members".into());
+        }
     }
     Ok(())
+}
+
+/// The name SPDK's `save_config` writes for a member slot that holds no
+/// member in sync: `removed_base_bdev_<slot>`.
+#[must_use]
+pub fn placeholder(slot: usize) -> String {
+    format!("removed_base_bdev_{slot}")
+}
+
+/// Whether `name` is the placeholder of `slot` (read back from a saved
+/// config: that slot is not in sync and the raid1 starts without it).
+#[must_use]
+pub fn is_placeholder(name: &str, slot: usize) -> bool {
+    name.strip_prefix("removed_base_bdev_") == Some(slot.to_string().as_str())
 }

@@ -1,74 +1,44 @@
-//! A raid's life on the control path: creation, examine, starting (the
-//! geometry, registering the bdev), member events (removal, resize),
-//! `bdev_raid_add_base_bdev` and deletion, and the module's `BdevModule`
-//! face.
+//! A raid's life on the control path: creation, starting (the geometry,
+//! the first superblock, registering the bdev), member events (removal,
+//! resize), `bdev_raid_add_base_bdev` and deletion.
 //!
-//! The top layer below the public functions of `lib.rs`: it uses the raid
-//! state (`raid.rs`), the bdev and its I/O path (`io.rs`) and the rebuild
-//! (`rebuild.rs`).
+//! Below `assemble.rs` (examine and the module's `BdevModule` face): it
+//! uses the raid state (`raid.rs`), the superblock writer (`persist.rs`),
+//! the bdev and its I/O path (`io.rs`) and the rebuild (`rebuild.rs`).
 
 use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use bdevkit::bdev::module::{Bdev, BdevEvent, BdevManager, BdevModule, ClaimType};
+use bdevkit::bdev::module::{Bdev, BdevEvent, BdevManager, ClaimType, IoStatus};
 use bdevkit::bdev::module::{Error, Result};
 use bdevkit::thread::Thread;
-use serde_json::{json, Value};
 
 use crate::config::{validate, RaidCreateParams, RaidLevel, RaidState, MODULE};
-use crate::io::{Geometry, RaidBdev};
-use crate::map::{ConcatMap, Raid0Map};
+use crate::io::RaidBdev;
+use crate::map::{ConcatMap, Geometry, Raid0Map};
+use crate::persist;
 use crate::raid::{
     same_block_size, Control, MemberDesc, Raid, RaidModule, RebuildProgress, MEMBER_REBUILDING,
     MEMBER_REMOVED,
 };
+use crate::sb::{SbMember, SbMemberState, Superblock, MIN_DATA_OFFSET_BYTES, VERSION_MINOR};
 
 /// The raid's registered bdev, while it is there.
-fn raid_bdev(ctl: &Control) -> Option<Arc<RaidBdev>> {
+pub(crate) fn raid_bdev(ctl: &Control) -> Option<Arc<RaidBdev>> {
     ctl.bdev
         .as_ref()
         .and_then(Weak::upgrade)
         .and_then(|b| b.downcast::<RaidBdev>().ok())
 }
 
-impl BdevModule for RaidModule {
-    fn name(&self) -> &'static str {
-        MODULE
-    }
-
-    fn has_examine(&self) -> bool {
-        true
-    }
-
-    /// A new bdev may be a member a configuring raid waits for.
-    fn examine_config(&self, mgr: &BdevManager, bdev: &Bdev) {
-        let raids: Vec<Arc<Raid>> = self.raids.lock().clone();
-        for raid in raids {
-            if let Err(e) = raid.examine(mgr, bdev) {
-                tracing::error!(raid = %raid.name, member = %bdev.name(), error = %e,
-                    "cannot add member to raid");
-            }
-        }
-    }
-
-    /// `bdev_raid_set_options`, then the raids still configuring (online
-    /// raids are emitted per bdev, as SPDK does).
-    fn config_json(&self, _mgr: &BdevManager) -> Vec<Value> {
-        let mut out =
-            vec![json!({"method": "bdev_raid_set_options", "params": *self.options.lock()})];
-        for r in self.raids.lock().iter() {
-            if r.state() == RaidState::Configuring {
-                out.push(r.create_entry());
-            }
-        }
-        out
-    }
-}
-
 impl RaidModule {
     /// `bdev_raid_create`.
-    pub(crate) fn create(self: &Arc<Self>, mgr: &BdevManager, p: RaidCreateParams) -> Result<()> {
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        p: RaidCreateParams,
+    ) -> Result<()> {
         validate(&p)?;
         let level = p.raid_level;
         if mgr.get(&p.name).is_some() {
@@ -79,27 +49,23 @@ impl RaidModule {
             if raids.iter().any(|r| r.name == p.name) {
                 return Err(Error::Exists(p.name));
             }
+            if p.uuid.is_some_and(|u| raids.iter().any(|r| r.uuid == u)) {
+                return Err(Error::Exists(format!("a raid with uuid {:?}", p.uuid)));
+            }
             let raid = Arc::new(Raid::new(&p, Arc::downgrade(self)));
             raids.push(Arc::clone(&raid));
             raid
         };
         tracing::info!(raid = %raid.name, level = level.name(), members = p.base_bdevs.len(),
-            "raid created");
-        for (i, name) in p.base_bdevs.iter().enumerate() {
-            let Some(b) = mgr.get(name) else { continue };
-            match raid.add_member(mgr, i, &b) {
-                Ok(()) | Err(Error::NotFound(_)) => {}
-                Err(e) => {
-                    raid.delete(|_| {});
-                    return Err(e);
-                }
-            }
-        }
-        if raid.all_discovered() {
-            if let Err(e) = raid.start(mgr) {
-                raid.delete(|_| {});
-                return Err(e);
-            }
+            superblock = raid.superblock, "raid created");
+        let r = raid.claim_named_members(mgr, &p.base_bdevs).await;
+        let r = match r {
+            Ok(()) if raid.all_discovered() => raid.start_async(mgr).await,
+            r => r,
+        };
+        if let Err(e) = r {
+            raid.delete(|_| {});
+            return Err(e);
         }
         Ok(())
     }
@@ -108,7 +74,12 @@ impl RaidModule {
 impl Raid {
     /// Opens bdev `b` as the member of slot `i` (its events come to the
     /// raid) and claims it.
-    fn open_member(self: &Arc<Self>, mgr: &BdevManager, i: usize, b: &Bdev) -> Result<MemberDesc> {
+    pub(crate) fn open_member(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        i: usize,
+        b: &Bdev,
+    ) -> Result<MemberDesc> {
         let weak = Arc::downgrade(self);
         let desc = mgr.open(b.name(), false, move |event| {
             if let Some(raid) = weak.upgrade() {
@@ -123,8 +94,50 @@ impl Raid {
         })
     }
 
+    /// Claims the members of a new raid that exist, checking that none
+    /// carries a superblock (SPDK's rule: a disk of another array is not
+    /// taken over; `bdev_raid_delete -c` clears it).
+    async fn claim_named_members(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        names: &[String],
+    ) -> Result<()> {
+        for (i, name) in names.iter().enumerate() {
+            let Some(b) = mgr.get(name) else { continue };
+            if self.ctl.lock().absent[i] {
+                continue;
+            }
+            match self.add_member(mgr, i, &b) {
+                Ok(()) | Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            let found = {
+                let ctl = self.ctl.lock();
+                ctl.members[i]
+                    .as_ref()
+                    .and_then(|m| m.desc.get_io_channel().ok())
+            };
+            if let Some(ch) = found {
+                if let Ok(Some(sb)) = persist::read_sb(&ch).await {
+                    tracing::error!(raid = %self.name, member = name, other = %sb.name,
+                        "member carries the superblock of a raid");
+                    return Err(Error::Exists(format!(
+                        "{name} holds the superblock of raid {} ({})",
+                        sb.name, sb.uuid
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Opens and claims member slot `i` (bdev `b`), checking it fits.
-    fn add_member(self: &Arc<Self>, mgr: &BdevManager, i: usize, b: &Bdev) -> Result<()> {
+    pub(crate) fn add_member(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        i: usize,
+        b: &Bdev,
+    ) -> Result<()> {
         {
             let ctl = self.ctl.lock();
             if ctl.state != RaidState::Configuring || ctl.members[i].is_some() {
@@ -139,22 +152,24 @@ impl Raid {
             md.close();
             return Ok(());
         }
+        if ctl.names[i].is_empty() {
+            ctl.names[i] = b.name().to_string();
+        }
         ctl.members[i] = Some(md);
         tracing::info!(raid = %self.name, member = %b.name(), slot = i, "raid member discovered");
         Ok(())
     }
 
-    /// examine: is `b` a member this raid waits for?
-    fn examine(self: &Arc<Self>, mgr: &BdevManager, b: &Bdev) -> Result<()> {
+    /// examine by name: is `b` a member this raid waits for?
+    pub(crate) fn examine_name(self: &Arc<Self>, mgr: &BdevManager, b: &Bdev) -> Result<()> {
         let slot = {
             let ctl = self.ctl.lock();
             if ctl.state != RaidState::Configuring {
                 return Ok(());
             }
-            ctl.names
-                .iter()
-                .enumerate()
-                .position(|(i, n)| ctl.members[i].is_none() && b.has_name(n))
+            ctl.names.iter().enumerate().position(|(i, n)| {
+                ctl.members[i].is_none() && !ctl.absent[i] && !n.is_empty() && b.has_name(n)
+            })
         };
         let Some(i) = slot else { return Ok(()) };
         self.add_member(mgr, i, b)?;
@@ -164,10 +179,146 @@ impl Raid {
         Ok(())
     }
 
-    /// Every member is there: compute the geometry and register the bdev.
-    fn start(self: &Arc<Self>, mgr: &BdevManager) -> Result<()> {
-        let (block_size, blocks, align, md) = {
-            let ctl = self.ctl.lock();
+    /// Every member is there: starts the raid. A raid without superblock
+    /// starts at once; a superblock raid writes its superblock first, in
+    /// the background.
+    pub(crate) fn start(self: &Arc<Self>, mgr: &BdevManager) -> Result<()> {
+        if !self.superblock {
+            return self.register(mgr);
+        }
+        let Some(t) = Thread::current() else {
+            return Err(Error::InvalidArg(
+                "raid start needs a bdevkit thread".into(),
+            ));
+        };
+        let (me, mgr) = (Arc::clone(self), mgr.clone());
+        t.spawn_local(async move {
+            if let Err(e) = me.start_async(&mgr).await {
+                tracing::error!(raid = %me.name, error = %e, "raid did not start");
+            }
+        });
+        Ok(())
+    }
+
+    /// [`Raid::start`], waiting for a superblock raid to be registered.
+    pub(crate) async fn start_async(self: &Arc<Self>, mgr: &BdevManager) -> Result<()> {
+        if !self.superblock {
+            return self.register(mgr);
+        }
+        {
+            let mut ctl = self.ctl.lock();
+            if ctl.state != RaidState::Configuring || ctl.starting {
+                return Ok(());
+            }
+            ctl.starting = true;
+        }
+        let r = self.prepare_superblock();
+        let r = match r {
+            Ok(()) if persist::write_now(self).await => Ok(()),
+            Ok(()) => Err(Error::Io(IoStatus::Failed)),
+            Err(e) => Err(e),
+        };
+        self.ctl.lock().starting = false;
+        r?;
+        self.register(mgr)
+    }
+
+    /// The data area of each member, and the superblock the raid starts
+    /// with (a new one, or the one it was found with, checked against its
+    /// members).
+    fn prepare_superblock(&self) -> Result<()> {
+        let mut ctl = self.ctl.lock();
+        let block_size = ctl
+            .members
+            .iter()
+            .flatten()
+            .next()
+            .map(|m| m.bdev.block_size())
+            .ok_or_else(|| Error::InvalidArg("raid without members".into()))?;
+        let from_sb = ctl.sb.is_some();
+        for i in 0..self.num_members() {
+            let Some(b) = ctl.members[i].as_ref().map(|m| m.bdev.clone()) else {
+                continue;
+            };
+            if !from_sb {
+                let mut off = MIN_DATA_OFFSET_BYTES / u64::from(block_size);
+                let boundary = u64::from(b.props().optimal_io_boundary);
+                if boundary != 0 {
+                    off = off.div_ceil(boundary) * boundary;
+                }
+                ctl.offsets[i] = off;
+            }
+            if ctl.offsets[i] >= b.num_blocks() {
+                return Err(Error::InvalidArg(format!(
+                    "{} is too small for the superblock ({} blocks)",
+                    b.name(),
+                    b.num_blocks()
+                )));
+            }
+            if from_sb && ctl.offsets[i] + ctl.sizes[i] > b.num_blocks() {
+                return Err(Error::InvalidArg(format!(
+                    "{} is smaller than its superblock says",
+                    b.name()
+                )));
+            }
+        }
+        if !from_sb {
+            ctl.sb = Some(Superblock {
+                flags: 0,
+                minor: VERSION_MINOR,
+                uuid: self.uuid,
+                name: self.name.clone(),
+                raid_size: 0,
+                block_size,
+                level: self.level,
+                strip_size: u32::try_from(
+                    u64::from(self.strip_size_kb) * 1024 / u64::from(block_size),
+                )
+                .unwrap_or(u32::MAX),
+                state: 0,
+                seq_number: 0,
+                num_base_bdevs: u8::try_from(self.num_members()).unwrap_or(u8::MAX),
+                members: (0..self.num_members())
+                    .map(|i| SbMember {
+                        uuid: uuid::Uuid::nil(),
+                        data_offset: 0,
+                        data_size: 0,
+                        state: SbMemberState::Missing,
+                        flags: 0,
+                        slot: u8::try_from(i).unwrap_or(u8::MAX),
+                    })
+                    .collect(),
+                reserved: vec![0; 118],
+            });
+        }
+        // The geometry, so the first superblock carries the sizes.
+        let (geometry, sizes) = self.geometry_of(&ctl)?;
+        if let Some(want) = ctl.sb.as_ref().filter(|_| from_sb).map(|s| s.raid_size) {
+            if geometry.num_blocks() != want {
+                return Err(Error::InvalidArg(format!(
+                    "the members give {} blocks, the superblock says {want}",
+                    geometry.num_blocks()
+                )));
+            }
+        }
+        ctl.data_size = geometry.data_size();
+        for (i, s) in sizes.into_iter().enumerate() {
+            if s != 0 || !from_sb {
+                ctl.sizes[i] = s;
+            }
+        }
+        for i in 0..self.num_members() {
+            if ctl.absent[i] {
+                self.set_member_state(&mut ctl, i, MEMBER_REMOVED);
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers the raid bdev over the members there are.
+    fn register(self: &Arc<Self>, mgr: &BdevManager) -> Result<()> {
+        let (block_size, align, md, geometry, offsets, degraded) = {
+            let mut ctl = self.ctl.lock();
             if ctl.state != RaidState::Configuring {
                 return Ok(());
             }
@@ -175,24 +326,29 @@ impl Raid {
             let Some(first) = bdevs.first() else {
                 return Err(Error::InvalidArg("raid without members".into()));
             };
-            (
+            let out = (
                 first.block_size(),
-                bdevs.iter().map(|b| b.num_blocks()).collect::<Vec<u64>>(),
                 bdevs
                     .iter()
                     .map(|b| b.props().required_alignment)
                     .max()
                     .unwrap_or(0),
                 first.props().clone(),
-            )
+            );
+            let (geometry, sizes) = self.geometry_of(&ctl)?;
+            if !self.superblock {
+                ctl.data_size = geometry.data_size();
+                ctl.sizes = sizes;
+                for i in 0..self.num_members() {
+                    if ctl.absent[i] {
+                        self.set_member_state(&mut ctl, i, MEMBER_REMOVED);
+                    }
+                }
+            }
+            let degraded = ctl.absent.iter().any(|a| *a);
+            (out.0, out.1, out.2, geometry, ctl.offsets.clone(), degraded)
         };
-        let geometry = self.geometry(block_size, &blocks)?;
-        let data_size = match &geometry {
-            Geometry::Raid0(m) => m.member_blocks,
-            Geometry::Raid1 { num_blocks } => *num_blocks,
-            Geometry::Concat(_) => 0,
-        };
-        let ops = RaidBdev::new(Arc::clone(self), mgr.clone(), geometry);
+        let ops = RaidBdev::new(Arc::clone(self), mgr.clone(), geometry, offsets);
         let mut props = ops.props(&self.name, block_size);
         props.uuid = Some(self.uuid);
         props.required_alignment = align;
@@ -200,8 +356,11 @@ impl Raid {
         props.md_interleave = md.md_interleave;
         {
             let mut ctl = self.ctl.lock();
-            ctl.state = RaidState::Online;
-            ctl.data_size = data_size;
+            ctl.state = if degraded {
+                RaidState::Degraded
+            } else {
+                RaidState::Online
+            };
             let bdev: Weak<dyn Any + Send + Sync> = Arc::<RaidBdev>::downgrade(&ops);
             ctl.bdev = Some(bdev);
         }
@@ -211,14 +370,58 @@ impl Raid {
             ctl.bdev = None;
             return Err(e);
         }
-        tracing::info!(raid = %self.name, level = self.level.name(), "raid online");
+        tracing::info!(raid = %self.name, level = self.level.name(), degraded, "raid online");
+        self.add_deferred(mgr);
         Ok(())
     }
 
-    fn geometry(&self, block_size: u32, blocks: &[u64]) -> Result<Geometry> {
-        let min = blocks.iter().copied().min().unwrap_or(0);
+    /// Adds the bdevs given to the raid while it was configuring for slots
+    /// not in sync (and, for a superblock raid, former members examine
+    /// found): each is rebuilt.
+    fn add_deferred(self: &Arc<Self>, mgr: &BdevManager) {
+        let names = std::mem::take(&mut self.ctl.lock().deferred);
+        if names.is_empty() {
+            return;
+        }
+        let Some(t) = Thread::current() else { return };
+        let (me, mgr) = (Arc::clone(self), mgr.clone());
+        t.spawn_local(async move {
+            for n in names {
+                if let Err(e) = me.add_base_bdev(&mgr, &n).await {
+                    tracing::warn!(raid = %me.name, member = %n, error = %e,
+                        "cannot add the member back");
+                }
+            }
+        });
+    }
+
+    /// The geometry over the members there are, and each slot's data
+    /// size. A superblock raid found by examine uses the sizes its
+    /// superblock gives, the others what the members hold after their
+    /// data offset.
+    fn geometry_of(&self, ctl: &Control) -> Result<(Geometry, Vec<u64>)> {
+        let from_sb = self.superblock && ctl.sb.as_ref().is_some_and(|s| s.seq_number > 0);
+        let avail: Vec<Option<u64>> = (0..self.num_members())
+            .map(|i| {
+                let m = ctl.members[i].as_ref()?;
+                Some(if from_sb && ctl.sizes[i] != 0 {
+                    ctl.sizes[i]
+                } else {
+                    m.bdev.num_blocks().saturating_sub(ctl.offsets[i])
+                })
+            })
+            .collect();
+        let block_size = ctl
+            .members
+            .iter()
+            .flatten()
+            .next()
+            .map_or(512, |m| m.bdev.block_size());
+        let present: Vec<u64> = avail.iter().flatten().copied().collect();
+        let min = present.iter().copied().min().unwrap_or(0);
+        let n = self.num_members();
         if self.level == RaidLevel::Raid1 {
-            return Ok(Geometry::Raid1 { num_blocks: min });
+            return Ok((Geometry::Raid1 { num_blocks: min }, vec![min; n]));
         }
         let strip_bytes = u64::from(self.strip_size_kb) * 1024;
         let bs = u64::from(block_size);
@@ -234,22 +437,25 @@ impl Raid {
             if member_blocks == 0 {
                 return Err(Error::InvalidArg("members smaller than one strip".into()));
             }
-            return Ok(Geometry::Raid0(Raid0Map {
-                strip_blocks,
-                members: blocks.len() as u64,
-                member_blocks,
-            }));
+            return Ok((
+                Geometry::Raid0(Raid0Map {
+                    strip_blocks,
+                    members: n as u64,
+                    member_blocks,
+                }),
+                vec![member_blocks; n],
+            ));
         }
-        let lens: Vec<u64> = blocks
+        let lens: Vec<u64> = avail
             .iter()
-            .map(|b| b / strip_blocks * strip_blocks)
+            .map(|b| b.unwrap_or(0) / strip_blocks * strip_blocks)
             .collect();
         if lens.contains(&0) {
             return Err(Error::InvalidArg(
                 "a member is smaller than one strip".into(),
             ));
         }
-        Ok(Geometry::Concat(ConcatMap::new(lens)))
+        Ok((Geometry::Concat(ConcatMap::new(lens.clone())), lens))
     }
 
     /// Events of member `i`, on the thread that opened it.
@@ -266,7 +472,8 @@ impl Raid {
     /// (growing a member in the middle would move every block after it),
     /// as SPDK's concat does. A raid never shrinks under its openers: a
     /// member that shrank fails the I/O beyond its end (raid1 then goes
-    /// degraded).
+    /// degraded). A superblock raid records the new size on its members
+    /// before it grows.
     fn member_resized(self: &Arc<Self>, i: usize) {
         let (bdev, new_size, data_size) = {
             let ctl = self.ctl.lock();
@@ -282,7 +489,10 @@ impl Raid {
                 .iter()
                 .enumerate()
                 .filter(|(j, _)| self.member_ok(*j))
-                .filter_map(|(_, m)| m.as_ref().map(|m| m.bdev.num_blocks()))
+                .filter_map(|(j, m)| {
+                    m.as_ref()
+                        .map(|m| m.bdev.num_blocks().saturating_sub(ctl.offsets[j]))
+                })
                 .min()
                 .unwrap_or(0);
             let (new_size, data_size) = match self.level {
@@ -308,13 +518,30 @@ impl Raid {
             (bdev, new_size, data_size)
         };
         tracing::info!(raid = %self.name, slot = i, new_size, "raid members grew; raid grows");
-        self.ctl.lock().data_size = data_size;
-        bdev.resize(new_size);
+        {
+            let mut ctl = self.ctl.lock();
+            ctl.data_size = data_size;
+            ctl.sizes.iter_mut().for_each(|s| *s = data_size);
+        }
+        if !self.superblock {
+            bdev.resize(new_size);
+            return;
+        }
+        let Some(t) = Thread::current() else { return };
+        let me = Arc::clone(self);
+        t.spawn_local(async move {
+            if persist::write_now(&me).await {
+                bdev.resize(new_size);
+            } else {
+                tracing::error!(raid = %me.name, "cannot record the new size; the raid keeps its size");
+            }
+        });
     }
 
     /// Member `i` is being hot-removed, or taken out by
     /// `bdev_raid_remove_base_bdev`; `done` runs once it is closed (its
-    /// claim released).
+    /// claim released) and, for a superblock raid, once the superblock on
+    /// the other members no longer says it is in sync.
     pub(crate) fn member_gone(self: &Arc<Self>, i: usize, done: impl FnOnce() + Send + 'static) {
         let mut ctl = self.ctl.lock();
         match ctl.state {
@@ -340,7 +567,8 @@ impl Raid {
                 done();
             }
             RaidState::Online | RaidState::Degraded => {
-                self.member_state[i].store(MEMBER_REMOVED, Ordering::Release);
+                self.set_member_state(&mut ctl, i, MEMBER_REMOVED);
+                let gen = self.sb_dirty.load(Ordering::Acquire);
                 let bdev = raid_bdev(&ctl);
                 let tolerated = self.level == RaidLevel::Raid1 && self.operational() >= 1;
                 if tolerated {
@@ -352,10 +580,11 @@ impl Raid {
                     tracing::warn!(raid = %self.name, slot = i, "raid member removed; raid offline");
                 }
                 drop(ctl);
+                let me = Arc::clone(self);
+                let done = move || persist::when_durable(&me, gen, Box::new(move |_| done()));
                 let Some(bdev) = bdev else {
                     self.close_member(i);
-                    done();
-                    return;
+                    return done();
                 };
                 if !tolerated {
                     bdev.go_offline();
@@ -399,37 +628,58 @@ impl Raid {
         }
     }
 
+    /// Zeroes the superblock on every member there is (before a delete
+    /// with `clear_sb`). Errors are logged; the delete goes on.
+    pub(crate) async fn clear_superblocks(&self) {
+        let (sb, chans) = {
+            let ctl = self.ctl.lock();
+            let Some(sb) = ctl.sb.clone() else { return };
+            let chans: Vec<_> = ctl
+                .members
+                .iter()
+                .flatten()
+                .filter_map(|m| m.desc.get_io_channel().ok())
+                .collect();
+            (sb, chans)
+        };
+        for ch in chans {
+            if let Err(why) = persist::clear_copy(&ch, &sb).await {
+                tracing::warn!(raid = %self.name, member = %ch.bdev().name(), why,
+                    "cannot clear the superblock");
+            }
+        }
+    }
+
     /// `bdev_raid_add_base_bdev`: a configuring raid takes `name` if it is
-    /// a member it waits for; a degraded raid1 takes it into a slot whose
-    /// member was removed and rebuilds it from the working members (reads
-    /// keep going to those until the rebuild is done). Errors: `EINVAL` no
-    /// such slot, a raid0/concat, a block size other than the members' or
-    /// a bdev smaller than the raid's data; `ENODEV` no such bdev; `EBUSY`
-    /// a rebuild runs; `EPERM` the bdev is claimed.
-    pub(crate) fn add_base_bdev(self: &Arc<Self>, mgr: &BdevManager, name: &str) -> Result<()> {
+    /// a member it waits for (or keeps it for a slot not in sync, to add
+    /// once it is online); a degraded raid1 takes it into a slot whose
+    /// member was removed, attaches it for writes and rebuilds it from the
+    /// working members in the background (reads keep going to those until
+    /// the rebuild is done). A bdev holding the superblock of another raid
+    /// is refused. Errors: `EINVAL` no such slot, a raid0/concat, a block
+    /// size other than the members' or a bdev smaller than the raid's
+    /// data; `ENODEV` no such bdev; `EBUSY` a rebuild runs; `EPERM` the
+    /// bdev is claimed; `EEXIST` another raid's superblock.
+    pub(crate) async fn add_base_bdev(
+        self: &Arc<Self>,
+        mgr: &BdevManager,
+        name: &str,
+    ) -> Result<()> {
         let b = mgr
             .get(name)
             .filter(|b| !b.is_removing())
             .ok_or_else(|| Error::NotFound(name.to_string()))?;
-        let (slot, bdev, data_size) = {
+        if let Some(i) = self.configuring_slot(&b, name)? {
+            self.add_member(mgr, i, &b)?;
+            if self.all_discovered() {
+                return self.start_async(mgr).await;
+            }
+            return Ok(());
+        }
+        let slot = {
             let ctl = self.ctl.lock();
             match ctl.state {
-                RaidState::Configuring => {
-                    let slot = (0..self.num_members())
-                        .find(|i| ctl.members[*i].is_none() && b.has_name(&ctl.names[*i]));
-                    drop(ctl);
-                    let Some(i) = slot else {
-                        return Err(Error::InvalidArg(format!(
-                            "configuring raid {} does not wait for {name}",
-                            self.name
-                        )));
-                    };
-                    self.add_member(mgr, i, &b)?;
-                    if self.all_discovered() {
-                        self.start(mgr)?;
-                    }
-                    return Ok(());
-                }
+                RaidState::Configuring => return Ok(()),
                 RaidState::Online | RaidState::Degraded if self.level == RaidLevel::Raid1 => {}
                 _ => {
                     return Err(Error::InvalidArg(format!(
@@ -440,54 +690,108 @@ impl Raid {
                     )))
                 }
             }
-            if ctl.rebuild.is_some() {
-                return Err(Error::Busy(format!("raid {} is rebuilding", self.name)));
-            }
-            let Some(slot) = (0..self.num_members()).find(|i| ctl.members[*i].is_none()) else {
-                return Err(Error::InvalidArg(format!(
-                    "raid {} has no empty slot",
-                    self.name
-                )));
-            };
-            same_block_size(&ctl, &b)?;
-            if b.num_blocks() < ctl.data_size {
-                return Err(Error::InvalidArg(format!(
-                    "{name} has {} blocks, the raid needs {}",
-                    b.num_blocks(),
-                    ctl.data_size
-                )));
-            }
-            let Some(bdev) = raid_bdev(&ctl) else {
-                return Err(Error::InvalidArg(format!(
-                    "raid {} is going away",
-                    self.name
-                )));
-            };
-            (slot, bdev, ctl.data_size)
+            // A former member goes back to its own slot.
+            let own = ctl
+                .sb
+                .as_ref()
+                .and_then(|s| s.member_by_uuid(b.uuid()))
+                .map(|m| usize::from(m.slot))
+                .filter(|i| ctl.members.get(*i).is_some_and(Option::is_none));
+            let slot = own
+                .or_else(|| (0..self.num_members()).find(|i| ctl.members[*i].is_none()))
+                .ok_or_else(|| {
+                    Error::InvalidArg(format!("raid {} has no empty slot", self.name))
+                })?;
+            self.check_new_member(&ctl, &b, slot)?;
+            slot
         };
         let md = self.open_member(mgr, slot, &b)?;
-        {
+        let ch = md.desc.get_io_channel()?;
+        match persist::read_sb(&ch).await {
+            Ok(Some(sb)) if sb.uuid != self.uuid => {
+                md.close();
+                return Err(Error::Exists(format!(
+                    "{name} holds the superblock of raid {} ({})",
+                    sb.name, sb.uuid
+                )));
+            }
+            _ => {}
+        }
+        let bdev = {
             let mut ctl = self.ctl.lock();
             let still = matches!(ctl.state, RaidState::Online | RaidState::Degraded)
                 && ctl.members[slot].is_none()
                 && ctl.rebuild.is_none();
-            if !still {
+            let bdev = raid_bdev(&ctl);
+            let (true, Some(bdev)) = (still, bdev) else {
                 drop(ctl);
                 md.close();
                 return Err(Error::Again);
-            }
+            };
             ctl.names[slot] = b.name().to_string();
             ctl.members[slot] = Some(md);
+            ctl.absent[slot] = false;
+            let total = ctl.data_size;
+            ctl.sizes[slot] = total;
             ctl.rebuild = Some(RebuildProgress {
                 target: slot,
                 done: 0,
-                total: data_size,
+                total,
             });
-            self.member_state[slot].store(MEMBER_REBUILDING, Ordering::Release);
-        }
-        tracing::info!(raid = %self.name, slot, member = name, blocks = data_size,
-            "raid member added; rebuilding");
+            self.set_member_state(&mut ctl, slot, MEMBER_REBUILDING);
+            bdev
+        };
+        tracing::info!(raid = %self.name, slot, member = name, "raid member added; rebuilding");
         crate::rebuild::start(Arc::clone(self), bdev, slot);
+        Ok(())
+    }
+
+    /// A configuring raid: the slot waiting for `b` (`None` when `b` is
+    /// kept for a slot not in sync, or the raid is not configuring).
+    fn configuring_slot(&self, b: &Bdev, name: &str) -> Result<Option<usize>> {
+        let mut ctl = self.ctl.lock();
+        if ctl.state != RaidState::Configuring {
+            return Ok(None);
+        }
+        let slot = (0..self.num_members())
+            .find(|i| ctl.members[*i].is_none() && !ctl.absent[*i] && b.has_name(&ctl.names[*i]));
+        if slot.is_some() {
+            return Ok(slot);
+        }
+        if self.level == RaidLevel::Raid1 && ctl.absent.iter().any(|a| *a) {
+            // A slot not in sync: rebuilt once online.
+            if !ctl.deferred.iter().any(|n| b.has_name(n)) {
+                ctl.deferred.push(b.name().to_string());
+            }
+            return Ok(None);
+        }
+        Err(Error::InvalidArg(format!(
+            "configuring raid {} does not wait for {name}",
+            self.name
+        )))
+    }
+
+    /// `b` may be rebuilt into slot `slot` of this online raid1.
+    fn check_new_member(&self, ctl: &Control, b: &Bdev, slot: usize) -> Result<()> {
+        if ctl.rebuild.is_some() {
+            return Err(Error::Busy(format!("raid {} is rebuilding", self.name)));
+        }
+        same_block_size(ctl, b)?;
+        let offset = ctl.offsets[slot];
+        if b.num_blocks() < offset + ctl.data_size {
+            return Err(Error::InvalidArg(format!(
+                "{} has {} blocks, the raid needs {}",
+                b.name(),
+                b.num_blocks(),
+                offset + ctl.data_size
+            )));
+        }
+        if raid_bdev(ctl).is_none() {
+            return Err(Error::InvalidArg(format!(
+                "raid {} is going away",
+                self.name
+            )));
+        }
         Ok(())
     }
 }

@@ -27,47 +27,17 @@ use bdevkit::bdev::module::{
     BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, IoCompletion, IoStatus,
     IoType, ModuleIo,
 };
-use bdevkit::thread::{IoChannel, IoDevice};
+use bdevkit::thread::{IoChannel, IoDevice, Thread};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::config::{RaidLevel, PRODUCT_NAME};
-use crate::map::{ConcatMap, Raid0Map};
+use crate::map::Geometry;
+use crate::persist;
 use crate::raid::Raid;
 
 /// Marks a child whose parent waits in the slot table.
 const SLAB_TAG: u64 = 1 << 63;
-
-/// How raid blocks map onto members.
-#[derive(Debug, Clone)]
-pub(crate) enum Geometry {
-    /// Strips dealt round-robin.
-    Raid0(Raid0Map),
-    /// Every member holds every block.
-    Raid1 {
-        /// Blocks of the raid (the smallest member).
-        num_blocks: u64,
-    },
-    /// Members end to end.
-    Concat(ConcatMap),
-}
-
-impl Geometry {
-    fn num_blocks(&self) -> u64 {
-        match self {
-            Geometry::Raid0(m) => m.num_blocks(),
-            Geometry::Raid1 { num_blocks } => *num_blocks,
-            Geometry::Concat(m) => m.num_blocks(),
-        }
-    }
-
-    fn strip_blocks(&self, raid: &Raid, block_size: u32) -> Option<u64> {
-        match self {
-            Geometry::Raid1 { .. } => None,
-            _ => Some(u64::from(raid.strip_size_kb) * 1024 / u64::from(block_size)),
-        }
-    }
-}
 
 /// A registered raid bdev (online or degraded; offline once its last
 /// opener closes).
@@ -77,6 +47,9 @@ pub struct RaidBdev {
     /// unregistering breaks).
     mgr: BdevManager,
     geometry: Geometry,
+    /// First block of the raid's data on each member (all 0 without
+    /// superblock).
+    offsets: Vec<u64>,
     /// Set when the raid cannot serve I/O any more: new I/O fails.
     offline: AtomicBool,
     /// The raid's own per-thread state, to release a removed member on
@@ -97,7 +70,12 @@ impl std::fmt::Debug for RaidBdev {
 }
 
 impl RaidBdev {
-    pub(crate) fn new(raid: Arc<Raid>, mgr: BdevManager, geometry: Geometry) -> Arc<RaidBdev> {
+    pub(crate) fn new(
+        raid: Arc<Raid>,
+        mgr: BdevManager,
+        geometry: Geometry,
+        offsets: Vec<u64>,
+    ) -> Arc<RaidBdev> {
         let name = format!("raid_{}", raid.name);
         Arc::new_cyclic(|weak: &Weak<RaidBdev>| {
             let w = weak.clone();
@@ -105,6 +83,7 @@ impl RaidBdev {
                 raid,
                 mgr,
                 geometry,
+                offsets,
                 offline: AtomicBool::new(false),
                 window: Mutex::new(None),
                 device: IoDevice::register(name, move || {
@@ -123,7 +102,10 @@ impl RaidBdev {
 
     pub(crate) fn props(&self, name: &str, block_size: u32) -> BdevProps {
         let mut p = BdevProps::new(name, PRODUCT_NAME, block_size, self.geometry.num_blocks());
-        if let Some(strip) = self.geometry.strip_blocks(&self.raid, block_size) {
+        if let Some(strip) = self
+            .geometry
+            .strip_blocks(self.raid.strip_size_kb, block_size)
+        {
             // The bdev layer hands us strip-sized pieces: each lies on one
             // member.
             p.optimal_io_boundary = u32::try_from(strip).unwrap_or(u32::MAX);
@@ -233,8 +215,10 @@ impl BdevOps for RaidBdev {
         json!({"raid": self.raid.raid_fields()})
     }
 
+    /// The `bdev_raid_create` that recreates the raid; none for a
+    /// superblock raid (examine finds it again, as SPDK does).
     fn write_config_json(&self) -> Option<Value> {
-        Some(self.raid.create_entry())
+        (!self.raid.superblock).then(|| self.raid.create_entry())
     }
 }
 
@@ -276,6 +260,8 @@ impl RaidChannel {
                 slots: RefCell::new(Vec::new()),
                 free: RefCell::new(Vec::new()),
                 scratch: RefCell::new(Vec::with_capacity(n)),
+                acks: RefCell::new(VecDeque::new()),
+                ack_wait: Cell::new(false),
             }),
         }
     }
@@ -299,6 +285,11 @@ struct ChanInner {
     held: RefCell<VecDeque<BdevIo>>,
     /// Writes in flight in the window when it was set, not yet done.
     draining: Cell<u32>,
+    /// Finished raid1 writes waiting for the superblock (generation,
+    /// parent, status), oldest first.
+    acks: RefCell<VecDeque<(u64, BdevIo, IoStatus)>>,
+    /// A wake-up for `acks` is registered.
+    ack_wait: Cell<bool>,
 }
 
 impl std::fmt::Debug for ChanInner {
@@ -333,6 +324,26 @@ fn tag_slot(tag: u64) -> usize {
 impl ChanInner {
     fn raid(&self) -> &Raid {
         &self.bdev.raid
+    }
+
+    /// First block of the raid's data on member `m`.
+    #[inline]
+    fn off(&self, m: usize) -> u64 {
+        self.bdev.offsets.get(m).copied().unwrap_or(0)
+    }
+
+    /// Moves a child made from a raid request onto member `m`'s data area.
+    #[inline]
+    fn shift(&self, child: &mut BdevIo, m: usize) {
+        let off = self.off(m);
+        if off != 0 {
+            child.set_offset_blocks(child.offset_blocks() + off);
+        }
+    }
+
+    /// Member `m` failed an I/O (see `persist::fail_member`).
+    fn fail(&self, m: usize) {
+        persist::fail_member(&self.bdev.raid, m);
     }
 
     /// This thread's channel to member `i`, if it is there. A removed
@@ -465,7 +476,7 @@ impl ChanInner {
             .take_request_of(io)
             .set_tag(member_tag(m))
             .on_done(self.handler());
-        child.set_offset_blocks(moff);
+        child.set_offset_blocks(moff + self.off(m));
         if let Err(e) = base.submit(child) {
             let mut child = e.io;
             if let Some(parent) = child.take_parent() {
@@ -501,6 +512,7 @@ impl ChanInner {
                 .take_request_of(io)
                 .set_tag(member_tag(m))
                 .on_done(self.handler());
+            self.shift(&mut child, m);
             self.read_blocks[m].set(self.read_blocks[m].get() + blocks);
             match base.submit(child) {
                 Ok(()) => return,
@@ -512,7 +524,7 @@ impl ChanInner {
                     };
                     // The member refused a valid request: count it as a
                     // failure of that member and try another.
-                    self.raid().member_failed(m);
+                    self.fail(m);
                     io = parent;
                 }
             }
@@ -546,15 +558,16 @@ impl ChanInner {
                         // Each member writes the parent's data: the parent
                         // lends it until every child is dropped.
                         child.share_request_of(&mut io);
+                        self.shift(&mut child, m);
                     }
                     ChildReq::Reset => {
                         child.reset();
                     }
                     ChildReq::Range(start, len) if io.io_type() == IoType::Flush => {
-                        child.flush(start, len);
+                        child.flush(start + self.off(m), len);
                     }
                     ChildReq::Range(start, len) => {
-                        child.unmap(start, len);
+                        child.unmap(start + self.off(m), len);
                     }
                 }
                 scratch.push((m, base, child));
@@ -624,7 +637,7 @@ impl ChanInner {
             (s.remaining == 0, s.mirror)
         };
         if mirror && !status.is_success() {
-            self.raid().member_failed(m);
+            self.fail(m);
         }
         if finished {
             self.finish_slot(i, deferred);
@@ -632,7 +645,7 @@ impl ChanInner {
     }
 
     fn finish_slot(&self, i: usize, deferred: bool) {
-        let (parent, status) = {
+        let (parent, status, mirror) = {
             let mut slots = self.slots.borrow_mut();
             let Some(s) = slots.get_mut(i) else { return };
             let status = if s.mirror {
@@ -652,11 +665,69 @@ impl ChanInner {
                 s.in_window = false;
                 self.draining.set(self.draining.get() - 1);
             }
-            (s.parent.take(), status)
+            (s.parent.take(), status, s.mirror)
         };
         self.free.borrow_mut().push(i);
-        if let Some(p) = parent {
-            finish(p, status, deferred);
+        let Some(p) = parent else { return };
+        if mirror {
+            if let Some(gen) = self.raid().sb_behind() {
+                // A member state changed and the superblock does not say
+                // so yet: the write is acknowledged once it does.
+                return self.hold_ack(gen, p, status);
+            }
+        }
+        finish(p, status, deferred);
+    }
+
+    /// Keeps a finished raid1 write until the superblock records
+    /// generation `gen`.
+    fn hold_ack(&self, gen: u64, parent: BdevIo, status: IoStatus) {
+        self.acks.borrow_mut().push_back((gen, parent, status));
+        if !self.ack_wait.replace(true) {
+            self.wait_durable(gen);
+        }
+    }
+
+    fn wait_durable(&self, gen: u64) {
+        let Some(t) = Thread::current() else {
+            return self.release_acks(true);
+        };
+        let h = t.handle();
+        let bdev = Arc::clone(&self.bdev);
+        persist::when_durable(
+            &self.bdev.raid,
+            gen,
+            Box::new(move |ok| {
+                let b2 = Arc::clone(&bdev);
+                let _ = h.send_msg(move || {
+                    if let Ok(ch) = b2.device.get_channel() {
+                        ch.inner.release_acks(ok);
+                    }
+                });
+            }),
+        );
+    }
+
+    /// Completes the held writes the superblock now covers (as failed
+    /// when it could not be written: their success is not recorded).
+    fn release_acks(&self, ok: bool) {
+        self.ack_wait.set(false);
+        let durable = self.raid().sb_durable.load(Ordering::Acquire);
+        loop {
+            let next = {
+                let mut acks = self.acks.borrow_mut();
+                match acks.front() {
+                    Some((gen, _, _)) if *gen <= durable || !ok => acks.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some((_, p, status)) = next else { break };
+            p.complete(if ok { status } else { IoStatus::Failed });
+        }
+        let front = self.acks.borrow().front().map(|a| a.0);
+        if let Some(gen) = front {
+            self.ack_wait.set(true);
+            self.wait_durable(gen);
         }
     }
 }
@@ -692,7 +763,7 @@ impl IoCompletion for ChanInner {
                 c.set(c.get().saturating_sub(blocks));
             }
             if !child.status().is_success() {
-                self.raid().member_failed(m);
+                self.fail(m);
                 // Need an Rc to submit again: reads are retried from here.
                 return self.retry_read(parent, child.status());
             }

@@ -30,6 +30,20 @@
 //! `rebuild.rs`: window by window, writes to the window being copied wait),
 //! or gives a configuring raid a member it waits for.
 //!
+//! # What survives a restart
+//!
+//! Only members in sync are ever recorded as such. Without superblock,
+//! `save_config` names them and writes SPDK's placeholder
+//! `removed_base_bdev_<slot>` for a slot being rebuilt, failed or removed,
+//! plus a `bdev_raid_add_base_bdev` after every bdev for a rebuild target:
+//! a restart starts the raid1 degraded and rebuilds the target again.
+//! With superblock (`bdev_raid_create -s`, SPDK's format: see [`sb`]),
+//! every member carries the array and every member's state and sequence
+//! number; examine reassembles the array with no config, a member whose
+//! copy is older or that is not in sync is rebuilt, never trusted, and a
+//! raid1 write is acknowledged only once a member-state change it depends
+//! on is on the members.
+//!
 //! When every working member of a raid0 or raid1 has grown, the raid
 //! grows (raid0 by whole strips) and its openers get a resize event; the
 //! mapping stays as it was. The new blocks of a raid1 are not resynced:
@@ -49,17 +63,23 @@
 #![warn(missing_docs)]
 
 // Layers, each file importing only from the ones listed before it:
-// `config` (levels, states, limits, params), `map` (address maps), `raid`
-// (the shared raid state), `io` (the bdev and its I/O path), `rebuild`,
-// `control` (creation, examine, member events, deletion); then this file's
-// public functions and the RPC handlers of `rpc` on top.
+// `config` (levels, states, limits, params), `sb` (the superblock
+// format), `wait` (small futures), `map` (address maps), `raid` (the
+// shared raid state), `persist` (superblock reads and writes), `io` (the
+// bdev and its I/O path), `rebuild`, `control` (creation, start, member
+// events, deletion), `assemble` (examine, the module face); then this
+// file's public functions and the RPC handlers of `rpc` on top.
+mod assemble;
 mod config;
 mod control;
 mod io;
 pub mod map;
+mod persist;
 mod raid;
 mod rebuild;
 pub mod rpc;
+pub mod sb;
+mod wait;
 
 use std::sync::Arc;
 
@@ -67,9 +87,9 @@ use bdevkit::bdev::module::{BdevManager, Error, Result};
 use serde_json::Value;
 
 pub use config::{
-    RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams, RaidGetBdevsParams, RaidLevel,
-    RaidRemoveBaseBdevParams, RaidSetOptionsParams, RaidState, MAX_MEMBERS, MAX_NAME_LEN, MODULE,
-    PRODUCT_NAME,
+    is_placeholder, placeholder, RaidAddBaseBdevParams, RaidCreateParams, RaidDeleteParams,
+    RaidGetBdevsParams, RaidLevel, RaidRemoveBaseBdevParams, RaidSetOptionsParams, RaidState,
+    MAX_MEMBERS, MAX_NAME_LEN, MODULE, PRODUCT_NAME,
 };
 pub use io::{RaidBdev, RaidChannel};
 pub use raid::{Raid, RaidModule, RebuildProgress};
@@ -85,27 +105,48 @@ fn module(mgr: &BdevManager) -> Result<Arc<RaidModule>> {
 }
 
 /// `bdev_raid_create`: records the raid, claims the members that exist and
-/// registers the raid bdev if all do. Call on a bdevkit thread.
+/// registers the raid bdev if all do (a superblock raid writes its
+/// superblock on every member first). Returns once that is done. Call on
+/// a bdevkit thread.
 ///
 /// Errors (`EINVAL` unless noted): bad name, strip size, level or member
-/// count; a member listed twice or with another block size; a superblock
-/// (not supported); a raid or bdev of that name exists (`EEXIST`); a member
-/// is claimed by someone else (`EPERM`).
-pub fn create(mgr: &BdevManager, params: RaidCreateParams) -> Result<()> {
+/// count; a member listed twice or with another block size; a member too
+/// small for the superblock; a raid or bdev of that name exists, or a
+/// member carries a raid superblock (`EEXIST`); a member is claimed by
+/// someone else (`EPERM`). Nothing is left behind on failure.
+pub async fn create(mgr: &BdevManager, params: RaidCreateParams) -> Result<()> {
     if params.raid_level == RaidLevel::Raid5f {
         return Err(Error::InvalidArg("raid5f is not supported".into()));
     }
-    module(mgr)?.create(mgr, params)
+    module(mgr)?.create(mgr, params).await
 }
 
 /// `bdev_raid_delete`: unregisters the raid bdev (if online), releases the
 /// members and forgets the raid; `done` gets the outcome once it is gone.
 /// `NotFound` at once when there is no such raid.
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match module(mgr).map(|m| m.find(name)) {
-        Ok(Some(raid)) => raid.delete(done),
-        Ok(None) => done(Err(Error::NotFound(name.to_string()))),
-        Err(e) => done(Err(e)),
+    delete_with(mgr, name, false, done);
+}
+
+/// [`delete`], and with `clear_sb` the superblock on every member is
+/// zeroed first (so examine does not reassemble the array).
+pub fn delete_with(
+    mgr: &BdevManager,
+    name: &str,
+    clear_sb: bool,
+    done: impl FnOnce(Result<()>) + Send + 'static,
+) {
+    let raid = match module(mgr).map(|m| m.find(name)) {
+        Ok(Some(raid)) => raid,
+        Ok(None) => return done(Err(Error::NotFound(name.to_string()))),
+        Err(e) => return done(Err(e)),
+    };
+    match bdevkit::thread::Thread::current() {
+        Some(t) if clear_sb && raid.has_superblock() => t.spawn_local(async move {
+            raid.clear_superblocks().await;
+            raid.delete(done);
+        }),
+        _ => raid.delete(done),
     }
 }
 
@@ -145,19 +186,21 @@ pub fn remove_base_bdev(
 }
 
 /// `bdev_raid_add_base_bdev`: adds bdev `base` to raid `raid_name`. A
-/// configuring raid takes it if it is a member it waits for; a degraded
-/// raid1 takes it into a slot whose member was removed, attaches it for
-/// writes and rebuilds it from the working members in the background on
-/// the calling thread (`bdev_raid_get_bdevs` shows the `process`); it
-/// serves reads once the rebuild is done. Call on a bdevkit thread.
-/// Errors: `NotFound` no such raid or bdev; `InvalidArg` no slot for it,
-/// a raid0/concat, another block size, too small; `Busy` a rebuild runs;
-/// `Claimed` the bdev is claimed.
-pub fn add_base_bdev(mgr: &BdevManager, raid_name: &str, base: &str) -> Result<()> {
+/// configuring raid takes it if it is a member it waits for (or, for a
+/// raid1 with a slot not in sync, keeps it to rebuild once online); a
+/// degraded raid1 takes it into a slot whose member was removed, attaches
+/// it for writes and rebuilds it from the working members in the
+/// background on the calling thread (`bdev_raid_get_bdevs` shows the
+/// `process`); it serves reads once the rebuild is done. Call on a
+/// bdevkit thread. Errors: `NotFound` no such raid or bdev; `InvalidArg`
+/// no slot for it, a raid0/concat, another block size, too small; `Busy`
+/// a rebuild runs; `Claimed` the bdev is claimed; `Exists` it carries
+/// another raid's superblock.
+pub async fn add_base_bdev(mgr: &BdevManager, raid_name: &str, base: &str) -> Result<()> {
     let raid = module(mgr)?
         .find(raid_name)
         .ok_or_else(|| Error::NotFound(format!("raid bdev {raid_name}")))?;
-    raid.add_base_bdev(mgr, base)
+    raid.add_base_bdev(mgr, base).await
 }
 
 /// The raid called `name`.
@@ -182,8 +225,7 @@ pub fn get_bdevs(mgr: &BdevManager, category: &str) -> Result<Vec<Value>> {
         .collect())
 }
 
-/// `bdev_raid_set_options` (accepted and saved; this build runs no
-/// background process the options would tune).
+/// `bdev_raid_set_options`: the rebuild's window and bandwidth cap.
 pub fn set_options(mgr: &BdevManager, params: RaidSetOptionsParams) -> Result<()> {
     module(mgr)?.set_options(params)
 }

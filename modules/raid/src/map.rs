@@ -132,6 +132,48 @@ impl ConcatMap {
     }
 }
 
+/// How raid blocks map onto members.
+#[derive(Debug, Clone)]
+pub(crate) enum Geometry {
+    /// Strips dealt round-robin.
+    Raid0(Raid0Map),
+    /// Every member holds every block.
+    Raid1 {
+        /// Blocks of the raid (the smallest member).
+        num_blocks: u64,
+    },
+    /// Members end to end.
+    Concat(ConcatMap),
+}
+
+impl Geometry {
+    pub(crate) fn num_blocks(&self) -> u64 {
+        match self {
+            Geometry::Raid0(m) => m.num_blocks(),
+            Geometry::Raid1 { num_blocks } => *num_blocks,
+            Geometry::Concat(m) => m.num_blocks(),
+        }
+    }
+
+    /// Blocks of the raid's data on each member (raid0: the same on
+    /// every member; concat: per member, so 0 here).
+    pub(crate) fn data_size(&self) -> u64 {
+        match self {
+            Geometry::Raid0(m) => m.member_blocks,
+            Geometry::Raid1 { num_blocks } => *num_blocks,
+            Geometry::Concat(_) => 0,
+        }
+    }
+
+    /// Strip size in blocks (raid0, concat).
+    pub(crate) fn strip_blocks(&self, strip_size_kb: u32, block_size: u32) -> Option<u64> {
+        match self {
+            Geometry::Raid1 { .. } => None,
+            _ => Some(u64::from(strip_size_kb) * 1024 / u64::from(block_size)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

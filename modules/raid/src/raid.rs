@@ -1,31 +1,53 @@
 //! A raid's shared state: its members and their states, what the I/O path
 //! and the rebuild ask of it (member states and channels, failures), its
-//! JSON, and the module's list of raids.
+//! JSON and saved config, and the module's list of raids.
 //!
-//! Each [`Raid`] lives in the module's list from `bdev_raid_create` until
-//! it is deleted (or, offline, loses its last member). While it is online
-//! its bdev ([`crate::io::RaidBdev`], in the layer above) is registered;
-//! the I/O path lives there. Creation, examine, starting, member removal,
-//! resizing and deletion, which need that bdev, are in `control.rs` above
-//! both.
+//! Each [`Raid`] lives in the module's list from `bdev_raid_create` (or
+//! from examine finding its superblock) until it is deleted (or, offline,
+//! loses its last member). While it is online its bdev
+//! ([`crate::io::RaidBdev`], in the layer above) is registered; the I/O
+//! path lives there. Creation, examine, starting, member removal,
+//! resizing and deletion, which need that bdev, are in `control.rs` and
+//! `assemble.rs` above; writing the superblock is `persist.rs`.
+//!
+//! # Member states and what is saved
+//!
+//! A member is *in sync* only while its state is [`MEMBER_OK`]. A member
+//! being rebuilt, one that failed an I/O and a removed one are not, and
+//! nothing that outlives the process says they are: `save_config` writes
+//! SPDK's placeholder `removed_base_bdev_<slot>` for them (and a
+//! `bdev_raid_add_base_bdev` after every bdev for a rebuild target, so
+//! that a restart rebuilds it again), and the superblock marks them
+//! missing or failed.
+//!
+//! Every change of a member state of a superblock raid is made under the
+//! control lock and raises `sb_dirty`; `persist.rs` takes its snapshot
+//! under the same lock and raises `sb_durable` once the superblock is on
+//! the members. A raid1 write completes only when `sb_durable` has caught
+//! up with the `sb_dirty` it sees, so no write is acknowledged while a
+//! member that missed it is still recorded as in sync.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::module::{Bdev, BdevDesc, Error, Result};
-use bdevkit::thread::{current_thread_id, ThreadHandle};
+use bdevkit::thread::{current_thread_id, Thread, ThreadHandle};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::config::{RaidCreateParams, RaidLevel, RaidSetOptionsParams, RaidState};
+use crate::config::{
+    is_placeholder, placeholder, RaidCreateParams, RaidLevel, RaidSetOptionsParams, RaidState,
+};
+use crate::sb::{SbMember, SbMemberState, Superblock};
 
 /// Member states (one atomic per member, read by the I/O path).
 pub(crate) const MEMBER_OK: u8 = 0;
 /// Failed an I/O (raid1): no longer read or written.
 pub(crate) const MEMBER_FAILED: u8 = 1;
-/// Hot-removed: channels drop their channel to it.
+/// Hot-removed, or never there (a slot not in sync at start): channels
+/// drop their channel to it.
 pub(crate) const MEMBER_REMOVED: u8 = 2;
 /// Being rebuilt (raid1): written, not read.
 pub(crate) const MEMBER_REBUILDING: u8 = 3;
@@ -56,6 +78,10 @@ impl RaidModule {
 
     pub(crate) fn find(&self, name: &str) -> Option<Arc<Raid>> {
         self.raids.lock().iter().find(|r| r.name == name).cloned()
+    }
+
+    pub(crate) fn find_uuid(&self, uuid: Uuid) -> Option<Arc<Raid>> {
+        self.raids.lock().iter().find(|r| r.uuid == uuid).cloned()
     }
 
     pub(crate) fn set_options(&self, o: RaidSetOptionsParams) -> Result<()> {
@@ -117,21 +143,50 @@ impl MemberDesc {
     }
 }
 
+/// Someone waiting for the superblock to reach a generation: called with
+/// `true` once it did, `false` when it could not be written.
+pub(crate) type DurableWaiter = Box<dyn FnOnce(bool) + Send>;
+
 /// A raid's control-path state, under its lock.
 pub(crate) struct Control {
     /// Member bdev names by slot (a replaced member changes its slot's
-    /// name).
+    /// name; a slot not in sync at creation holds its placeholder; a raid
+    /// found by its superblock starts with empty names).
     pub(crate) names: Vec<String>,
     /// The rebuild running, if any.
     pub(crate) rebuild: Option<RebuildProgress>,
     pub(crate) state: RaidState,
     pub(crate) members: Vec<Option<MemberDesc>>,
+    /// Slots known not to be in sync when the raid starts (placeholders,
+    /// superblock entries that are not configured): it starts without
+    /// them, degraded.
+    pub(crate) absent: Vec<bool>,
+    /// Superblock raids found by examine: the UUID each configured slot
+    /// waits for.
+    pub(crate) expect: Vec<Option<Uuid>>,
+    /// First block of the raid's data on each slot (0 without
+    /// superblock).
+    pub(crate) offsets: Vec<u64>,
+    /// Blocks of the raid's data on each slot (0 until started).
+    pub(crate) sizes: Vec<u64>,
+    /// The superblock as last written or read (superblock raids once
+    /// started, or found by examine).
+    pub(crate) sb: Option<Superblock>,
+    /// A write of the superblock is under way (`persist.rs`).
+    pub(crate) persisting: bool,
+    /// Waiting for `sb_durable` to reach a generation.
+    pub(crate) durable_waiters: Vec<(u64, DurableWaiter)>,
+    /// Bdevs `bdev_raid_add_base_bdev` gave a configuring raid for slots
+    /// not in sync: added (and rebuilt) once it is online.
+    pub(crate) deferred: Vec<String>,
     /// The registered bdev while online/degraded (and until destructed):
     /// the `RaidBdev` of `io.rs`, erased because that layer sits above
     /// this one; `control.rs` downcasts it.
     pub(crate) bdev: Option<Weak<dyn Any + Send + Sync>>,
     /// Blocks used on each member (0 until started).
     pub(crate) data_size: u64,
+    /// The start (superblock write, registration) is under way.
+    pub(crate) starting: bool,
     /// Waiting `bdev_raid_delete` callers.
     pub(crate) deleting: Vec<Box<dyn FnOnce(Result<()>) + Send>>,
     pub(crate) delete_requested: bool,
@@ -143,10 +198,18 @@ pub struct Raid {
     pub(crate) level: RaidLevel,
     pub(crate) strip_size_kb: u32,
     pub(crate) uuid: Uuid,
+    /// Keeps SPDK's superblock on its members.
+    pub(crate) superblock: bool,
+    /// Where its control path runs (superblock writes, rebuilds).
+    pub(crate) home: Option<ThreadHandle>,
     module: Weak<RaidModule>,
     num_members: usize,
     /// `MEMBER_*`, read lock-free by the I/O path.
     pub(crate) member_state: Vec<AtomicU8>,
+    /// Generation of the newest member-state change (superblock raids).
+    pub(crate) sb_dirty: AtomicU64,
+    /// Generation the superblock on the members records.
+    pub(crate) sb_durable: AtomicU64,
     pub(crate) ctl: Mutex<Control>,
 }
 
@@ -160,6 +223,33 @@ impl std::fmt::Debug for Raid {
     }
 }
 
+fn control(names: Vec<String>) -> Control {
+    let n = names.len();
+    Control {
+        absent: names
+            .iter()
+            .enumerate()
+            .map(|(i, s)| is_placeholder(s, i))
+            .collect(),
+        names,
+        rebuild: None,
+        state: RaidState::Configuring,
+        members: (0..n).map(|_| None).collect(),
+        expect: vec![None; n],
+        offsets: vec![0; n],
+        sizes: vec![0; n],
+        sb: None,
+        persisting: false,
+        durable_waiters: Vec::new(),
+        deferred: Vec::new(),
+        bdev: None,
+        data_size: 0,
+        starting: false,
+        deleting: Vec::new(),
+        delete_requested: false,
+    }
+}
+
 impl Raid {
     /// A configuring raid as `bdev_raid_create` describes it, no member
     /// found yet.
@@ -169,6 +259,8 @@ impl Raid {
             level: p.raid_level,
             strip_size_kb: p.strip_size_kb.unwrap_or(0),
             uuid: p.uuid.unwrap_or_else(Uuid::new_v4),
+            superblock: p.superblock.unwrap_or(false),
+            home: Thread::current().map(|t| t.handle()),
             module,
             num_members: p.base_bdevs.len(),
             member_state: p
@@ -176,16 +268,49 @@ impl Raid {
                 .iter()
                 .map(|_| AtomicU8::new(MEMBER_OK))
                 .collect(),
-            ctl: Mutex::new(Control {
-                names: p.base_bdevs.clone(),
-                rebuild: None,
-                state: RaidState::Configuring,
-                members: p.base_bdevs.iter().map(|_| None).collect(),
-                bdev: None,
-                data_size: 0,
-                deleting: Vec::new(),
-                delete_requested: false,
-            }),
+            sb_dirty: AtomicU64::new(0),
+            sb_durable: AtomicU64::new(0),
+            ctl: Mutex::new(control(p.base_bdevs.clone())),
+        }
+    }
+
+    /// A configuring raid as superblock `sb` describes it: it waits for
+    /// the members `sb` says are configured, by UUID.
+    pub(crate) fn from_sb(sb: &Superblock, module: Weak<RaidModule>) -> Raid {
+        let n = usize::from(sb.num_base_bdevs);
+        let mut ctl = control(vec![String::new(); n]);
+        for i in 0..n {
+            match sb.member(i) {
+                Some(m) if m.state == SbMemberState::Configured => {
+                    ctl.expect[i] = Some(m.uuid);
+                    ctl.offsets[i] = m.data_offset;
+                    ctl.sizes[i] = m.data_size;
+                }
+                Some(m) => {
+                    ctl.absent[i] = true;
+                    ctl.offsets[i] = m.data_offset;
+                    ctl.sizes[i] = m.data_size;
+                }
+                None => ctl.absent[i] = true,
+            }
+        }
+        ctl.sb = Some(sb.clone());
+        let strip_size_kb =
+            u32::try_from(u64::from(sb.strip_size) * u64::from(sb.block_size) / 1024)
+                .unwrap_or(u32::MAX);
+        Raid {
+            name: sb.name.clone(),
+            level: sb.level,
+            strip_size_kb,
+            uuid: sb.uuid,
+            superblock: true,
+            home: Thread::current().map(|t| t.handle()),
+            module,
+            num_members: n,
+            member_state: (0..n).map(|_| AtomicU8::new(MEMBER_OK)).collect(),
+            sb_dirty: AtomicU64::new(0),
+            sb_durable: AtomicU64::new(0),
+            ctl: Mutex::new(ctl),
         }
     }
 
@@ -213,38 +338,83 @@ impl Raid {
         self.level
     }
 
+    /// The raid's UUID (also its bdev's).
+    #[must_use]
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    /// Whether it keeps a superblock on its members.
+    #[must_use]
+    pub fn has_superblock(&self) -> bool {
+        self.superblock
+    }
+
+    /// The sequence number of the superblock last written or read.
+    #[must_use]
+    pub fn sb_seq_number(&self) -> Option<u64> {
+        self.ctl.lock().sb.as_ref().map(|s| s.seq_number)
+    }
+
+    fn state_of(&self, i: usize) -> Option<u8> {
+        self.member_state.get(i).map(|s| s.load(Ordering::Acquire))
+    }
+
     pub(crate) fn member_ok(&self, i: usize) -> bool {
-        self.member_state
-            .get(i)
-            .is_some_and(|s| s.load(Ordering::Acquire) == MEMBER_OK)
+        self.state_of(i) == Some(MEMBER_OK)
     }
 
     /// Whether member `i` is being rebuilt.
     pub(crate) fn member_rebuilding(&self, i: usize) -> bool {
-        self.member_state
-            .get(i)
-            .is_some_and(|s| s.load(Ordering::Acquire) == MEMBER_REBUILDING)
+        self.state_of(i) == Some(MEMBER_REBUILDING)
     }
 
     /// Whether writes go to member `i`: working, or being rebuilt.
     pub(crate) fn member_writable(&self, i: usize) -> bool {
-        self.member_state
-            .get(i)
-            .is_some_and(|s| matches!(s.load(Ordering::Acquire), MEMBER_OK | MEMBER_REBUILDING))
+        matches!(self.state_of(i), Some(MEMBER_OK | MEMBER_REBUILDING))
     }
 
     pub(crate) fn member_removed(&self, i: usize) -> bool {
-        self.member_state
-            .get(i)
-            .is_some_and(|s| s.load(Ordering::Acquire) == MEMBER_REMOVED)
+        self.state_of(i) == Some(MEMBER_REMOVED)
+    }
+
+    /// Sets member `i`'s state. Takes the control state as proof that the
+    /// caller holds the lock: a superblock raid's change is counted in
+    /// `sb_dirty` before it is visible, so that the superblock written
+    /// next includes it (see the file's doc).
+    pub(crate) fn set_member_state(&self, _ctl: &mut Control, i: usize, state: u8) {
+        if self.state_of(i) == Some(state) {
+            return;
+        }
+        if self.superblock {
+            self.sb_dirty.fetch_add(1, Ordering::AcqRel);
+        }
+        self.member_state[i].store(state, Ordering::Release);
+    }
+
+    /// Whether a member-state change is not on the members yet (a raid1
+    /// write completing now waits for it). One load for raids without
+    /// superblock.
+    #[inline]
+    pub(crate) fn sb_behind(&self) -> Option<u64> {
+        if !self.superblock {
+            return None;
+        }
+        let dirty = self.sb_dirty.load(Ordering::Acquire);
+        (self.sb_durable.load(Ordering::Acquire) < dirty).then_some(dirty)
     }
 
     pub(crate) fn num_members(&self) -> usize {
         self.num_members
     }
 
+    /// Every slot holds its member, or is known to start without one.
     pub(crate) fn all_discovered(&self) -> bool {
-        self.ctl.lock().members.iter().all(Option::is_some)
+        let ctl = self.ctl.lock();
+        ctl.members
+            .iter()
+            .zip(&ctl.absent)
+            .all(|(m, absent)| m.is_some() || *absent)
     }
 
     pub(crate) fn operational(&self) -> usize {
@@ -262,6 +432,16 @@ impl Raid {
         })
     }
 
+    /// Whether bdev `b` is one of this raid's members.
+    pub(crate) fn holds(&self, b: &Bdev) -> bool {
+        self.ctl
+            .lock()
+            .members
+            .iter()
+            .flatten()
+            .any(|m| m.bdev.uuid() == b.uuid() && m.bdev.name() == b.name())
+    }
+
     pub(crate) fn close_member(&self, i: usize) {
         let md = self.ctl.lock().members[i].take();
         if let Some(md) = md {
@@ -271,18 +451,20 @@ impl Raid {
 
     /// Marks member `i` failed after an I/O error (raid1), unless it is
     /// the last operational member. Returns whether the member is out.
+    /// Callers go through `persist::fail_member`, which records the
+    /// failure in the superblock.
     pub(crate) fn member_failed(&self, i: usize) -> bool {
-        if self.member_rebuilding(i) {
-            // A rebuild target that fails a write is out; the rebuild
-            // stops at its next step.
-            self.member_state[i].store(MEMBER_FAILED, Ordering::Release);
-            tracing::warn!(raid = %self.name, slot = i, "rebuild target failed an I/O");
-            return true;
-        }
-        if !self.member_ok(i) {
+        if !self.member_writable(i) {
             return true;
         }
         let mut ctl = self.ctl.lock();
+        if self.member_rebuilding(i) {
+            // A rebuild target that fails a write is out; the rebuild
+            // stops at its next step.
+            self.set_member_state(&mut ctl, i, MEMBER_FAILED);
+            tracing::warn!(raid = %self.name, slot = i, "rebuild target failed an I/O");
+            return true;
+        }
         if !self.member_ok(i) {
             return true;
         }
@@ -292,7 +474,7 @@ impl Raid {
         {
             return false;
         }
-        self.member_state[i].store(MEMBER_FAILED, Ordering::Release);
+        self.set_member_state(&mut ctl, i, MEMBER_FAILED);
         ctl.state = RaidState::Degraded;
         tracing::warn!(raid = %self.name, slot = i, member = %ctl.names[i],
             operational = self.operational(), "raid member failed an I/O; raid degraded");
@@ -350,7 +532,7 @@ impl Raid {
         let ctl = self.ctl.lock();
         let discovered = ctl.members.iter().filter(|m| m.is_some()).count();
         let operational = match ctl.state {
-            RaidState::Configuring => self.num_members(),
+            RaidState::Configuring => (0..self.num_members()).filter(|i| !ctl.absent[*i]).count(),
             _ => (0..self.num_members())
                 .filter(|i| self.member_ok(*i) && ctl.members[*i].is_some())
                 .count(),
@@ -361,13 +543,17 @@ impl Raid {
             .enumerate()
             .map(|(i, name)| {
                 let md = ctl.members[i].as_ref();
-                let gone = md.is_none() && ctl.state != RaidState::Configuring;
+                let gone = md.is_none() && (ctl.state != RaidState::Configuring || ctl.absent[i]);
+                let uuid = md
+                    .map(|m| m.bdev.uuid())
+                    .or(ctl.expect[i])
+                    .unwrap_or_else(Uuid::nil);
                 json!({
-                    "name": if gone { Value::Null } else { json!(name) },
-                    "uuid": md.map_or(Uuid::nil(), |m| m.bdev.uuid()).to_string(),
+                    "name": if gone || name.is_empty() { Value::Null } else { json!(name) },
+                    "uuid": uuid.to_string(),
                     "is_configured": md.is_some(),
-                    "data_offset": 0,
-                    "data_size": if md.is_some() { ctl.data_size } else { 0 },
+                    "data_offset": ctl.offsets[i],
+                    "data_size": if md.is_some() { ctl.sizes[i] } else { 0 },
                 })
             })
             .collect();
@@ -376,7 +562,7 @@ impl Raid {
         m.insert("strip_size_kb".into(), json!(self.strip_size_kb));
         m.insert("state".into(), json!(ctl.state.spdk_name()));
         m.insert("raid_level".into(), json!(self.level.name()));
-        m.insert("superblock".into(), json!(false));
+        m.insert("superblock".into(), json!(self.superblock));
         m.insert("num_base_bdevs".into(), json!(self.num_members()));
         m.insert("num_base_bdevs_discovered".into(), json!(discovered));
         m.insert("num_base_bdevs_operational".into(), json!(operational));
@@ -398,8 +584,27 @@ impl Raid {
         m
     }
 
-    /// The `bdev_raid_create` entry that recreates this raid.
+    /// The `bdev_raid_create` entry that recreates this raid. Only members
+    /// in sync are named: a slot being rebuilt, failed or removed is
+    /// written as SPDK's placeholder, so that a restart starts the raid
+    /// degraded without it (and never trusts its data).
     pub(crate) fn create_entry(&self) -> Value {
+        let ctl = self.ctl.lock();
+        let names: Vec<String> = if ctl.state == RaidState::Configuring {
+            ctl.names.clone()
+        } else {
+            ctl.names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    if ctl.members[i].is_some() && self.member_ok(i) {
+                        n.clone()
+                    } else {
+                        placeholder(i)
+                    }
+                })
+                .collect()
+        };
         let mut p = Map::new();
         p.insert("name".into(), json!(self.name));
         p.insert("uuid".into(), json!(self.uuid.to_string()));
@@ -407,8 +612,70 @@ impl Raid {
             p.insert("strip_size_kb".into(), json!(self.strip_size_kb));
         }
         p.insert("raid_level".into(), json!(self.level.name()));
-        p.insert("base_bdevs".into(), json!(self.ctl.lock().names));
+        p.insert("base_bdevs".into(), json!(names));
+        if self.superblock {
+            p.insert("superblock".into(), json!(true));
+        }
         json!({"method": "bdev_raid_create", "params": p})
+    }
+
+    /// The `bdev_raid_add_base_bdev` entries that restart the rebuilds
+    /// under way (emitted after every bdev's own entry, so the target
+    /// exists when they replay).
+    pub(crate) fn rebuild_entries(&self) -> Vec<Value> {
+        let ctl = self.ctl.lock();
+        let mut out: Vec<Value> = (0..self.num_members())
+            .filter(|i| ctl.members[*i].is_some() && self.member_rebuilding(*i))
+            .map(|i| {
+                json!({"method": "bdev_raid_add_base_bdev",
+                    "params": {"raid_bdev": self.name, "base_bdev": ctl.names[i]}})
+            })
+            .collect();
+        out.extend(ctl.deferred.iter().map(|b| {
+            json!({"method": "bdev_raid_add_base_bdev",
+                "params": {"raid_bdev": self.name, "base_bdev": b}})
+        }));
+        out
+    }
+
+    /// The superblock to write now: the last one with this raid's member
+    /// states, sizes and sequence number raised; `None` without
+    /// superblock. Call with the lock held (persist.rs).
+    pub(crate) fn sb_snapshot(&self, ctl: &Control) -> Option<Superblock> {
+        if !self.superblock {
+            return None;
+        }
+        let mut sb = ctl.sb.clone()?;
+        sb.seq_number += 1;
+        sb.raid_size = raid_blocks(self.level, ctl);
+        let mut members = Vec::with_capacity(self.num_members());
+        for i in 0..self.num_members() {
+            let slot = u8::try_from(i).unwrap_or(u8::MAX);
+            let prev = sb.member(i).cloned();
+            let was = prev.as_ref().map_or(SbMemberState::Missing, |m| m.state);
+            let not_in_sync = if was == SbMemberState::Configured {
+                SbMemberState::Missing
+            } else {
+                was
+            };
+            let present = ctl.members[i].as_ref().map(|m| m.bdev.uuid());
+            let (uuid, state) = match (present, self.state_of(i)) {
+                (Some(u), Some(MEMBER_OK)) => (u, SbMemberState::Configured),
+                (Some(u), Some(MEMBER_FAILED)) => (u, SbMemberState::Failed),
+                (Some(u), Some(MEMBER_REBUILDING)) => (u, not_in_sync),
+                _ => (prev.as_ref().map_or(Uuid::nil(), |m| m.uuid), not_in_sync),
+            };
+            members.push(SbMember {
+                uuid,
+                data_offset: ctl.offsets[i],
+                data_size: ctl.sizes[i],
+                state,
+                flags: prev.as_ref().map_or(0, |m| m.flags),
+                slot,
+            });
+        }
+        sb.members = members;
+        Some(sb)
     }
 
     /// Channels to the members for a new raid channel (`None` for missing
@@ -434,6 +701,11 @@ impl Raid {
             .as_ref()
             .filter(|_| !self.member_removed(i))
             .and_then(|m| m.desc.get_io_channel().ok())
+    }
+
+    /// First block of the raid's data on slot `i`.
+    pub(crate) fn data_offset(&self, i: usize) -> u64 {
+        self.ctl.lock().offsets.get(i).copied().unwrap_or(0)
     }
 
     /// The slots a rebuild may read from: working members.
@@ -473,7 +745,7 @@ impl Raid {
         let mut ctl = self.ctl.lock();
         ctl.rebuild = None;
         if self.member_rebuilding(i) {
-            self.member_state[i].store(MEMBER_OK, Ordering::Release);
+            self.set_member_state(&mut ctl, i, MEMBER_OK);
             if ctl.state == RaidState::Degraded && self.operational() == self.num_members() {
                 ctl.state = RaidState::Online;
             }
@@ -490,5 +762,15 @@ impl Raid {
             .iter()
             .flatten()
             .all(|m| m.bdev.supports(t))
+    }
+}
+
+/// The raid's size in blocks from its slots' data sizes (as the geometry
+/// computes it at start).
+fn raid_blocks(level: RaidLevel, ctl: &Control) -> u64 {
+    match level {
+        RaidLevel::Raid1 => ctl.data_size,
+        RaidLevel::Raid0 | RaidLevel::Raid5f => ctl.data_size * ctl.sizes.len() as u64,
+        RaidLevel::Concat => ctl.sizes.iter().sum(),
     }
 }

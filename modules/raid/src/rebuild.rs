@@ -14,19 +14,17 @@
 //! when the new member fails or goes away, when no working member can be
 //! read, or when the raid goes away; the raid then stays degraded.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bdevkit::dma::DmaBuf;
-use bdevkit::thread::{PollerStatus, Thread};
-use parking_lot::Mutex;
+use bdevkit::thread::Thread;
 
 use crate::config::RaidState;
 use crate::io::RaidBdev;
+use crate::persist;
 use crate::raid::{Raid, RebuildProgress};
+use crate::wait::{callback, sleep_us};
 
 /// How often a quiesce checks whether the window's writes drained.
 const DRAIN_POLL_US: u64 = 100;
@@ -40,7 +38,14 @@ pub(crate) fn start(raid: Arc<Raid>, bdev: Arc<RaidBdev>, target: usize) {
     };
     t.spawn_local(async move {
         let started = Instant::now();
-        let r = copy_all(&raid, &bdev, target).await;
+        // A superblock raid first records the new member's UUID in its
+        // slot (not in sync): after a crash, examine knows it and rebuilds
+        // it again.
+        let r = if persist::write_now(&raid).await {
+            copy_all(&raid, &bdev, target).await
+        } else {
+            Err("the superblock could not be written".into())
+        };
         // Never leave writes held, whatever happened.
         callback(|done| bdev.unquiesce(move || done(()))).await;
         match r {
@@ -48,6 +53,11 @@ pub(crate) fn start(raid: Arc<Raid>, bdev: Arc<RaidBdev>, target: usize) {
                 tracing::info!(raid = %raid.name(), slot = target, blocks,
                     secs = started.elapsed().as_secs_f64(), "raid rebuild copied every block");
                 raid.rebuild_done(target);
+                // Now the superblock says the member is in sync.
+                if !persist::write_now(&raid).await {
+                    tracing::error!(raid = %raid.name(), slot = target,
+                        "cannot record the rebuilt member in the superblock");
+                }
             }
             Err(why) => {
                 tracing::warn!(raid = %raid.name(), slot = target, why, "raid rebuild stopped");
@@ -57,7 +67,7 @@ pub(crate) fn start(raid: Arc<Raid>, bdev: Arc<RaidBdev>, target: usize) {
     });
 }
 
-async fn copy_all(raid: &Raid, bdev: &RaidBdev, target: usize) -> Result<u64, String> {
+async fn copy_all(raid: &Arc<Raid>, bdev: &RaidBdev, target: usize) -> Result<u64, String> {
     callback(|done| bdev.attach_member(target, move || done(()))).await;
     let total = raid
         .rebuild_progress()
@@ -66,6 +76,7 @@ async fn copy_all(raid: &Raid, bdev: &RaidBdev, target: usize) -> Result<u64, St
     let tgt = raid
         .member_channel(target)
         .ok_or("the new member went away")?;
+    let tgt_off = raid.data_offset(target);
     let bs = u64::from(tgt.bdev().block_size());
     let (window_kb, max_mib_s) = raid.process_options();
     let window = (u64::from(window_kb) * 1024 / bs).max(1);
@@ -86,10 +97,10 @@ async fn copy_all(raid: &Raid, bdev: &RaidBdev, target: usize) -> Result<u64, St
             sleep_us(DRAIN_POLL_US).await;
         }
         let data = read_window(raid, off, n, buf.take()).await?;
-        match tgt.write(off, n, data).await {
+        match tgt.write(tgt_off + off, n, data).await {
             Ok(b) => buf = Some(b),
             Err(f) => {
-                raid.member_failed(target);
+                persist::fail_member(raid, target);
                 return Err(format!("writing the new member failed: {}", f.error));
             }
         }
@@ -121,7 +132,7 @@ async fn copy_all(raid: &Raid, bdev: &RaidBdev, target: usize) -> Result<u64, St
 /// Reads blocks `off..off + n` from a working member (another one when a
 /// read fails, which marks that member failed).
 async fn read_window(
-    raid: &Raid,
+    raid: &Arc<Raid>,
     off: u64,
     n: u64,
     mut buf: Option<DmaBuf>,
@@ -138,77 +149,15 @@ async fn read_window(
             )
             .map_err(|e| format!("rebuild buffer: {e}"))?,
         };
-        match ch.read(off, n, b).await {
+        match ch.read(raid.data_offset(src) + off, n, b).await {
             Ok(b) => return Ok(b),
             Err(f) => {
                 tracing::warn!(raid = %raid.name(), slot = src, error = %f.error,
                     "rebuild read failed");
-                raid.member_failed(src);
+                persist::fail_member(raid, src);
                 buf = f.buf;
             }
         }
     }
     Err("no working member could be read".into())
-}
-
-/// Runs `f` with a completion callback and waits for its value.
-fn callback<T: Send + 'static>(
-    f: impl FnOnce(Box<dyn FnOnce(T) + Send>),
-) -> impl Future<Output = T> {
-    let shared: Arc<Mutex<Shared<T>>> = Arc::new(Mutex::new(Shared {
-        value: None,
-        waker: None,
-    }));
-    let s2 = Arc::clone(&shared);
-    f(Box::new(move |v| {
-        let waker = {
-            let mut s = s2.lock();
-            s.value = Some(v);
-            s.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }));
-    Wait { shared }
-}
-
-struct Shared<T> {
-    value: Option<T>,
-    waker: Option<Waker>,
-}
-
-struct Wait<T> {
-    shared: Arc<Mutex<Shared<T>>>,
-}
-
-impl<T> Future for Wait<T> {
-    type Output = T;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let mut s = self.shared.lock();
-        match s.value.take() {
-            Some(v) => Poll::Ready(v),
-            None => {
-                s.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-}
-
-/// Sleeps `us` µs with a timed poller on the current thread.
-fn sleep_us(us: u64) -> impl Future<Output = ()> {
-    callback(move |done| {
-        let Some(t) = Thread::current() else {
-            return done(());
-        };
-        let mut done = Some(done);
-        t.register_poller("raid_rebuild_wait", us.max(1), move |p| {
-            p.unregister();
-            if let Some(d) = done.take() {
-                d(());
-            }
-            PollerStatus::Busy
-        });
-    })
 }

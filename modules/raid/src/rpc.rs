@@ -25,6 +25,15 @@ pub use crate::config::{
     RaidRemoveBaseBdevParams, RaidSetOptionsParams,
 };
 
+/// Runs a handler's asynchronous part on the current bdevkit thread (the
+/// RPC thread).
+fn spawn(fut: impl std::future::Future<Output = ()> + 'static) {
+    match bdevkit::thread::Thread::current() {
+        Some(t) => t.spawn_local(fut),
+        None => tracing::error!("raid RPC outside a bdevkit thread"),
+    }
+}
+
 fn decode_failed() -> RpcError {
     RpcError::new(RpcError::PARSE_ERROR, "spdk_json_decode_object failed")
 }
@@ -44,16 +53,19 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             ));
         }
         let name = p.name.clone();
-        match crate::create(&m, p) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => {
-                let e = RpcError::from_errno(e.errno());
-                resp.err(RpcError::new(
-                    e.code,
-                    format!("Failed to create RAID bdev {name}: {}", e.message),
-                ));
+        let m = m.clone();
+        spawn(async move {
+            match crate::create(&m, p).await {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => {
+                    let e = RpcError::from_errno(e.errno());
+                    resp.err(RpcError::new(
+                        e.code,
+                        format!("Failed to create RAID bdev {name}: {}", e.message),
+                    ));
+                }
             }
-        }
+        });
     })?;
     let m = mgr.clone();
     reg.register("bdev_raid_delete", RUNTIME, move |params, resp| {
@@ -61,7 +73,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             return resp.err(decode_failed());
         };
         let name = p.name.clone();
-        crate::delete(&m, &p.name, move |r| match r {
+        crate::delete_with(&m, &p.name, p.clear_sb.unwrap_or(false), move |r| match r {
             Ok(()) => resp.ok(json!(true)),
             Err(bdevkit::Error::NotFound(_)) => resp.err(RpcError::new(
                 -libc::ENODEV,
@@ -83,19 +95,22 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 format!("raid bdev {} is not found in config", p.raid_bdev),
             ));
         }
-        match crate::add_base_bdev(&m, &p.raid_bdev, &p.base_bdev) {
-            Ok(()) => resp.ok(json!(true)),
-            Err(e) => {
-                let e = RpcError::from_errno(e.errno());
-                resp.err(RpcError::new(
-                    e.code,
-                    format!(
-                        "Failed to add base bdev {} to RAID bdev {}: {}",
-                        p.base_bdev, p.raid_bdev, e.message
-                    ),
-                ));
+        let m = m.clone();
+        spawn(async move {
+            match crate::add_base_bdev(&m, &p.raid_bdev, &p.base_bdev).await {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e) => {
+                    let e = RpcError::from_errno(e.errno());
+                    resp.err(RpcError::new(
+                        e.code,
+                        format!(
+                            "Failed to add base bdev {} to RAID bdev {}: {}",
+                            p.base_bdev, p.raid_bdev, e.message
+                        ),
+                    ));
+                }
             }
-        }
+        });
     })?;
     let m = mgr.clone();
     reg.register(

@@ -42,7 +42,7 @@ mod tests {
                 malloc(&mgr, &format!("M{i}"), 1024);
             }
             let p = RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["M0", "M1", "M2", "M3"]);
-            bdevkit_raid::create(&mgr, p).unwrap();
+            bdevkit_raid::create(&mgr, p).await.unwrap();
             let b = mgr.get("r0").unwrap();
             assert_eq!(b.product_name(), "Raid Volume");
             assert_eq!(b.num_blocks(), 4096);
@@ -69,6 +69,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A", "B"]),
             )
+            .await
             .unwrap();
             assert_eq!(mgr.get("r1").unwrap().num_blocks(), 500, "smallest member");
             conformance::run(&mgr, "r1", Some(bdevkit_raid::delete)).await;
@@ -78,7 +79,7 @@ mod tests {
             malloc(&mgr, "C1", 64);
             malloc(&mgr, "C2", 200);
             let p = RaidCreateParams::new("c0", RaidLevel::Concat, 4, &["C0", "C1", "C2"]);
-            bdevkit_raid::create(&mgr, p).unwrap();
+            bdevkit_raid::create(&mgr, p).await.unwrap();
             assert_eq!(mgr.get("c0").unwrap().num_blocks(), 96 + 64 + 200);
             conformance::run(&mgr, "c0", Some(bdevkit_raid::delete)).await;
         });
@@ -95,12 +96,14 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r0", RaidLevel::Raid0, 1, &["X0", "X1"]),
             )
+            .await
             .unwrap();
             // concat: raid block 64 is member 1's block 0.
             bdevkit_raid::create(
                 &mgr,
                 RaidCreateParams::new("c0", RaidLevel::Concat, 1, &["Y0", "Y1"]),
             )
+            .await
             .unwrap();
             for (raid, block, member) in [("r0", 2, "X1"), ("r0", 5, "X0"), ("c0", 64, "Y1")] {
                 let d = mgr.open(raid, true, |_| {}).unwrap();
@@ -155,6 +158,7 @@ mod tests {
                 ("c0", RaidLevel::Concat, 64, ["N4", "N5"]),
             ] {
                 bdevkit_raid::create(&mgr, RaidCreateParams::new(name, level, strip, &members))
+                    .await
                     .unwrap();
             }
             let resized = Arc::new(AtomicUsize::new(0));
@@ -212,13 +216,15 @@ mod tests {
             for n in ["A0", "A1", "B0", "B1", "C0"] {
                 malloc(&mgr, n, 256);
             }
-            let create = |name: &str, level: RaidLevel, strip: u32, members: &[&str]| {
-                bdevkit_raid::create(&mgr, RaidCreateParams::new(name, level, strip, members))
+            for (name, level, strip, members) in [
+                ("r1", RaidLevel::Raid1, 0, ["A0", "A1"]),
+                ("r0", RaidLevel::Raid0, 4, ["B0", "B1"]),
+                ("rc", RaidLevel::Raid1, 0, ["C0", "C1"]),
+            ] {
+                bdevkit_raid::create(&mgr, RaidCreateParams::new(name, level, strip, &members))
+                    .await
                     .unwrap();
-            };
-            create("r1", RaidLevel::Raid1, 0, &["A0", "A1"]);
-            create("r0", RaidLevel::Raid0, 4, &["B0", "B1"]);
-            create("rc", RaidLevel::Raid1, 0, &["C0", "C1"]);
+            }
             let remove =
                 |name: &str| call(&reg, "bdev_raid_remove_base_bdev", json!({ "name": name }));
             let unclaimed = |name: &str| mgr.get(name).unwrap().claim().is_none();
@@ -315,6 +321,7 @@ mod tests {
             mgr,
             RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &members),
         )
+        .await
         .unwrap();
         let opts = json!({"process_window_size_kb": 4});
         assert_eq!(
@@ -372,10 +379,13 @@ mod tests {
                 Ok(json!(true))
             );
             assert!(contents(&mgr, "r1", 2048).await == expect);
-            // save_config names the new member.
+            // save_config names the new member, and not the one taken out.
             let b = mgr.get("r1").unwrap();
             let cfg = b.write_config_json().unwrap();
-            assert_eq!(cfg["params"]["base_bdevs"], json!(["A0", "A2"]));
+            assert_eq!(
+                cfg["params"]["base_bdevs"],
+                json!(["removed_base_bdev_0", "A2"])
+            );
         });
     }
 
@@ -451,7 +461,7 @@ mod tests {
                     .unwrap()
             });
             env.run(|mgr| async move {
-                bdevkit_raid::add_base_bdev(&mgr, "r1", "B2").unwrap();
+                bdevkit_raid::add_base_bdev(&mgr, "r1", "B2").await.unwrap();
             });
             writer.join().unwrap()
         });
@@ -504,7 +514,7 @@ mod tests {
                     drop(d);
                 });
             bdevkit_test::env::sleep_ms(5).await;
-            bdevkit_raid::add_base_bdev(&mgr, "r1", "T1").unwrap();
+            bdevkit_raid::add_base_bdev(&mgr, "r1", "T1").await.unwrap();
             bdevkit_test::env::sleep_ms(50).await;
             let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
             assert_eq!(
@@ -535,11 +545,13 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["C0", "C1"]),
             )
+            .await
             .unwrap();
             bdevkit_raid::create(
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["D0", "D1"]),
             )
+            .await
             .unwrap();
             let add = |raid: &str, base: &str| {
                 call(
@@ -590,6 +602,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r3", RaidLevel::Raid1, 0, &["E0", "E1", "E2"]),
             )
+            .await
             .unwrap();
             for m in ["E1", "E2"] {
                 assert_eq!(
@@ -618,6 +631,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("rc", RaidLevel::Raid1, 0, &["F0", "F1"]),
             )
+            .await
             .unwrap();
             assert_eq!(
                 add("rc", "C3").await,
@@ -636,6 +650,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M0", "M1"]),
             )
+            .await
             .unwrap();
             assert_eq!(state(&mgr, "r1"), RaidState::Configuring);
             assert!(mgr.get("r1").is_none());
@@ -667,6 +682,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["EE_M0", "M1"]),
             )
+            .await
             .unwrap();
             let mut p =
                 ErrorInjectParams::new("EE_M0", InjectIoType::All, InjectErrorType::Failure);
@@ -698,6 +714,7 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M0", "EE_M1"]),
             )
+            .await
             .unwrap();
             let d = mgr.open("r1", true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
@@ -733,11 +750,13 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["A0", "A1"]),
             )
+            .await
             .unwrap();
             bdevkit_raid::create(
                 &mgr,
                 RaidCreateParams::new("r0", RaidLevel::Raid0, 4, &["B0", "B1"]),
             )
+            .await
             .unwrap();
             let d1 = mgr.open("r1", true, |_| {}).unwrap();
             let c1 = d1.get_io_channel().unwrap();
@@ -783,11 +802,13 @@ mod tests {
                 &mgr,
                 RaidCreateParams::new("r0", RaidLevel::Raid0, 64, &["M0", "M1"]),
             )
+            .await
             .unwrap();
             bdevkit_raid::create(
                 &mgr,
                 RaidCreateParams::new("r1", RaidLevel::Raid1, 0, &["M2", "Later"]),
             )
+            .await
             .unwrap();
             let uuid = mgr.get("r0").unwrap().uuid().to_string();
             let entries: Vec<Value> = mgr
@@ -863,7 +884,8 @@ mod tests {
                 (json!({"name": "x", "raid_level": "raid1", "base_bdevs": ["M2"]}), "x"),
                 (json!({"name": "x", "raid_level": "raid5f", "strip_size_kb": 4, "base_bdevs": ["a", "b", "c"]}), "x"),
                 (json!({"name": "x", "raid_level": "1", "base_bdevs": ["M2", "M2"]}), "x"),
-                (json!({"name": "x", "raid_level": "1", "base_bdevs": ["M2", "Q"], "superblock": true}), "x"),
+                (json!({"name": "x", "raid_level": "0", "strip_size_kb": 4, "base_bdevs": ["M2", "removed_base_bdev_1"]}), "x"),
+                (json!({"name": "x", "raid_level": "1", "base_bdevs": ["removed_base_bdev_0", "removed_base_bdev_1"]}), "x"),
                 (json!({"name": "n".repeat(64), "raid_level": "concat", "strip_size_kb": 4, "base_bdevs": ["M2"]}), &*"n".repeat(64)),
             ] {
                 let r = call(&reg, "bdev_raid_create", params.clone()).await;
