@@ -35,7 +35,11 @@ enum AdminKind {
     Async(AdminCallback),
 }
 
-impl Request for AdminReq {
+// SAFETY: the one segment is the request's own `DmaMem`, driver-allocated
+// DMA memory that the request owns until its completion (or until the
+// queue pair drops it); callers never hold references into DmaMem (it is
+// read and written by copies).
+unsafe impl Request for AdminReq {
     fn segment_count(&self, _d: Data) -> usize {
         usize::from(self.buf.is_some())
     }
@@ -164,7 +168,9 @@ impl<Q: QueueTransport> AdminQueue<Q> {
     pub(crate) fn abort_all(&self) {
         let mut failed = Vec::new();
         if let Some(a) = self.inner.lock().as_mut() {
-            a.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
+            // Called when the controller is disabled or gone (the doc
+            // above): it works on none of these commands any more.
+            a.qp.fail_all_now(Status::ABORTED_SQ_DELETION, &mut failed);
             a.qp.set_connected(false);
         }
         deliver(&mut failed);

@@ -147,6 +147,9 @@ impl QueueTransport for AnyQueue {
     fn clear(&mut self) {
         each_q!(self, q => q.clear());
     }
+    fn dma(&self) -> bool {
+        each_q!(self, q => q.dma())
+    }
     fn is_alive(&self) -> bool {
         each_q!(self, q => q.is_alive())
     }
@@ -240,5 +243,11 @@ impl Transport for AnyTransport {
     }
     fn vendor_id(&self) -> u16 {
         each!(self, t => t.vendor_id())
+    }
+    fn set_dma(&self, on: bool) {
+        each!(self, t => t.set_dma(on));
+    }
+    fn uses_dma(&self) -> bool {
+        each!(self, t => t.uses_dma())
     }
 }

@@ -58,4 +58,11 @@ pub trait PciFunction: Send + Sync + fmt::Debug + 'static {
     fn vendor_id(&self) -> u16 {
         0
     }
+
+    /// Sets or clears Bus Master Enable in the PCI command register. With
+    /// it clear the function cannot access host memory: once this returns
+    /// `false`-wise, no DMA of the device is in progress or to come. The
+    /// driver clears it when a controller does not stop (so that its
+    /// commands' memory can be handed back) and sets it before enabling.
+    fn set_bus_master(&self, on: bool);
 }

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -135,6 +135,10 @@ pub struct Controller<T: Transport> {
     admin: AdminQueue<T::Queue>,
     info: RwLock<Info>,
     state: AtomicU8,
+    /// Times the controller was stopped from touching host memory
+    /// (disabled, or bus mastering off): a queue pair that connected
+    /// before the last stop may hand its requests back.
+    stops: Arc<AtomicU64>,
     io_queues: Mutex<Vec<bool>>,
     handler: Mutex<Option<EventHandler>>,
     me: Weak<Controller<T>>,
@@ -203,6 +207,7 @@ impl<T: Transport> Controller<T> {
             admin,
             info: RwLock::new(Info::default()),
             state: AtomicU8::new(State::Resetting as u8),
+            stops: Arc::new(AtomicU64::new(0)),
             io_queues: Mutex::new(Vec::new()),
             handler: Mutex::new(None),
             me: me.clone(),
@@ -363,9 +368,15 @@ impl<T: Transport> Controller<T> {
             if let Err(e) = self.clear_enable() {
                 tracing::debug!(error = %e, "fabrics controller not disabled cleanly");
             }
-        } else {
-            self.clear_enable()?;
+        } else if let Err(e) = self.clear_enable() {
+            // It did not stop (or is gone): it must not touch the memory
+            // of the commands handed back below, so it loses bus mastering.
+            self.t.set_dma(false);
+            self.stops.fetch_add(1, Ordering::AcqRel);
+            self.admin.abort_all();
+            return Err(e);
         }
+        self.stops.fetch_add(1, Ordering::AcqRel);
         self.admin.abort_all();
         Ok(())
     }
@@ -391,6 +402,8 @@ impl<T: Transport> Controller<T> {
     /// their queues. Blocks.
     pub fn enable(&self) -> Result<()> {
         self.set_state(State::Resetting);
+        // Back after a disable that had to stop it by force.
+        self.t.set_dma(true);
         if !(self.t.is_fabrics() && self.admin.alive()) {
             let q = self.t.admin_queue(self.opts.admin_entries)?;
             self.admin.install(q);
@@ -530,8 +543,20 @@ impl<T: Transport> Controller<T> {
     /// Sends an admin command; `cb` gets its status, dword 0 and the data
     /// buffer, from [`Controller::poll_admin`] (or at once, with an error
     /// status, when the admin queue is down).
+    ///
+    /// The command may move data only through `buf` (driver-allocated DMA
+    /// memory): the data pointer is set from it, or cleared, and the
+    /// metadata pointer is cleared. Commands that would point the
+    /// controller at host memory any other way, or take over what the
+    /// driver owns, complete at once with "invalid command opcode" or
+    /// "invalid field": I/O queue creation and deletion, Doorbell Buffer
+    /// Config, Set Features Host Memory Buffer, fabrics and vendor
+    /// specific commands (whose fields the driver cannot vet).
     pub fn submit_admin(&self, sqe: Sqe, buf: Option<(DmaMem, usize)>, cb: AdminCallback) {
-        self.admin.submit(sqe, buf, cb);
+        match vet_admin(sqe, buf.is_some()) {
+            Ok(sqe) => self.admin.submit(sqe, buf, cb),
+            Err(status) => cb(status, 0, buf.map(|b| b.0)),
+        }
     }
 
     /// Polls the admin queue: completions run their callbacks, keep-alive
@@ -556,14 +581,24 @@ impl<T: Transport> Controller<T> {
         self.admin.wake()
     }
 
-    /// Runs an admin command and waits for it (bounded by the admin
-    /// timeout), checking for removal and fatal status meanwhile.
+    /// Runs an admin command without data and waits for it (bounded by
+    /// the admin timeout), checking for removal and fatal status
+    /// meanwhile. Vetted as [`Controller::submit_admin`] vets (a refused
+    /// command is `InvalidArg`).
     pub fn exec(&self, sqe: Sqe) -> Result<Cqe> {
+        let sqe = vet_admin(sqe, false).map_err(refused)?;
         self.exec_with(sqe, None).map(|(c, _)| c)
     }
 
-    /// Runs an admin command returning `len` bytes of data.
+    /// The driver's own admin commands (queue creation among them).
+    fn exec_raw(&self, sqe: Sqe) -> Result<Cqe> {
+        self.exec_with(sqe, None).map(|(c, _)| c)
+    }
+
+    /// Runs an admin command returning `len` bytes of data (vetted as
+    /// [`Controller::exec`]).
     pub fn exec_data(&self, sqe: Sqe, len: usize) -> Result<(Cqe, Vec<u8>)> {
+        let sqe = vet_admin(sqe, true).map_err(refused)?;
         let buf = self.t.alloc_buffer(len)?;
         let opcode = sqe.opcode;
         let (c, buf) = self.exec_with(sqe, Some((buf, len)))?;
@@ -611,7 +646,11 @@ impl<T: Transport> Controller<T> {
             .t
             .connect_io_queue(qid, self.io_entries(), &mut SyncAdmin(self))
         {
-            Ok(q) => Ok(Qpair::new(q)),
+            Ok(q) => {
+                let mut qp = Qpair::new(q);
+                qp.watch_stops(&self.stops);
+                Ok(qp)
+            }
             Err(e) => {
                 self.free_qid(qid);
                 Err(e)
@@ -626,6 +665,7 @@ impl<T: Transport> Controller<T> {
         }
         self.t
             .reconnect_io_queue(qp.transport_mut(), &mut SyncAdmin(self))?;
+        qp.watch_stops(&self.stops);
         qp.set_connected(true);
         Ok(())
     }
@@ -646,13 +686,33 @@ impl<T: Transport> Controller<T> {
         }
         qp.retire();
         let qid = qp.transport().qid();
+        let mut deleted = false;
         if self.state() == State::Enabled {
-            if let Err(e) = self
+            match self
                 .t
                 .disconnect_io_queue(qp.transport_mut(), &mut SyncAdmin(self))
             {
-                tracing::debug!(qid, error = %e, "I/O queue deletion failed");
+                Ok(()) => deleted = true,
+                Err(e) if self.t.uses_dma() => {
+                    // The controller may still work on the queue's
+                    // commands: it stops touching host memory altogether
+                    // (a controller that cannot delete a queue is broken;
+                    // a reset brings it back).
+                    tracing::warn!(qid, error = %e,
+                        "I/O queue deletion failed: controller stopped from DMA");
+                    self.t.set_dma(false);
+                    self.stops.fetch_add(1, Ordering::AcqRel);
+                    self.set_state(State::Failed);
+                }
+                Err(e) => tracing::debug!(qid, error = %e, "I/O queue deletion failed"),
             }
+        }
+        // Its commands are out of the controller's reach: deleted there,
+        // a transport without DMA, or the controller stopped since the
+        // queue connected (a disable; a removed controller is disabled
+        // by whoever saw it go).
+        if deleted || !self.t.uses_dma() || qp.stopped_since_connect() {
+            qp.set_quiesced();
         }
         // What the queue holds on the transport (a fabrics connection)
         // goes now, as it would with the queue pair dropped.
@@ -699,8 +759,45 @@ struct SyncAdmin<'a, T: Transport>(&'a Controller<T>);
 
 impl<T: Transport> AdminExec for SyncAdmin<'_, T> {
     fn exec(&mut self, sqe: Sqe) -> Result<Cqe> {
-        self.0.exec(sqe)
+        self.0.exec_raw(sqe)
     }
+}
+
+/// An admin command from outside the driver, made safe to send: the data
+/// pointer comes from the driver's buffer or is cleared, the metadata
+/// pointer is cleared, and commands that carry host addresses elsewhere
+/// (or would undo what the driver set up) are refused with the status
+/// they complete with.
+fn vet_admin(mut sqe: Sqe, has_buf: bool) -> std::result::Result<Sqe, Status> {
+    use nvme_spec::opcode::{AdminOpcode as A, ADMIN_VENDOR_SPECIFIC_START, FABRICS_OPCODE};
+    /// Set Features: Host Memory Buffer (its descriptor list address is
+    /// in dwords 13 to 15).
+    const FID_HOST_MEMORY_BUFFER: u32 = 0x0d;
+    let op = sqe.opcode;
+    let owned_by_driver = [
+        A::DeleteIoSq,
+        A::CreateIoSq,
+        A::DeleteIoCq,
+        A::CreateIoCq,
+        A::DoorbellBufferConfig,
+    ]
+    .iter()
+    .any(|a| *a as u8 == op);
+    if owned_by_driver || op == FABRICS_OPCODE || op >= ADMIN_VENDOR_SPECIFIC_START {
+        return Err(Status::INVALID_OPCODE);
+    }
+    if op == A::SetFeatures as u8 && sqe.cdw10.get() & 0xff == FID_HOST_MEMORY_BUFFER {
+        return Err(Status::INVALID_FIELD);
+    }
+    sqe.mptr.set(0);
+    if !has_buf {
+        sqe.set_prps(0, 0);
+    }
+    Ok(sqe)
+}
+
+fn refused(s: Status) -> Error {
+    Error::InvalidArg(format!("admin command refused: {s}"))
 }
 
 trait BoxZeroed {

@@ -230,6 +230,14 @@ impl Transport for PcieTransport {
     fn vendor_id(&self) -> u16 {
         self.func.vendor_id()
     }
+
+    fn set_dma(&self, on: bool) {
+        self.func.set_bus_master(on);
+    }
+
+    fn uses_dma(&self) -> bool {
+        true
+    }
 }
 
 /// One PCIe queue pair's rings and per-slot resources.
@@ -266,6 +274,21 @@ pub struct PcieQueue {
     reach_gate: &'static AtomicUsize,
     func: Arc<dyn PciFunction>,
     mem: DmaMem,
+}
+
+/// What an I/O command may not carry from its submitter: a metadata
+/// pointer, a data pointer of its own (a command without data gets none),
+/// a vendor specific opcode.
+#[inline(always)]
+fn scrub(sqe: &mut Sqe, data: Data) -> std::result::Result<(), SubmitError> {
+    if sqe.opcode >= nvme_spec::opcode::NVM_VENDOR_SPECIFIC_START {
+        return Err(SubmitError::Invalid);
+    }
+    sqe.mptr.set(0);
+    if data == Data::None {
+        sqe.set_prps(0, 0);
+    }
+    Ok(())
 }
 
 /// The reach gate of a function that has none: never 0, so that every
@@ -445,6 +468,13 @@ impl QueueTransport for PcieQueue {
         self.entries - 1
     }
 
+    /// Queues `sqe`. On an I/O queue, the command can point the controller
+    /// only at the request's data: the data pointer is the driver's (set
+    /// from the segments, or cleared for a command without data), the
+    /// metadata pointer is cleared, and vendor specific commands, whose
+    /// fields the driver cannot vet, are refused ([`SubmitError::Invalid`]).
+    /// The admin queue's commands are the driver's own, vetted by
+    /// [`crate::Controller::submit_admin`].
     #[inline(always)]
     fn submit(
         &mut self,
@@ -454,6 +484,9 @@ impl QueueTransport for PcieQueue {
         data: Data,
         dir: Dir,
     ) -> std::result::Result<Release, SubmitError> {
+        if self.qid != 0 {
+            scrub(&mut sqe, data)?;
+        }
         if data != Data::None {
             let Some((prp1, prp2)) = self.short(req, data) else {
                 // A fresh copy (see AnyQueue::submit).
@@ -465,6 +498,8 @@ impl QueueTransport for PcieQueue {
         Ok(Release::NotNeeded)
     }
 
+    /// As [`PcieQueue::submit`] (always vetted: only I/O queues take
+    /// this path).
     #[inline(always)]
     fn submit_short(
         &mut self,
@@ -474,6 +509,7 @@ impl QueueTransport for PcieQueue {
         data: Data,
         _dir: Dir,
     ) -> std::result::Result<(), SubmitError> {
+        scrub(&mut sqe, data)?;
         if data != Data::None {
             let (prp1, prp2) = self.short(req, data).ok_or(SubmitError::Long)?;
             sqe.set_prps(prp1, prp2);
@@ -498,6 +534,7 @@ impl QueueTransport for PcieQueue {
         }
         let mut buf = [0u8; PAGE];
         fill(&mut buf[..len]);
+        sqe.mptr.set(0);
         let page = self.slot_page(slot);
         self.mem.write_bytes(page, &buf[..len]);
         sqe.set_prps(self.mem.iova() + page as u64, 0);

@@ -4,6 +4,8 @@
 //! Owned by one thread, polled; no locks, no allocation per command.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use nvme_spec::cmd::Fuse;
 use nvme_spec::{Sqe, Status};
@@ -115,6 +117,14 @@ pub struct Qpair<Q: QueueTransport, C: Request> {
     short_release: bool,
     /// Deleted on the controller ([`crate::ctrlr::Controller::retire_io_qpair`]).
     retired: bool,
+    /// The controller no longer touches this queue's requests (deleted on
+    /// it, or disabled): dropping them frees their memory.
+    quiesced: bool,
+    /// The controller's count of stops (disable, bus mastering off), and
+    /// its value when this queue connected: a stop since then means the
+    /// controller works on none of the queue's commands.
+    stops: Option<Arc<AtomicU64>>,
+    epoch: u64,
 }
 
 impl<Q: QueueTransport, C: Request> fmt::Debug for Qpair<Q, C> {
@@ -140,6 +150,9 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             connected: true,
             short_release,
             retired: false,
+            quiesced: false,
+            stops: None,
+            epoch: 0,
         }
     }
 
@@ -188,6 +201,27 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
     pub(crate) fn retire(&mut self) {
         self.retired = true;
         self.connected = false;
+    }
+
+    /// The controller no longer works on this queue's commands (it was
+    /// deleted on the controller, or the controller is disabled).
+    pub(crate) fn set_quiesced(&mut self) {
+        self.quiesced = true;
+    }
+
+    /// Whether the controller stopped (disable, bus mastering off) since
+    /// this queue connected.
+    pub(crate) fn stopped_since_connect(&self) -> bool {
+        self.stops
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Acquire) != self.epoch)
+    }
+
+    /// Watches the controller's count of stops from now on (the queue
+    /// just connected).
+    pub(crate) fn watch_stops(&mut self, stops: &Arc<AtomicU64>) {
+        self.epoch = stops.load(Ordering::Acquire);
+        self.stops = Some(Arc::clone(stops));
     }
 
     /// Queues `sqe` (its CID is set here) with `data` of `ctx` moving in
@@ -551,7 +585,30 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
 
     /// The controller dropped every command (disabled, gone): completes
     /// them all with `status` into `out` and empties the transport queue.
-    pub fn fail_all(&mut self, status: Status, out: &mut Vec<Completion<C>>) {
+    ///
+    /// The requests come back to the caller, which may free their memory,
+    /// so this happens only when the controller can no longer touch it:
+    /// the queue was deleted on the controller
+    /// ([`crate::Controller::retire_io_qpair`]), the controller stopped
+    /// since the queue connected ([`crate::Controller::disable`], which
+    /// leaves it disabled or without bus mastering), or the transport
+    /// moves the data itself (fabrics). Otherwise nothing is handed back
+    /// and it returns `false`.
+    pub fn fail_all(&mut self, status: Status, out: &mut Vec<Completion<C>>) -> bool {
+        if self.q.dma() && !self.quiesced && !self.stopped_since_connect() {
+            tracing::warn!(
+                qid = self.q.qid(),
+                "commands not failed: the controller may still work on them"
+            );
+            return false;
+        }
+        self.fail_all_now(status, out);
+        true
+    }
+
+    /// [`Qpair::fail_all`] for the driver, which knows the controller
+    /// stopped (the admin queue after a disable).
+    pub(crate) fn fail_all_now(&mut self, status: Status, out: &mut Vec<Completion<C>>) {
         self.q.clear();
         for i in 0..self.slots.len() {
             let slot = u16::try_from(i).expect("invariant: slots fit u16");
@@ -567,5 +624,32 @@ impl<Q: QueueTransport, C: Request> Qpair<Q, C> {
             }
         }
         self.q.clear();
+    }
+}
+
+impl<Q: QueueTransport, C: Request> Drop for Qpair<Q, C> {
+    /// Requests still in flight on a queue the controller may still work
+    /// on (not deleted with [`crate::Controller::retire_io_qpair`], not
+    /// failed with [`Qpair::fail_all`]) are leaked, not freed: the
+    /// controller could still write into their memory. A queue pair that
+    /// was retired, or is empty, frees everything.
+    fn drop(&mut self) {
+        if self.quiesced {
+            return;
+        }
+        let mut leaked = 0;
+        for s in self.slots.iter_mut() {
+            if let Some(ctx) = s.ctx.take() {
+                std::mem::forget(ctx);
+                leaked += 1;
+            }
+        }
+        if leaked > 0 {
+            tracing::warn!(
+                qid = self.q.qid(),
+                leaked,
+                "queue pair dropped with commands in flight: their memory is leaked, not freed"
+            );
+        }
     }
 }

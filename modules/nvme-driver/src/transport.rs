@@ -36,7 +36,61 @@ pub enum Dir {
 /// A request's data, as the queue pair sees it: segments of process
 /// memory that stay valid until the request completes. Implemented by the
 /// user of the driver (the bdev adapter implements it for its I/O).
-pub trait Request {
+///
+/// The addresses a request hands out are given to the controller, which
+/// reads and writes them by DMA (PCIe), without the compiler knowing. So
+/// the trait is `unsafe`: only an implementation that vouches for its
+/// memory can be submitted, and safe code cannot hand the device memory
+/// it does not own. Everything else a command could point the device at
+/// is the driver's: it sets the data pointer itself (from the request's
+/// segments, its own PRP pages or bounce buffers; zero for a command
+/// without data), clears the metadata pointer, and refuses commands whose
+/// other fields carry host addresses (see [`crate::Controller::submit_admin`]
+/// and [`QueueTransport::submit`]).
+///
+/// # Safety
+///
+/// An implementor promises, for every value it submits to a queue pair:
+///
+/// * each segment `(addr, len)` of [`Request::segment`] and
+///   [`Request::single_segment`] is memory of this process, valid for
+///   `len` bytes, that stays allocated and is not reused from the moment
+///   the request is submitted until the queue pair gives the request back
+///   (its completion, [`crate::Qpair::fail_all`]) or drops it;
+/// * for data the device writes ([`Dir::FromDevice`]), no Rust reference
+///   to that memory is used in that time (the device writes it), and for
+///   data the device reads, nothing writes it;
+/// * the segments do not change while the request is in flight, and
+///   [`Request::segment_count`] agrees with them.
+///
+/// Owning the memory is the simple way to keep the promise (the bdev
+/// adapter's requests hold their `BdevIo`, whose buffers live as long as
+/// it). A request that borrows its buffer cannot keep it: safe code cannot
+/// implement the trait at all:
+///
+/// ```compile_fail,E0200
+/// use nvme_driver::{Data, Request};
+///
+/// /// A buffer borrowed from the caller's stack.
+/// struct Borrowed<'a>(&'a mut [u8]);
+///
+/// impl Request for Borrowed<'_> {
+///     fn segment_count(&self, _d: Data) -> usize {
+///         1
+///     }
+///     fn segment(&self, _d: Data, _i: usize) -> (usize, usize) {
+///         (self.0.as_ptr() as usize, self.0.len())
+///     }
+///     fn for_each_segment(&self, _d: Data, f: &mut dyn FnMut(&[u8])) {
+///         f(self.0)
+///     }
+///     fn for_each_segment_mut(&mut self, _d: Data, f: &mut dyn FnMut(&mut [u8])) -> bool {
+///         f(self.0);
+///         true
+///     }
+/// }
+/// ```
+pub unsafe trait Request {
     /// Number of segments of `data`.
     fn segment_count(&self, data: Data) -> usize;
     /// Segment `i` of `data`: address and length.
@@ -174,6 +228,15 @@ pub trait QueueTransport: Send + fmt::Debug {
     /// them: disabled or gone) and starts empty.
     fn clear(&mut self);
 
+    /// Whether the controller reads and writes the requests' memory by
+    /// DMA (PCIe), so that a request may be handed back only once the
+    /// controller stopped. `false` for a transport whose data the driver
+    /// moves itself (fabrics: after [`QueueTransport::clear`] nothing
+    /// touches a request). The default is the careful answer.
+    fn dma(&self) -> bool {
+        true
+    }
+
     /// Whether the queue still reaches the controller (a fabrics
     /// connection can drop; the owner then resets the controller).
     fn is_alive(&self) -> bool {
@@ -286,5 +349,17 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
     /// PCI vendor id, when the transport knows one.
     fn vendor_id(&self) -> u16 {
         0
+    }
+
+    /// Allows or stops the controller's access to host memory (PCIe: Bus
+    /// Master Enable). Stopped, it touches no host memory from the moment
+    /// this returns. Transports that move data without DMA (fabrics) do
+    /// nothing.
+    fn set_dma(&self, _on: bool) {}
+
+    /// Whether the controller reads and writes host memory by DMA (PCIe),
+    /// rather than the driver moving the data (fabrics).
+    fn uses_dma(&self) -> bool {
+        false
     }
 }

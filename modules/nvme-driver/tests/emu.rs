@@ -70,7 +70,10 @@ mod tests {
         }
     }
 
-    impl Request for Req {
+    // SAFETY: the segments lie in the request's own `Vec` (never resized
+    // while it is in flight); the tests read or change it only once the
+    // queue pair gave the request back.
+    unsafe impl Request for Req {
         fn segment_count(&self, d: Data) -> usize {
             self.list(d).len()
         }
@@ -429,7 +432,8 @@ mod tests {
         // Reset: disable, fail what was in flight, enable, reconnect.
         rig.ctrlr.disable().unwrap();
         let mut failed = Vec::new();
-        rig.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
+        // Disabled since the queue connected: everything comes back.
+        assert!(rig.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed));
         assert_eq!(failed.len(), 1);
         rig.ctrlr.enable().unwrap();
         rig.ctrlr.reconnect_io_qpair(&mut rig.qp).unwrap();
@@ -453,12 +457,17 @@ mod tests {
         rig.qp.flush();
         assert_eq!(rig.ctrlr.poll_admin(), Health::Removed);
         let mut failed = Vec::new();
-        rig.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
-        assert_eq!(failed.len() + wait(&mut rig.qp, 0).len(), 1);
+        // The controller was not stopped: nothing is handed back while it
+        // might still work on the commands; once it is disabled (it is
+        // gone: bus mastering goes off), they come back.
+        assert!(!rig.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed));
         assert!(matches!(
             rig.ctrlr.exec(Sqe::new(0x06, 0, 0)),
             Err(nvme_driver::Error::Removed)
         ));
+        assert!(rig.ctrlr.disable().is_err());
+        assert!(rig.qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed));
+        assert_eq!(failed.len() + wait(&mut rig.qp, 0).len(), 1);
     }
 
     #[test]
@@ -483,5 +492,99 @@ mod tests {
         }
         assert!(ev.is_some(), "no event");
         assert_eq!(rig.ctrlr.namespaces().len(), 2);
+    }
+
+    /// Safe code cannot point the device at memory through the command
+    /// itself: a command without data gets no data pointer (the device
+    /// reaches nothing and reports a transfer error), vendor specific I/O
+    /// commands are refused, and admin commands that carry host
+    /// addresses (or take over the driver's queues) are refused.
+    #[test]
+    fn commands_cannot_smuggle_host_addresses() {
+        let mut rig = rig("smuggle", EmuOptions::default(), 16);
+        let decoy = vec![0xaau8; 8192];
+        let at = (decoy.as_ptr() as u64 + 4095) & !4095;
+        let mut sqe = rw(1, false, 0, 1);
+        sqe.set_prps(at, 0);
+        sqe.mptr.set(at);
+        rig.qp
+            .submit(
+                sqe,
+                Data::None,
+                nvme_driver::Dir::FromDevice,
+                Req::new(&[], 1),
+            )
+            .map_err(|e| e.1)
+            .unwrap();
+        let c = wait(&mut rig.qp, 1);
+        assert_eq!(c.len(), 1);
+        assert!(
+            c[0].status().is(Status::DATA_TRANSFER_ERROR),
+            "{}",
+            c[0].status()
+        );
+        assert!(
+            decoy.iter().all(|b| *b == 0xaa),
+            "the device wrote the decoy"
+        );
+        // The same through the short path.
+        let mut sqe = rw(1, false, 0, 1);
+        sqe.set_prps(at, 0);
+        rig.qp
+            .submit_short(
+                sqe,
+                Data::None,
+                nvme_driver::Dir::FromDevice,
+                Req::new(&[], 1),
+            )
+            .map_err(|e| e.1)
+            .unwrap();
+        let c = wait(&mut rig.qp, 1);
+        assert!(c[0].status().is(Status::DATA_TRANSFER_ERROR));
+        assert!(decoy.iter().all(|b| *b == 0xaa));
+        // Vendor specific I/O: the driver cannot vet its fields.
+        let mut v = rw(1, false, 0, 1);
+        v.opcode = 0x81;
+        let r = rig.qp.submit(
+            v,
+            Data::None,
+            nvme_driver::Dir::FromDevice,
+            Req::new(&[], 1),
+        );
+        assert!(matches!(r, Err((_, SubmitError::Invalid))));
+        // Admin: queue creation, doorbell buffers, host memory buffer,
+        // vendor specific.
+        let create_cq = nvme_spec::admin::CreateIoCq {
+            qid: 9,
+            qsize: 15,
+            prp1: at,
+            pc: true,
+            ien: false,
+            iv: 0,
+        };
+        assert!(rig.ctrlr.exec(create_cq.to_sqe(0)).is_err());
+        let mut dbbuf = Sqe::new(0x7c, 0, 0);
+        dbbuf.set_prps(at, at);
+        assert!(rig.ctrlr.exec(dbbuf).is_err());
+        let mut hmb = Sqe::new(0x09, 0, 0);
+        hmb.cdw10.set(0x0d);
+        hmb.cdw13.set(u32::try_from(at & 0xffff_ffff).unwrap());
+        assert!(rig.ctrlr.exec(hmb).is_err());
+        let (tx, rx) = std::sync::mpsc::channel();
+        rig.ctrlr.submit_admin(
+            Sqe::new(0xc1, 0, 0),
+            None,
+            Box::new(move |st, _, _| tx.send(st).unwrap()),
+        );
+        assert_eq!(rx.recv().unwrap(), Status::INVALID_OPCODE);
+        // An admin command without data loses its pointer too: Get Log
+        // Page with nowhere to write gets a transfer error.
+        let mut log = Sqe::new(0x02, 0, 0);
+        log.cdw10.set(0x02 | (127 << 16));
+        log.set_prps(at, 0);
+        let r = rig.ctrlr.exec(log);
+        assert!(r.is_err() || !r.unwrap().status().is_success());
+        assert!(decoy.iter().all(|b| *b == 0xaa));
+        write_read(&mut rig, &[(0, 4096)], 0, 3);
     }
 }

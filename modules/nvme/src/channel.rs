@@ -642,6 +642,9 @@ impl ChInner {
         let mut failed = Vec::new();
         {
             let mut qp = self.qp.borrow_mut();
+            // The reset calls this once `Controller::disable` returned,
+            // which leaves the controller touching no host memory whatever
+            // it returns: the driver hands everything back.
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
             qp.set_connected(false);
         }
@@ -706,6 +709,12 @@ impl ChInner {
         let mut failed = Vec::new();
         {
             let mut qp = self.qp.borrow_mut();
+            // The queue goes for good: deleted on a controller that still
+            // works (detaching one path of several), nothing to send to a
+            // gone one.
+            self.driver.retire_io_qpair(&mut qp);
+            // Retired: the controller works on none of its commands
+            // (deleted, not enabled, or stopped from DMA).
             qp.fail_all(Status::ABORTED_SQ_DELETION, &mut failed);
             qp.set_connected(false);
         }

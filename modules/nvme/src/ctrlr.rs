@@ -430,6 +430,12 @@ impl NvmeCtrlr {
             return;
         }
         tracing::warn!(ctrlr = %self.name, "controller removed (gone, or its connection lost for good)");
+        if self.driver.transport().uses_dma() {
+            // Whatever is left of it stops touching host memory before
+            // its queues' requests go back to their owners (quick: a
+            // removed device answers all ones).
+            let _ = self.driver.disable();
+        }
         self.driver.set_state(nvme_driver::State::Removed);
         let me = Arc::clone(self);
         // I/O in flight moves to the other paths of its bdev, if any;

@@ -27,7 +27,13 @@ fn iovs(io: &BdevIo, d: Data) -> &[IoVec] {
     }
 }
 
-impl Request for NvmeIo {
+// SAFETY: the segments are those of the `BdevIo` this request owns: the
+// bdev layer's buffers (pool buffers, or a consumer's memory lent under
+// the bdev layer's own rules) stay valid while the I/O is in flight, which
+// lasts until the driver hands the request back or drops it; while it is
+// submitted nobody else touches its data (the bdev layer's contract for a
+// submitted I/O). The driver is the only holder meanwhile.
+unsafe impl Request for NvmeIo {
     #[inline]
     fn segment_count(&self, d: Data) -> usize {
         iovs(&self.0, d).len()

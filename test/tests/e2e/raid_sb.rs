@@ -134,7 +134,7 @@ fn raid_info(tgt: &Daemon) -> Option<Value> {
 
 fn aio_rpc(tgt: &Daemon, name: &str, file: &Path, i: usize) {
     let e = aio_entry(name, file, i);
-    tgt.ok("bdev_aio_create", Some(e["params"].clone()));
+    let _ = tgt.ok("bdev_aio_create", Some(e["params"].clone()));
 }
 
 #[test]
@@ -181,19 +181,19 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
 
     // bdev_tgt finds the array by examine; A1 out, A2 in, rebuilt slowly.
     let mut tgt = Daemon::start(&["-m", "0x1"]);
-    for i in 0..3 {
-        aio_rpc(&tgt, &format!("A{i}"), &files[i], i);
+    for (i, f) in files.iter().enumerate() {
+        aio_rpc(&tgt, &format!("A{i}"), f, i);
     }
-    tgt.ok("bdev_wait_for_examine", None);
+    let _ = tgt.ok("bdev_wait_for_examine", None);
     let info = raid_info(&tgt).expect("the array assembled");
     assert_eq!(info["state"], "online", "{info}");
     assert_eq!(info["superblock"], true);
-    tgt.ok("bdev_raid_remove_base_bdev", Some(json!({"name": "A1"})));
-    tgt.ok(
+    let _ = tgt.ok("bdev_raid_remove_base_bdev", Some(json!({"name": "A1"})));
+    let _ = tgt.ok(
         "bdev_raid_set_options",
         Some(json!({"process_window_size_kb": 64, "process_max_bandwidth_mb_sec": 1})),
     );
-    tgt.ok(
+    let _ = tgt.ok(
         "bdev_raid_add_base_bdev",
         Some(json!({"raid_bdev": "r1", "base_bdev": "A2"})),
     );
@@ -213,10 +213,13 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
     let mut tgt = Daemon::start(&["-m", "0x1"]);
     aio_rpc(&tgt, "A2", &files[2], 2);
     aio_rpc(&tgt, "A0", &files[0], 0);
-    tgt.ok("bdev_wait_for_examine", None);
+    let _ = tgt.ok("bdev_wait_for_examine", None);
     wait_until("the rebuild to finish", || {
-        raid_info(&tgt).is_some_and(|i| i["state"] == "online" && i.get("process").is_none()
-            && i["num_base_bdevs_operational"] == 2)
+        raid_info(&tgt).is_some_and(|i| {
+            i["state"] == "online"
+                && i.get("process").is_none()
+                && i["num_base_bdevs_operational"] == 2
+        })
     });
     tgt.terminate();
     let a0 = std::fs::read(&files[0]).unwrap();
@@ -225,14 +228,19 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
         "members differ after the rebuild"
     );
     let start = usize::try_from(MIB).unwrap();
-    assert!(a0[start..] == pattern("kill9", blocks)[..], "the data survived");
+    assert!(
+        a0[start..] == pattern("kill9", blocks)[..],
+        "the data survived"
+    );
 }
 
 /// Where the reference SPDK build keeps `spdk_dd`, if it is built.
 fn spdk_dd() -> Option<PathBuf> {
     let root = std::env::var_os("SPDK_REF_DIR")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
+        })?;
     let p = root.join("build/bin/spdk_dd");
     p.is_file().then_some(p)
 }

@@ -19,8 +19,42 @@ use crate::prp::walk_prps;
 
 type Outcome = Option<(Status, u32)>;
 
-/// The data chunks of a command moving `len` bytes (PRPs or SGL).
+/// The data chunks of a command moving `len` bytes (PRPs or SGL). An
+/// address in the first page is never memory of the process: as an
+/// IOMMU would fault it, the transfer stops there with "data transfer
+/// error" (the driver sends a command without data with a zero data
+/// pointer, so such a command that moves data anyway ends here).
 fn chunks(sqe: &Sqe, len: usize, mut f: impl FnMut(u64, usize)) -> Result<(), Status> {
+    let mut fault = false;
+    let mut g = |a: u64, l: usize| {
+        if a < UNMAPPED || fault {
+            fault = true;
+        } else {
+            f(a, l);
+        }
+    };
+    let r = walk(sqe, len, &mut g);
+    match r {
+        Ok(()) if fault => Err(Status::DATA_TRANSFER_ERROR),
+        r => r,
+    }
+}
+
+/// Host addresses below this are never mapped (Linux's `mmap_min_addr`
+/// is at least a page).
+const UNMAPPED: u64 = 4096;
+
+/// Reads `dst.len()` bytes of a descriptor or list at `a`, unless `a` is
+/// unmapped (then `dst` stays zeroed and the walk fails on its own).
+fn read_meta(a: u64, dst: &mut [u8]) -> bool {
+    if a < UNMAPPED {
+        return false;
+    }
+    dma_read(a, dst);
+    true
+}
+
+fn walk(sqe: &Sqe, len: usize, f: &mut dyn FnMut(u64, usize)) -> Result<(), Status> {
     if sqe.psdt().is_sgl() {
         let d = sqe.sgl1();
         let mut left = len;
@@ -32,16 +66,18 @@ fn chunks(sqe: &Sqe, len: usize, mut f: impl FnMut(u64, usize)) -> Result<(), St
             left -= n;
         };
         match d.kind() {
-            SglType::DataBlock => take(d.address.get(), d.length() as usize, &mut f),
+            SglType::DataBlock => take(d.address.get(), d.length() as usize, f),
             SglType::LastSegment | SglType::Segment => {
                 let count = d.length() as usize / 16;
                 for i in 0..count {
                     let mut e = SglDescriptor::default();
-                    dma_read(d.address.get() + i as u64 * 16, e.as_mut_bytes());
+                    if !read_meta(d.address.get() + i as u64 * 16, e.as_mut_bytes()) {
+                        return Err(Status::DATA_TRANSFER_ERROR);
+                    }
                     if e.kind() != SglType::DataBlock {
                         return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID);
                     }
-                    take(e.address.get(), e.length() as usize, &mut f);
+                    take(e.address.get(), e.length() as usize, f);
                 }
             }
             _ => return Err(Status::SGL_DESCRIPTOR_TYPE_INVALID),
@@ -52,17 +88,22 @@ fn chunks(sqe: &Sqe, len: usize, mut f: impl FnMut(u64, usize)) -> Result<(), St
             Err(Status::DATA_SGL_LENGTH_INVALID)
         };
     }
-    walk_prps(
+    let mut list_fault = false;
+    let r = walk_prps(
         sqe.prp1.get(),
         sqe.prp2.get(),
         len,
         |a| {
             let mut b = [0u8; 8];
-            dma_read(a, &mut b);
+            list_fault |= !read_meta(a, &mut b);
             u64::from_le_bytes(b)
         },
         f,
-    )
+    );
+    match r {
+        Ok(()) if list_fault => Err(Status::DATA_TRANSFER_ERROR),
+        r => r,
+    }
 }
 
 impl Engine {

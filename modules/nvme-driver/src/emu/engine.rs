@@ -334,11 +334,25 @@ impl Engine {
         self.sh.set_reg(offset::CSTS, Csts::new(rdy, cfs, shst).0);
     }
 
-    /// One pass over the registers, events and submission queues.
+    /// One pass over the registers, events and submission queues, unless
+    /// the function lost its bus mastering (then it touches no host
+    /// memory; see `EmuFunction::set_bus_master`).
     pub(super) fn step(&mut self) -> Step {
-        if self.sh.removed.load(Ordering::Acquire) {
-            return Step::Idle;
-        }
+        self.sh.stepping.store(true, Ordering::SeqCst);
+        // Both read after `stepping` is raised, both SeqCst: whoever sets
+        // one of them and then sees `stepping` low knows no pass runs.
+        let r = if self.sh.bus_master_off.load(Ordering::SeqCst)
+            || self.sh.removed.load(Ordering::SeqCst)
+        {
+            Step::Idle
+        } else {
+            self.pass()
+        };
+        self.sh.stepping.store(false, Ordering::Release);
+        r
+    }
+
+    fn pass(&mut self) -> Step {
         let cc = Cc(self.sh.reg(offset::CC));
         let fatal = self.sh.fatal.load(Ordering::Acquire);
         if !cc.en() {

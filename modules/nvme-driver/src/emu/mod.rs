@@ -151,6 +151,10 @@ pub(crate) struct Shared {
     /// Doorbell `i` (2 * qid: SQ tail; 2 * qid + 1: CQ head).
     doorbells: Box<[Padded<AtomicU32>]>,
     removed: AtomicBool,
+    /// Bus Master Enable clear: the engine touches no host memory.
+    bus_master_off: AtomicBool,
+    /// The engine is inside a pass (it may be touching host memory).
+    stepping: AtomicBool,
     fatal: AtomicBool,
     sleeping: AtomicBool,
     stop: AtomicBool,
@@ -313,6 +317,8 @@ impl EmuController {
                 .map(|_| Padded(AtomicU32::new(0)))
                 .collect(),
             removed: AtomicBool::new(false),
+            bus_master_off: AtomicBool::new(false),
+            stepping: AtomicBool::new(false),
             fatal: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -401,7 +407,11 @@ impl EmuController {
 
     /// Surprise removal: registers read all ones and nothing completes.
     pub fn remove(&self) {
-        self.shared.removed.store(true, Ordering::Release);
+        self.shared.removed.store(true, Ordering::SeqCst);
+        // As a device that is gone: no pass of the engine after this.
+        while self.shared.stepping.load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
         self.shared.wake();
     }
 
@@ -489,5 +499,16 @@ impl PciFunction for EmuFunction {
 
     fn vendor_id(&self) -> u16 {
         0x1b36
+    }
+
+    /// Off: the engine makes no further pass, and the one under way (on
+    /// its thread) ends before this returns.
+    fn set_bus_master(&self, on: bool) {
+        self.shared.bus_master_off.store(!on, Ordering::SeqCst);
+        if !on {
+            while self.shared.stepping.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        }
     }
 }

@@ -8,6 +8,14 @@
 //! bounce buffers it owns, I/O buffers its requests hold). A driver bug
 //! here corrupts memory exactly as it would with a real device; that is
 //! the point of testing the driver against it.
+//!
+//! Safe code cannot make it touch anything else: the only addresses in
+//! the commands come from the driver's own memory, from requests whose
+//! `unsafe impl Request` vouches for them, and nothing else (the driver
+//! clears the data pointer of a command without data and every metadata
+//! pointer, and refuses commands with host addresses in other fields);
+//! requests are handed back only once the engine is stopped (controller
+//! disabled, bus mastering off) or their queue deleted.
 
 use nvme_spec::zerocopy::FromBytes;
 use nvme_spec::Sqe;

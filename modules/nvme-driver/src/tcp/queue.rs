@@ -576,10 +576,14 @@ impl TcpQueue {
     }
 }
 
-/// Plain bytes as a request (the Connect data).
+/// Plain bytes as a request (a driver-filled page).
 struct Bytes<'a>(&'a [u8]);
 
-impl Request for Bytes<'_> {
+// SAFETY: used only inside `submit_with_page`, where the TCP queue's
+// `submit` copies a write's data into its send buffer before it returns
+// (in-capsule or staged): nothing reads the borrowed page after the call,
+// and no device has its address (the data goes over a socket).
+unsafe impl Request for Bytes<'_> {
     fn segment_count(&self, _d: Data) -> usize {
         1
     }
@@ -732,6 +736,10 @@ impl QueueTransport for TcpQueue {
         s.busy = false;
         s.completed = false;
         s.from_dev = false;
+    }
+
+    fn dma(&self) -> bool {
+        false
     }
 
     fn clear(&mut self) {

@@ -334,7 +334,10 @@ pub struct VfioFunction {
     // Field order is drop order: the register window and the device fd
     // go before the group reference.
     bar: Arc<Mmio>,
-    _device: File,
+    /// The device (its config space sets Bus Master Enable).
+    device: File,
+    /// Offset of the config space region in `device`.
+    cfg_off: u64,
     _group: Arc<File>,
     container: Arc<File>,
     vendor: u16,
@@ -401,7 +404,8 @@ impl VfioFunction {
             bdf: bdf.to_string(),
             group_no,
             bar: Arc::new(bar),
-            _device: dev,
+            device: dev,
+            cfg_off,
             _group: group,
             container,
             vendor,
@@ -467,6 +471,19 @@ impl PciFunction for VfioFunction {
 
     fn vendor_id(&self) -> u16 {
         self.vendor
+    }
+
+    fn set_bus_master(&self, on: bool) {
+        let mut cmd = [0u8; 2];
+        let r = sys::config_read(&self.device, self.cfg_off, 4, &mut cmd).and_then(|()| {
+            let c = u16::from_le_bytes(cmd);
+            let c = if on { c | 0x4 } else { c & !0x4 };
+            sys::config_write(&self.device, self.cfg_off, 4, &c.to_le_bytes())
+        });
+        match r {
+            Ok(()) => tracing::debug!(bdf = %self.bdf, on, "bus mastering set"),
+            Err(e) => tracing::warn!(bdf = %self.bdf, on, error = %e, "cannot set bus mastering"),
+        }
     }
 }
 
