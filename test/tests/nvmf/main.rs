@@ -7,6 +7,8 @@ mod bad_input;
 #[cfg(test)]
 mod data;
 #[cfg(test)]
+mod dsm;
+#[cfg(test)]
 mod fuzz;
 #[cfg(test)]
 mod lifecycle;

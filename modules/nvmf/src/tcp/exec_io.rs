@@ -16,7 +16,7 @@ use nvme_spec::Status;
 use super::conn::Sock;
 use super::dispatch::{setup_xfer, Xfer};
 use super::qpair::{Phase, QpInner, Qpair};
-use super::slot::SlotState;
+use super::slot::{Slot, SlotState};
 use super::view::NsChan;
 
 /// The NVMe status of a bdev completion (SPDK's mapping back).
@@ -40,6 +40,20 @@ fn status_of_rejection(e: &bdevkit::Error) -> Status {
         bdevkit::Error::ReadOnly(_) => Status::NAMESPACE_WRITE_PROTECTED.with_dnr(),
         _ => Status::INTERNAL_ERROR,
     }
+}
+
+/// Range `i` of a Dataset Management command's range list: in the
+/// command's data as its SGL describes it (an in-capsule data block at
+/// `icd_off`, or the data pulled with R2T at 0), never past `xfer`.
+fn dsm_range(s: &Slot, i: usize) -> Option<DsmRange> {
+    let len = size_of::<DsmRange>();
+    let at = i.checked_mul(len)?;
+    if at.checked_add(len)? > s.xfer as usize {
+        return None;
+    }
+    let start = (s.icd_off as usize).checked_add(at)?;
+    let bytes = s.data().get(start..start + len)?;
+    DsmRange::read_from_bytes(bytes).ok()
 }
 
 /// Whether `slba`..+`n` lies in a namespace of `blocks` blocks.
@@ -234,7 +248,7 @@ impl<S: Sock + 'static> QpInner<S> {
         let s = &mut self.slots[usize::from(slot)];
         let mut count = 0u32;
         for i in 0..n {
-            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+            let Some(r) = dsm_range(s, i) else {
                 return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
             };
             let nlb = u64::from(r.nlb.get());
@@ -256,7 +270,7 @@ impl<S: Sock + 'static> QpInner<S> {
         let mut submitted = 0u32;
         for i in 0..n {
             let s = &mut self.slots[usize::from(slot)];
-            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+            let Some(r) = dsm_range(s, i) else {
                 break;
             };
             let nlb = u64::from(r.nlb.get());
