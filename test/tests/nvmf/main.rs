@@ -3,6 +3,8 @@
 //! controller lifecycles, and the data paths. One test binary, one link.
 
 #[cfg(test)]
+mod access;
+#[cfg(test)]
 mod bad_input;
 #[cfg(test)]
 mod data;
