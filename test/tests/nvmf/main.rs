@@ -7,6 +7,8 @@ mod access;
 #[cfg(test)]
 mod bad_input;
 #[cfg(test)]
+mod buffers;
+#[cfg(test)]
 mod data;
 #[cfg(test)]
 mod dsm;

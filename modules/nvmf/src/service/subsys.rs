@@ -12,6 +12,7 @@ use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts, TRTYPE_
 use crate::params::{CreateSubsystemParams, ListenerParams, TARGET_NAME};
 use crate::subsystem::{valid_model, valid_serial, Subsystem};
 use crate::target::Port;
+use crate::tcp::pool::BufPool;
 
 /// Checks `tgt_name` (only the default target exists).
 pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {
@@ -89,11 +90,17 @@ impl Target {
         if o.sock_priority != 0 {
             return Err(Error::NotSupported("sock_priority"));
         }
+        let cache = o.cache_size(self.group_count())?;
         let mut st = self.0.core.state.lock();
         if st.transport.is_some() {
             return Err(Error::TransportExists(TRTYPE_TCP.into()));
         }
-        tracing::info!(?o, "TCP transport created");
+        tracing::info!(?o, cache, "TCP transport created");
+        st.pool = Some(BufPool::new(
+            o.max_io_size as usize,
+            o.num_shared_buffers as usize,
+            cache as usize,
+        ));
         st.transport = Some(o);
         Ok(())
     }

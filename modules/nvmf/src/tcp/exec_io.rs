@@ -1,9 +1,11 @@
 //! I/O commands on bdevs: Read, Write, Compare, Flush, Write Zeroes and
 //! Dataset Management (deallocate), checked (namespace, LBA range, data
-//! length) before any data is fetched, then submitted as bdev I/O on
-//! this thread's channel with the slot's buffer; the completion turns the
-//! bdev status into an NVMe status and queues the answer. No allocation
-//! and no lock on this path.
+//! length) before any data is fetched, then given a data buffer (the
+//! slot's in-capsule one when the transfer fits, else a shared one from
+//! the transport's pool, waiting for one in order when none is left) and
+//! submitted as bdev I/O on this thread's channel; the completion turns
+//! the bdev status into an NVMe status and queues the answer. No
+//! allocation and no lock on this path.
 
 use std::rc::Rc;
 
@@ -15,6 +17,7 @@ use nvme_spec::Status;
 
 use super::conn::Sock;
 use super::dispatch::{setup_xfer, Xfer};
+use super::pool::{BufWaiter, Ready, Take};
 use super::qpair::{Phase, QpInner, Qpair};
 use super::slot::{Slot, SlotState};
 use super::view::NsChan;
@@ -148,11 +151,52 @@ impl<S: Sock + 'static> QpInner<S> {
         if !data_ok {
             return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
         }
+        if matches!(x, Xfer::Fetch | Xfer::Send) && !s.fits_icd(s.xfer) {
+            // Too large for the slot's own buffer: a shared one.
+            match self.bufs.take() {
+                Take::Buf(b) => {
+                    s.pool = Some(b);
+                    s.uses_pool = true;
+                }
+                Take::Wait => {
+                    s.state = SlotState::BufWait;
+                    s.fetch_after_buf = x == Xfer::Fetch;
+                    self.bufs.wait(self.waiter.clone(), slot);
+                    return;
+                }
+                Take::NoMem => return self.respond(slot, Status::INTERNAL_ERROR, 0, 0),
+            }
+        }
         if x == Xfer::Fetch {
             return self.send_r2t(slot);
         }
         s.state = SlotState::Exec;
         self.io_submit(me, slot);
+    }
+
+    /// A shared buffer for `slot`, which waited for one: its data is
+    /// fetched (R2T) or its read submitted now.
+    fn buf_arrived(&mut self, me: &Rc<Qpair<S>>, slot: u16, buf: Option<DmaBuf>) -> Ready {
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            return Ready::Unused(buf);
+        };
+        if s.state != SlotState::BufWait {
+            return Ready::Unused(buf);
+        }
+        let Some(b) = buf else {
+            s.state = SlotState::Exec;
+            self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+            return Ready::Taken;
+        };
+        s.pool = Some(b);
+        s.uses_pool = true;
+        if s.fetch_after_buf {
+            self.send_r2t(slot);
+        } else {
+            s.state = SlotState::Exec;
+            self.io_submit(me, slot);
+        }
+        Ready::Taken
     }
 
     /// Submits the slot's command (its data is in the slot's buffer).
@@ -189,7 +233,7 @@ impl<S: Sock + 'static> QpInner<S> {
         };
         match cmd {
             IoCommand::Read(c) => {
-                let Some(b) = s.dma.take() else {
+                let Some(b) = s.take_data_buf() else {
                     drop(nss);
                     return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
                 };
@@ -206,7 +250,7 @@ impl<S: Sock + 'static> QpInner<S> {
                     s.data_mut().copy_within(off..off + len, 0);
                     s.icd_off = 0;
                 }
-                let Some(b) = s.dma.take() else {
+                let Some(b) = s.take_data_buf() else {
                     drop(nss);
                     return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
                 };
@@ -232,7 +276,7 @@ impl<S: Sock + 'static> QpInner<S> {
             Err(e) => {
                 let SubmitError { error, mut io } = *e;
                 if let Some(b) = io.take_buf() {
-                    s.dma = Some(b);
+                    s.restore_data_buf(b);
                 }
                 drop(io);
                 drop(nss);
@@ -346,10 +390,14 @@ impl<S: Sock + 'static> QpInner<S> {
         let status = status_of(st);
         let s = &mut self.slots[usize::from(slot)];
         if let Some(b) = buf {
-            if s.dma.is_none() {
-                s.dma = Some(b);
+            s.restore_data_buf(b);
+            if s.state == SlotState::Free {
+                // Released while the I/O ran (cannot happen): the shared
+                // buffer goes back now.
+                self.release_slot(slot);
             }
         }
+        let s = &mut self.slots[usize::from(slot)];
         if s.children > 1 {
             s.children -= 1;
             if !status.is_success() && s.status.is_success() {
@@ -378,5 +426,20 @@ impl<S: Sock + 'static> QpInner<S> {
         } else {
             self.respond(slot, status, 0, 0);
         }
+    }
+}
+
+impl<S: Sock + 'static> BufWaiter for Qpair<S> {
+    fn buf_ready(&self, slot: u16, buf: Option<DmaBuf>) -> Ready {
+        let Ok(mut q) = self.q.try_borrow_mut() else {
+            return Ready::Busy(buf);
+        };
+        let Some(me) = self.weak().upgrade() else {
+            return Ready::Unused(buf);
+        };
+        let r = q.buf_arrived(&me, slot, buf);
+        // Its R2T (or, later, its data) goes out at the next service.
+        self.kick.set(true);
+        r
     }
 }

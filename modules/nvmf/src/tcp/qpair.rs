@@ -26,6 +26,7 @@ use nvme_spec::tcp::{
 use nvme_spec::Status;
 
 use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_SIZE};
+use super::pool::{BufWaiter, GroupBufs};
 use super::slot::{Slot, SlotState};
 use super::view::{Env, SubsysView};
 use crate::addr::ListenAddr;
@@ -153,6 +154,26 @@ pub(crate) struct QpInner<S: Sock> {
     pub created: u64,
     /// Why it closes, for the log.
     pub close_reason: &'static str,
+    /// The poll group's side of the transport's buffer pool.
+    pub bufs: Rc<GroupBufs>,
+    /// This queue pair as the pool's waiting list knows it.
+    pub waiter: Weak<dyn BufWaiter>,
+    /// Bytes of in-capsule buffers of the slots (accounted in the pool).
+    pub icd_bytes: u64,
+}
+
+impl<S: Sock> Drop for QpInner<S> {
+    /// The queue goes: shared buffers it holds go back to the pool, its
+    /// in-capsule buffers leave the accounting (and are freed with it).
+    fn drop(&mut self) {
+        for s in &mut self.slots {
+            if let Some(b) = s.pool.take() {
+                self.bufs.give_back(b);
+            }
+        }
+        self.bufs.forget(&self.waiter);
+        self.bufs.pool().account_icd(self.icd_bytes, false);
+    }
 }
 
 /// One connection, owned by its poll group.
@@ -170,7 +191,13 @@ pub(crate) struct Qpair<S: Sock> {
 
 impl<S: Sock + 'static> Qpair<S> {
     /// A new connection on `sock` from `peer`, accepted on `via`.
-    pub fn new(sock: S, peer: ListenAddr, via: ListenAddr, opts: TransportOpts) -> Rc<Qpair<S>> {
+    pub fn new(
+        sock: S,
+        peer: ListenAddr,
+        via: ListenAddr,
+        opts: TransportOpts,
+        bufs: Rc<GroupBufs>,
+    ) -> Rc<Qpair<S>> {
         let rcfg = RecvConfig {
             max_data_len: ADMIN_IN_CAPSULE_DATA_SIZE.max(opts.max_io_size),
             ..RecvConfig::new(Role::Controller)
@@ -205,6 +232,9 @@ impl<S: Sock + 'static> Qpair<S> {
                 tx_blocked: false,
                 created: clock::ticks(),
                 close_reason: "",
+                bufs,
+                waiter: me.clone() as Weak<dyn BufWaiter>,
+                icd_bytes: 0,
             }),
             kick: Cell::new(true),
             done: Cell::new(false),
@@ -682,21 +712,35 @@ impl<S: Sock + 'static> QpInner<S> {
         };
         self.phase = Phase::Closing { deadline };
         self.close_reason = why;
-        // AERs and commands waiting for a BdevIo end here; I/O in flight drains.
+        // AERs, commands waiting for a BdevIo or a data buffer end here;
+        // I/O in flight drains.
         for s in std::mem::take(&mut self.aers) {
             self.release_slot(s);
         }
         while let Some(s) = self.io_wait.pop_front() {
             self.release_slot(s);
         }
+        for i in 0..self.slots.len() {
+            if self.slots[i].state == SlotState::BufWait {
+                self.release_slot(u16::try_from(i).unwrap_or(u16::MAX));
+            }
+        }
+        self.bufs.forget(&self.waiter);
     }
 
-    /// Frees a slot without answering it.
+    /// Frees a slot without answering it; a shared buffer it holds goes
+    /// back to the pool (one still in a bdev I/O goes when that completes).
     pub(crate) fn release_slot(&mut self, slot: u16) {
         if let Some(s) = self.slots.get_mut(usize::from(slot)) {
             if s.state != SlotState::Free {
                 s.state = SlotState::Free;
                 self.free.push(slot);
+            }
+            if s.uses_pool {
+                if let Some(b) = s.pool.take() {
+                    s.uses_pool = false;
+                    self.bufs.give_back(b);
+                }
             }
         }
     }
