@@ -47,6 +47,9 @@ pub const DEFAULT_MAX_SUBSYSTEMS: u32 = 1024;
 /// accepts: SPDK's and Linux's 8 KiB.
 pub const ADMIN_IN_CAPSULE_DATA_SIZE: u32 = 8192;
 
+/// FUSES bit 0: fused Compare and Write (`masked_fuses` name `fcws`).
+pub const FUSES_COMPARE_AND_WRITE: u16 = 1;
+
 /// ONCS features `masked_oncs` can clear (SPDK's `oncs_feature` enum).
 const ONCS_FEATURES: [(&str, u16); 5] = [
     ("nvmcmps", 1 << 0),
@@ -137,7 +140,8 @@ pub struct CreateTransportParams {
     /// ONCS features to hide: `nvmcmps`, `nvmdsmsv`, `nvmwzsv`, `reservs`, `nvmcpys`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masked_oncs: Option<Vec<String>>,
-    /// FUSES features to hide: `fcws` (fused commands are not supported anyway).
+    /// FUSES features to hide: `fcws` (fused Compare and Write: hidden,
+    /// fused commands are refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masked_fuses: Option<Vec<String>>,
     /// RDMA option (`spdk-rpc` always sends it); ignored by TCP, as in SPDK.
@@ -213,6 +217,8 @@ pub struct TransportOpts {
     pub min_kato: u32,
     /// ONCS bits to clear.
     pub masked_oncs: u16,
+    /// FUSES bits to clear (bit 0: Compare and Write).
+    pub masked_fuses: u16,
 }
 
 impl Default for TransportOpts {
@@ -239,6 +245,7 @@ impl Default for TransportOpts {
             kas: DEFAULT_KAS,
             min_kato: DEFAULT_MIN_KATO,
             masked_oncs: 0,
+            masked_fuses: 0,
         }
     }
 }
@@ -283,6 +290,7 @@ impl TransportOpts {
             kas: p.kas.unwrap_or(d.kas),
             min_kato: p.min_kato.unwrap_or(d.min_kato),
             masked_oncs: 0,
+            masked_fuses: 0,
         };
         if p.zcopy == Some(true) {
             return Err(Error::NotSupported("zcopy"));
@@ -302,6 +310,7 @@ impl TransportOpts {
             if name != "fcws" {
                 return Err(bad("masked_fuses", format!("unknown feature {name}")));
             }
+            o.masked_fuses |= FUSES_COMPARE_AND_WRITE;
         }
         o.validate()?;
         // SPDK rounds the minimum timeout up to the granularity.

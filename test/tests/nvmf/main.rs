@@ -13,6 +13,8 @@ mod data;
 #[cfg(test)]
 mod dsm;
 #[cfg(test)]
+mod fused;
+#[cfg(test)]
 mod fuzz;
 #[cfg(test)]
 mod lifecycle;

@@ -303,6 +303,10 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     fn admin(&mut self, env: &Env, slot: u16) {
+        if self.slots[usize::from(slot)].sqe.fuse() != nvme_spec::cmd::Fuse::Normal {
+            // No fused admin commands (SPDK's answer).
+            return self.respond(slot, Status::INVALID_FIELD.with_dnr(), 0, 0);
+        }
         if self.data_ready(slot) {
             self.admin_exec(env, slot);
         }

@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use bdevkit::bdev::{IoStatus, SubmitError};
 use bdevkit::dma::DmaBuf;
+use nvme_spec::cmd::Fuse;
 use nvme_spec::io::{DsmRange, IoCommand};
 use nvme_spec::zerocopy::FromBytes;
 use nvme_spec::Status;
@@ -36,7 +37,7 @@ pub(crate) fn status_of(s: IoStatus) -> Status {
 }
 
 /// The NVMe status of a submission the bdev layer refused.
-fn status_of_rejection(e: &bdevkit::Error) -> Status {
+pub(crate) fn status_of_rejection(e: &bdevkit::Error) -> Status {
     match e {
         bdevkit::Error::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE.with_dnr(),
         bdevkit::Error::NotSupported(_) => Status::INVALID_OPCODE.with_dnr(),
@@ -66,7 +67,9 @@ fn in_range(slba: u64, n: u64, blocks: u64) -> bool {
 
 /// Checks a command against its namespace before data moves: `Ok` with
 /// the data length the command must carry (0: none).
-fn check(cmd: &IoCommand, ns: Option<&NsChan>) -> Result<u32, Status> {
+/// `fused`: the first half of a fused pair (a Compare that runs as part
+/// of a compare-and-write, which needs no Compare of its own).
+fn check(cmd: &IoCommand, ns: Option<&NsChan>, fused: bool) -> Result<u32, Status> {
     let invalid_ns = Status::INVALID_NAMESPACE.with_dnr();
     let ns = match cmd {
         IoCommand::Other(_) | IoCommand::WriteUncorrectable(_) => {
@@ -86,7 +89,7 @@ fn check(cmd: &IoCommand, ns: Option<&NsChan>) -> Result<u32, Status> {
         IoCommand::Read(c) => rw(c.range.slba(), c.range.num_blocks()),
         IoCommand::Write(c) => rw(c.range.slba(), c.range.num_blocks()),
         IoCommand::Compare(c) => {
-            if !ns.compare {
+            if !ns.compare && !fused {
                 return Err(Status::INVALID_OPCODE.with_dnr());
             }
             rw(c.range.slba(), c.range.num_blocks())
@@ -121,7 +124,15 @@ impl<S: Sock + 'static> QpInner<S> {
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         };
+        if (self.fused_first.is_some()
+            || self.fused_first_failed
+            || self.slots[usize::from(slot)].sqe.fuse() != Fuse::Normal)
+            && self.fused_arrival(slot, &view)
+        {
+            return;
+        }
         let s = &mut self.slots[usize::from(slot)];
+        let fused = s.fuse == Fuse::First;
         let x = match setup_xfer(s, max) {
             Ok(x) => x,
             Err(st) => return self.respond(slot, st, 0, 0),
@@ -132,7 +143,7 @@ impl<S: Sock + 'static> QpInner<S> {
             let ns = Self::ns_index(s.sqe.nsid.get())
                 .and_then(|i| nss.get(i))
                 .and_then(Option::as_ref);
-            check(&cmd, ns)
+            check(&cmd, ns, fused)
         };
         let need = match need {
             Ok(n) => n,
@@ -150,6 +161,10 @@ impl<S: Sock + 'static> QpInner<S> {
         };
         if !data_ok {
             return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
+        }
+        if s.fuse != Fuse::Normal && !s.fits_icd(s.xfer) {
+            // Over ACWU: a fused half runs from its own in-capsule buffer.
+            return self.respond(slot, Status::INVALID_FIELD.with_dnr(), 0, 0);
         }
         if matches!(x, Xfer::Fetch | Xfer::Send) && !s.fits_icd(s.xfer) {
             // Too large for the slot's own buffer: a shared one.
@@ -201,6 +216,9 @@ impl<S: Sock + 'static> QpInner<S> {
 
     /// Submits the slot's command (its data is in the slot's buffer).
     pub(crate) fn io_submit(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+        if self.slots[usize::from(slot)].fuse != Fuse::Normal {
+            return self.fused_exec(me, slot);
+        }
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         };
@@ -349,7 +367,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// No `BdevIo` free: the slot waits, and the pool calls back.
-    fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
+    pub(crate) fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
         self.io_wait.push_back(slot);
         if !me.wait_armed.get() {
             me.wait_armed.set(true);
@@ -378,8 +396,15 @@ impl<S: Sock + 'static> QpInner<S> {
         n > 0
     }
 
-    /// A bdev I/O of `tag` (a slot) completed.
-    pub(crate) fn io_completed(&mut self, tag: u64, st: IoStatus, buf: Option<DmaBuf>) {
+    /// A bdev I/O of `tag` (a slot) completed; `aux` is a
+    /// compare-and-write's write data.
+    pub(crate) fn io_completed(
+        &mut self,
+        tag: u64,
+        st: IoStatus,
+        buf: Option<DmaBuf>,
+        aux: Option<DmaBuf>,
+    ) {
         self.inflight = self.inflight.saturating_sub(1);
         let Some(slot) = u16::try_from(tag)
             .ok()
@@ -387,6 +412,10 @@ impl<S: Sock + 'static> QpInner<S> {
         else {
             return;
         };
+        let s = &self.slots[usize::from(slot)];
+        if aux.is_some() || (s.fuse == Fuse::Second && s.pair.is_some()) {
+            return self.caw_completed(slot, st, buf, aux);
+        }
         let status = status_of(st);
         let s = &mut self.slots[usize::from(slot)];
         if let Some(b) = buf {

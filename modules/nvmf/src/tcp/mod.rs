@@ -5,8 +5,9 @@
 //! * `group`: a poll group per reactor core (a lightweight thread): its
 //!   connections in one epoll set, their service, keep alive checks.
 //! * `qpair`: one connection: the receive state machine over the spec
-//!   crate's parser, closing and draining; `dispatch` (capsules, fabrics
-//!   and admin commands), `exec_io` (I/O on bdevs), `respond` (responses,
+//!   crate's parser; `close` (closing and draining); `dispatch` (capsules, fabrics
+//!   and admin commands), `exec_io` (I/O on bdevs), `fused` (fused
+//!   Compare and Write), `respond` (responses,
 //!   C2HData, R2T, the send queue flush).
 //! * `conn`: receive buffer and send queue (batched `read`/`readv`,
 //!   `writev`); `slot`: the per-entry request slots; `view`: a group's
@@ -18,9 +19,11 @@
 //! larger transfers borrow a shared buffer, allocated once.
 
 pub(crate) mod acceptor;
+pub(crate) mod close;
 pub(crate) mod conn;
 pub(crate) mod dispatch;
 pub(crate) mod exec_io;
+pub(crate) mod fused;
 pub(crate) mod group;
 pub(crate) mod pool;
 pub(crate) mod qpair;

@@ -1,6 +1,6 @@
 //! One NVMe/TCP connection (a queue pair): the receive state machine
-//! over the spec crate's validating parser, the service step its poll
-//! group runs, and the connection's end (drain, then close).
+//! over the spec crate's validating parser and the service step its poll
+//! group runs; its end (drain, then close) is in `close.rs`.
 //!
 //! A queue pair belongs to one poll group thread and is never touched
 //! elsewhere; its state is a `RefCell` borrowed for the whole service
@@ -38,7 +38,7 @@ const RX_BUDGET: u32 = 256;
 /// Data bytes worth a direct `readv` into the request buffer.
 const DIRECT_MIN: usize = 4096;
 /// How long a closing connection may take to send its last PDUs.
-const LINGER_US: u64 = 1_000_000;
+pub(crate) const LINGER_US: u64 = 1_000_000;
 /// How long a connection may stay without a successful Connect.
 const CONNECT_TIMEOUT_US: u64 = 30_000_000;
 /// Control PDU buffer (ICResp 128, TermReq up to 152).
@@ -158,22 +158,14 @@ pub(crate) struct QpInner<S: Sock> {
     pub bufs: Rc<GroupBufs>,
     /// This queue pair as the pool's waiting list knows it.
     pub waiter: Weak<dyn BufWaiter>,
+    /// The last command was the first half of a fused pair (this slot):
+    /// the next one must be its second half.
+    pub fused_first: Option<u16>,
+    /// The last command was a first half that failed: a second half next
+    /// is aborted with it.
+    pub fused_first_failed: bool,
     /// Bytes of in-capsule buffers of the slots (accounted in the pool).
     pub icd_bytes: u64,
-}
-
-impl<S: Sock> Drop for QpInner<S> {
-    /// The queue goes: shared buffers it holds go back to the pool, its
-    /// in-capsule buffers leave the accounting (and are freed with it).
-    fn drop(&mut self) {
-        for s in &mut self.slots {
-            if let Some(b) = s.pool.take() {
-                self.bufs.give_back(b);
-            }
-        }
-        self.bufs.forget(&self.waiter);
-        self.bufs.pool().account_icd(self.icd_bytes, false);
-    }
 }
 
 /// One connection, owned by its poll group.
@@ -234,6 +226,8 @@ impl<S: Sock + 'static> Qpair<S> {
                 close_reason: "",
                 bufs,
                 waiter: me.clone() as Weak<dyn BufWaiter>,
+                fused_first: None,
+                fused_first_failed: false,
                 icd_bytes: 0,
             }),
             kick: Cell::new(true),
@@ -358,10 +352,12 @@ impl<S: Sock + 'static> IoCompletion for Qpair<S> {
         let tag = io.tag();
         let status = io.status();
         let buf = io.take_buf();
+        // Compare-and-write: the write data (the fused pair's second half).
+        let aux = io.take_aux_buf();
         drop(io);
         match self.q.try_borrow_mut() {
             Ok(mut q) => {
-                q.io_completed(tag, status, buf);
+                q.io_completed(tag, status, buf, aux);
                 // The last command in flight has nothing to share a send
                 // with: its response goes now, not at the group's next
                 // poll (one epoll_wait and a reactor round later).
@@ -377,7 +373,7 @@ impl<S: Sock + 'static> IoCompletion for Qpair<S> {
                 if let (Some(me), Some(t)) = (self.me.upgrade(), Thread::current()) {
                     t.defer(move || {
                         if let Ok(mut q) = me.q.try_borrow_mut() {
-                            q.io_completed(tag, status, buf);
+                            q.io_completed(tag, status, buf, aux);
                         }
                         me.kick.set(true);
                     });
@@ -697,70 +693,6 @@ impl<S: Sock + 'static> QpInner<S> {
         tracing::warn!(peer = %self.peer, ?fes, fei, "fatal transport error: C2HTermReq");
         self.begin_close("fatal transport error", true);
         Step::Stop
-    }
-
-    /// Starts closing: no more input; `linger` lets queued PDUs (a
-    /// TermReq) go out first, within [`LINGER_US`].
-    pub(crate) fn begin_close(&mut self, why: &'static str, linger: bool) {
-        if matches!(self.phase, Phase::Closing { .. }) {
-            return;
-        }
-        let deadline = if linger {
-            clock::ticks() + clock::us_to_ticks(LINGER_US)
-        } else {
-            clock::ticks()
-        };
-        self.phase = Phase::Closing { deadline };
-        self.close_reason = why;
-        // AERs, commands waiting for a BdevIo or a data buffer end here;
-        // I/O in flight drains.
-        for s in std::mem::take(&mut self.aers) {
-            self.release_slot(s);
-        }
-        while let Some(s) = self.io_wait.pop_front() {
-            self.release_slot(s);
-        }
-        for i in 0..self.slots.len() {
-            if self.slots[i].state == SlotState::BufWait {
-                self.release_slot(u16::try_from(i).unwrap_or(u16::MAX));
-            }
-        }
-        self.bufs.forget(&self.waiter);
-    }
-
-    /// Frees a slot without answering it; a shared buffer it holds goes
-    /// back to the pool (one still in a bdev I/O goes when that completes).
-    pub(crate) fn release_slot(&mut self, slot: u16) {
-        if let Some(s) = self.slots.get_mut(usize::from(slot)) {
-            if s.state != SlotState::Free {
-                s.state = SlotState::Free;
-                self.free.push(slot);
-            }
-            if s.uses_pool {
-                if let Some(b) = s.pool.take() {
-                    s.uses_pool = false;
-                    self.bufs.give_back(b);
-                }
-            }
-        }
-    }
-
-    /// The connection is gone: the association ends (an admin queue takes
-    /// its controller with it).
-    fn finish(&mut self, env: &Env) {
-        tracing::info!(
-            peer = %self.peer,
-            qid = self.conn.as_ref().map(|a| a.qid),
-            reason = self.close_reason,
-            "connection closed"
-        );
-        if let Some(a) = self.conn.take() {
-            if a.qid == 0 {
-                env.core.remove_ctrlr(&a.ctrlr);
-            } else {
-                a.ctrlr.release_qid(a.qid);
-            }
-        }
     }
 
     /// The controller needs this queue: it died, or events wait for AERs.

@@ -12,6 +12,7 @@
 //! built (admin queues excepted: their data is a `Vec` sized per command).
 
 use bdevkit::dma::DmaBuf;
+use nvme_spec::cmd::Fuse;
 use nvme_spec::{Sqe, Status};
 
 /// Bytes of a data PDU header (24), its header digest (4) and padding up
@@ -33,6 +34,8 @@ pub(crate) enum SlotState {
     Exec,
     /// Waiting for a shared data buffer.
     BufWait,
+    /// Half of a fused pair with its data in, waiting for the other half.
+    Held,
     /// An Asynchronous Event Request waiting for an event.
     Aer,
     /// Its PDUs are queued for sending.
@@ -78,6 +81,12 @@ pub(crate) struct Slot {
     pub children: u32,
     /// Status of the command so far (the first failure of its children).
     pub status: Status,
+    /// Its fused operation (`Normal` once answered).
+    pub fuse: Fuse,
+    /// The other half of its fused pair.
+    pub pair: Option<u16>,
+    /// Set: the fused command fails with this when it would run.
+    pub fused_abort: Option<Status>,
     /// C2H data bytes to send (0: none).
     pub c2h_len: u32,
     /// Queued PDUs not yet sent.
@@ -111,6 +120,9 @@ impl Slot {
             digest_error: false,
             children: 0,
             status: Status::SUCCESS,
+            fuse: Fuse::Normal,
+            pair: None,
+            fused_abort: None,
             c2h_len: 0,
             tx_parts: 0,
             after_tx: AfterTx::Free,
@@ -133,6 +145,9 @@ impl Slot {
         self.digest_error = false;
         self.children = 0;
         self.status = Status::SUCCESS;
+        self.fuse = Fuse::Normal;
+        self.pair = None;
+        self.fused_abort = None;
         self.c2h_len = 0;
         self.tx_parts = 0;
         self.after_tx = AfterTx::Free;

@@ -27,6 +27,8 @@ pub(crate) struct NsChan {
     pub compare: bool,
     pub unmap: bool,
     pub write_zeroes: bool,
+    /// Atomic compare-and-write (fused Compare and Write).
+    pub compare_and_write: bool,
 }
 
 impl NsChan {
@@ -46,6 +48,7 @@ impl NsChan {
             compare: b.supports(IoType::Compare),
             unmap: b.supports(IoType::Unmap),
             write_zeroes: b.supports(IoType::WriteZeroes),
+            compare_and_write: b.supports(IoType::CompareAndWrite),
             bdev: b,
         })
     }
