@@ -411,6 +411,37 @@ impl<S: Read + Write> Host<S> {
         self.send_raw(&b)
     }
 
+    /// Sends `sqe` as a capsule carrying `icd` as its in-capsule data,
+    /// with the SGL exactly as the caller set it (an offset into the data,
+    /// a length that does not match, ...).
+    ///
+    /// # Errors
+    /// When the stream fails.
+    pub fn send_capsule_sgl(&mut self, sqe: &Sqe, icd: &[u8]) -> io::Result<()> {
+        let mut s = *sqe;
+        s.set_psdt(Psdt::SglContiguousMetadata);
+        let len32 = u32::try_from(icd.len()).map_err(other)?;
+        let mut b = vec![0u8; 256];
+        let n = tcp::build_capsule_cmd(&mut b, &s, len32, &self.tx).map_err(other)?;
+        b.truncate(n);
+        b.extend_from_slice(icd);
+        if self.tx.digests.data && !icd.is_empty() {
+            b.extend_from_slice(&tcp::data_digest(icd).to_le_bytes());
+        }
+        self.send_raw(&b)
+    }
+
+    /// Receives the next response capsule, answering nothing else.
+    ///
+    /// # Errors
+    /// When something other than a response comes (or the close).
+    pub fn recv_resp(&mut self) -> io::Result<Cqe> {
+        match self.recv()? {
+            Reply::Resp(c) => Ok(c),
+            r => Err(other(format!("expected a response, got {r:?}"))),
+        }
+    }
+
     /// Runs one command to its end: sends `out` in-capsule when it fits
     /// `icd_max`, else as H2CData after the R2T; collects C2H data.
     /// Returns the completion and the data read.

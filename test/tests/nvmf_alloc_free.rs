@@ -2,7 +2,9 @@
 //! writes alternating, 32 in flight, on a null bdev) cause zero heap
 //! allocations in the whole process: the target's receive, dispatch,
 //! bdev submission, completion and send paths allocate nothing per
-//! command, with and without digests. The host side here is a raw socket
+//! command, with and without digests. The same with 64 KiB reads, which
+//! borrow the transport's shared buffers (poll group cache and shared
+//! queue) instead of the slots' in-capsule ones. The host side here is a raw socket
 //! with prebuilt capsules and a fixed receive buffer, so that it
 //! allocates nothing either.
 
@@ -25,9 +27,9 @@ mod tests {
     const WARMUP: u64 = 20_000;
     const MEASURED: u64 = 100_000;
 
-    /// Capsules for command id `cid`: a read of one 4 KiB block and an
-    /// in-capsule write of one block, at block `cid`.
-    fn capsules(cid: u16, tx: &tcp::TxConfig) -> (Vec<u8>, Vec<u8>) {
+    /// Capsules for command id `cid`: a read of `read_blocks` 4 KiB blocks
+    /// and an in-capsule write of one block, at block `cid`.
+    fn capsules(cid: u16, tx: &tcp::TxConfig, read_blocks: u32) -> (Vec<u8>, Vec<u8>) {
         let build = |mut s: nvme_spec::Sqe, data: &[u8]| {
             s.set_psdt(Psdt::SglContiguousMetadata);
             let mut b = vec![0u8; 256];
@@ -40,21 +42,22 @@ mod tests {
             }
             b
         };
-        let mut r = Read::new(2, BlockRange::new(u64::from(cid), 1).unwrap()).to_sqe(cid);
-        r.set_sgl1(&SglDescriptor::transport_data_block(4096));
+        let slba = u64::from(cid) * u64::from(read_blocks);
+        let mut r = Read::new(2, BlockRange::new(slba, read_blocks).unwrap()).to_sqe(cid);
+        r.set_sgl1(&SglDescriptor::transport_data_block(read_blocks * 4096));
         let mut w = Write::new(2, BlockRange::new(u64::from(cid), 1).unwrap()).to_sqe(cid);
         w.set_sgl1(&SglDescriptor::offset_data_block(0, 4096));
         (build(r, &[]), build(w, &[0x5a; 4096]))
     }
 
     /// Runs the workload on one I/O queue; returns the allocations counted.
-    fn run(env: &NvmfEnv, digests: Digests) -> u64 {
+    fn run(env: &NvmfEnv, digests: Digests, read_blocks: u32) -> u64 {
         let (_admin, cntlid) = env.admin(digests);
         let host = env.io(cntlid, digests);
         let (rx_cfg, tx_cfg) = (host.rx, host.tx);
         let mut sock = host.sock;
         let cmds: Vec<(Vec<u8>, Vec<u8>)> = (0..QD)
-            .map(|i| capsules(u16::try_from(i).unwrap(), &tx_cfg))
+            .map(|i| capsules(u16::try_from(i).unwrap(), &tx_cfg, read_blocks))
             .collect();
         let mut out: Vec<u8> = Vec::with_capacity(QD * 5000);
         let mut buf = vec![0u8; 1 << 20];
@@ -152,18 +155,18 @@ mod tests {
             });
         });
         assert_eq!(nsid, 2);
-        for digests in [
-            Digests::default(),
-            Digests {
-                header: true,
-                data: true,
-            },
-        ] {
-            let allocs = run(&env, digests);
+        let on = Digests {
+            header: true,
+            data: true,
+        };
+        for (digests, read_blocks) in [(Digests::default(), 1), (on, 1), (Digests::default(), 16)] {
+            let allocs = run(&env, digests, read_blocks);
             assert_eq!(
                 allocs, 0,
-                "{allocs} heap allocations during {MEASURED} steady-state NVMe/TCP commands (digests {digests:?})"
+                "{allocs} heap allocations during {MEASURED} steady-state NVMe/TCP commands (digests {digests:?}, reads of {read_blocks} blocks)"
             );
         }
+        let s = env.target.buffer_stats().unwrap();
+        assert!(s.shared_allocated > 0 && s.shared_allocated <= 32, "{s:?}");
     }
 }

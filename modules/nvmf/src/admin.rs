@@ -258,6 +258,27 @@ impl AdminCtx<'_> {
             bits |= oncs::WRITE_ZEROES;
         }
         d.oncs.set(bits & !self.opts.masked_oncs);
+        // Fused Compare and Write when every namespace's bdev has an
+        // atomic compare-and-write (SPDK's rule), unless masked. Each half
+        // runs from its slot's in-capsule buffer (it never waits for a
+        // shared one while holding the other half's): ACWU, the largest
+        // pair, is what fits there in the largest block size.
+        let block = s
+            .namespaces
+            .iter()
+            .map(|n| n.bdev.block_size())
+            .max()
+            .unwrap_or(512);
+        let units = self.opts.in_capsule_data_size / block.max(1);
+        let fuses = if all(IoType::CompareAndWrite) && units > 0 {
+            crate::opts::FUSES_COMPARE_AND_WRITE & !self.opts.masked_fuses
+        } else {
+            0
+        };
+        d.fuses.set(fuses);
+        if fuses != 0 {
+            d.acwu.set(u16::try_from(units - 1).unwrap_or(u16::MAX));
+        }
         // Volatile write cache present; flush with NSID FFFFFFFFh not supported.
         d.vwc = 1 | (0b10 << 1);
         d

@@ -19,7 +19,10 @@
 //!   a lightweight thread per reactor core, which polls its sockets
 //!   (epoll, so an idle reactor sleeps in interrupt mode) and submits bdev
 //!   I/O on its own channels. No locks and no allocation per command:
-//!   request slots and their buffers are made once per queue.
+//!   request slots and their in-capsule buffers are made once per queue;
+//!   larger transfers borrow from the transport's bounded pool of shared
+//!   buffers (`num_shared_buffers` of `max_io_size`), waiting in order
+//!   when it is dry.
 //! * **Control plane**: SPDK's RPCs ([`rpc::register_rpcs`]) and the
 //!   `nvmf` section of `save_config` ([`Target::config_json`]).
 //!
@@ -73,3 +76,4 @@ pub use opts::{CreateTransportParams, SetConfigParams, TransportOpts};
 pub use params::{CreateSubsystemParams, HostParams, ListenerParams, NamespaceParams};
 pub use service::Target;
 pub use subsystem::{Namespace, Subsystem};
+pub use tcp::pool::BufferStats;

@@ -22,6 +22,11 @@ pub const DEFAULT_IN_CAPSULE_DATA_SIZE: u32 = 4096;
 pub const DEFAULT_MAX_IO_SIZE: u32 = 131_072;
 /// SPDK's `io_unit_size` default (deprecated in SPDK; kept for old configs).
 pub const DEFAULT_IO_UNIT_SIZE: u32 = 131_072;
+/// SPDK's TCP `num_shared_buffers` default: data buffers (each of
+/// `max_io_size` here) shared by the poll groups.
+pub const DEFAULT_NUM_SHARED_BUFFERS: u32 = 511;
+/// Most buffers a poll group caches when `buf_cache_size` is left out.
+pub const DEFAULT_BUF_CACHE_MAX: u32 = 32;
 /// SPDK's `max_aq_depth` default.
 pub const DEFAULT_MAX_AQ_DEPTH: u32 = 128;
 /// Smallest admin queue a target accepts (NVMe-oF: 32 entries).
@@ -41,6 +46,9 @@ pub const DEFAULT_MAX_SUBSYSTEMS: u32 = 1024;
 /// In-capsule data the admin queue (and a connection before its Connect)
 /// accepts: SPDK's and Linux's 8 KiB.
 pub const ADMIN_IN_CAPSULE_DATA_SIZE: u32 = 8192;
+
+/// FUSES bit 0: fused Compare and Write (`masked_fuses` name `fcws`).
+pub const FUSES_COMPARE_AND_WRITE: u16 = 1;
 
 /// ONCS features `masked_oncs` can clear (SPDK's `oncs_feature` enum).
 const ONCS_FEATURES: [(&str, u16); 5] = [
@@ -79,10 +87,12 @@ pub struct CreateTransportParams {
     /// Most entries of an admin queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_aq_depth: Option<u32>,
-    /// Deprecated in SPDK; accepted, no effect (buffers are per queue slot).
+    /// Data buffers of `max_io_size` shared by the poll groups (at least 1):
+    /// the bound on the transport's data buffer memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_shared_buffers: Option<u32>,
-    /// Deprecated in SPDK; accepted, no effect.
+    /// Shared buffers each poll group keeps in its cache (every group's
+    /// cache must fit in `num_shared_buffers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buf_cache_size: Option<u32>,
     /// SPDK's iobuf cache size; reported, no effect.
@@ -130,7 +140,8 @@ pub struct CreateTransportParams {
     /// ONCS features to hide: `nvmcmps`, `nvmdsmsv`, `nvmwzsv`, `reservs`, `nvmcpys`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masked_oncs: Option<Vec<String>>,
-    /// FUSES features to hide: `fcws` (fused commands are not supported anyway).
+    /// FUSES features to hide: `fcws` (fused Compare and Write: hidden,
+    /// fused commands are refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masked_fuses: Option<Vec<String>>,
     /// RDMA option (`spdk-rpc` always sends it); ignored by TCP, as in SPDK.
@@ -171,8 +182,13 @@ pub struct TransportOpts {
     pub in_capsule_data_size: u32,
     /// Largest transfer (multiple of 4096).
     pub max_io_size: u32,
-    /// Kept for old configs.
+    /// Kept for old configs (a buffer holds a whole transfer).
     pub io_unit_size: u32,
+    /// Shared data buffers (each of `max_io_size`).
+    pub num_shared_buffers: u32,
+    /// Buffers a poll group caches; `u32::MAX`: left out (see
+    /// [`TransportOpts::cache_size`]).
+    pub buf_cache_size: u32,
     /// Most entries of an admin queue (32..=4096).
     pub max_aq_depth: u32,
     /// Reported.
@@ -201,6 +217,8 @@ pub struct TransportOpts {
     pub min_kato: u32,
     /// ONCS bits to clear.
     pub masked_oncs: u16,
+    /// FUSES bits to clear (bit 0: Compare and Write).
+    pub masked_fuses: u16,
 }
 
 impl Default for TransportOpts {
@@ -211,6 +229,8 @@ impl Default for TransportOpts {
             in_capsule_data_size: DEFAULT_IN_CAPSULE_DATA_SIZE,
             max_io_size: DEFAULT_MAX_IO_SIZE,
             io_unit_size: DEFAULT_IO_UNIT_SIZE,
+            num_shared_buffers: DEFAULT_NUM_SHARED_BUFFERS,
+            buf_cache_size: u32::MAX,
             max_aq_depth: DEFAULT_MAX_AQ_DEPTH,
             iobuf_small_cache_size: u32::MAX,
             iobuf_large_cache_size: u32::MAX,
@@ -225,6 +245,7 @@ impl Default for TransportOpts {
             kas: DEFAULT_KAS,
             min_kato: DEFAULT_MIN_KATO,
             masked_oncs: 0,
+            masked_fuses: 0,
         }
     }
 }
@@ -251,6 +272,8 @@ impl TransportOpts {
             in_capsule_data_size: p.in_capsule_data_size.unwrap_or(d.in_capsule_data_size),
             max_io_size: p.max_io_size.unwrap_or(d.max_io_size),
             io_unit_size: p.io_unit_size.unwrap_or(d.io_unit_size),
+            num_shared_buffers: p.num_shared_buffers.unwrap_or(d.num_shared_buffers),
+            buf_cache_size: p.buf_cache_size.unwrap_or(d.buf_cache_size),
             max_aq_depth: p.max_aq_depth.unwrap_or(d.max_aq_depth),
             iobuf_small_cache_size: p.iobuf_small_cache_size.unwrap_or(d.iobuf_small_cache_size),
             iobuf_large_cache_size: p.iobuf_large_cache_size.unwrap_or(d.iobuf_large_cache_size),
@@ -267,6 +290,7 @@ impl TransportOpts {
             kas: p.kas.unwrap_or(d.kas),
             min_kato: p.min_kato.unwrap_or(d.min_kato),
             masked_oncs: 0,
+            masked_fuses: 0,
         };
         if p.zcopy == Some(true) {
             return Err(Error::NotSupported("zcopy"));
@@ -286,6 +310,7 @@ impl TransportOpts {
             if name != "fcws" {
                 return Err(bad("masked_fuses", format!("unknown feature {name}")));
             }
+            o.masked_fuses |= FUSES_COMPARE_AND_WRITE;
         }
         o.validate()?;
         // SPDK rounds the minimum timeout up to the granularity.
@@ -315,6 +340,9 @@ impl TransportOpts {
                 "must be a multiple of 16, at most max_io_size",
             ));
         }
+        if self.num_shared_buffers == 0 {
+            return Err(bad("num_shared_buffers", "must be at least 1"));
+        }
         if !(MIN_AQ_DEPTH..=4096).contains(&self.max_aq_depth) {
             return Err(bad("max_aq_depth", "must be 32..=4096"));
         }
@@ -330,30 +358,70 @@ impl TransportOpts {
         Ok(())
     }
 
+    /// Buffers each of `groups` poll groups caches: `buf_cache_size` as
+    /// given, refused when the groups' caches would not fit in the pool
+    /// (SPDK's rule); left out, 3/4 of the pool shared out among the groups,
+    /// at most [`DEFAULT_BUF_CACHE_MAX`]. Either way a quarter of the pool at
+    /// least is never in a cache when the option is left out, and a group
+    /// with requests waiting has an empty cache.
+    pub fn cache_size(&self, groups: usize) -> Result<u32> {
+        let groups = u32::try_from(groups.max(1)).unwrap_or(u32::MAX);
+        if self.buf_cache_size == u32::MAX {
+            return Ok((self.num_shared_buffers / 4 * 3 / groups).min(DEFAULT_BUF_CACHE_MAX));
+        }
+        if self.buf_cache_size.saturating_mul(groups) > self.num_shared_buffers {
+            return Err(bad(
+                "buf_cache_size",
+                format!(
+                    "{groups} poll groups x {} cached buffers need more than num_shared_buffers {}",
+                    self.buf_cache_size, self.num_shared_buffers
+                ),
+            ));
+        }
+        Ok(self.buf_cache_size)
+    }
+
     /// The transport as `nvmf_get_transports` and `save_config` show it
-    /// (SPDK's key order).
+    /// (SPDK's key order). `num_shared_buffers` and `buf_cache_size`
+    /// (which SPDK v26.05 no longer shows) appear when they differ from
+    /// the defaults, so that a saved config keeps them.
     #[must_use]
     pub fn to_json(&self) -> Value {
-        json!({
-            "trtype": TRTYPE_TCP,
-            "max_queue_depth": self.max_queue_depth,
-            "max_io_qpairs_per_ctrlr": self.max_io_qpairs_per_ctrlr,
-            "in_capsule_data_size": self.in_capsule_data_size,
-            "max_io_size": self.max_io_size,
-            "max_aq_depth": self.max_aq_depth,
-            "iobuf_small_cache_size": self.iobuf_small_cache_size,
-            "iobuf_large_cache_size": self.iobuf_large_cache_size,
-            "dif_insert_or_strip": false,
-            "zcopy": false,
-            "c2h_success": self.c2h_success,
-            "sock_priority": self.sock_priority,
-            "abort_timeout_sec": self.abort_timeout_sec,
-            "ack_timeout": self.ack_timeout,
-            "data_wr_pool_size": self.data_wr_pool_size,
-            "disable_command_passthru": self.disable_command_passthru,
-            "kas": self.kas,
-            "min_kato": self.min_kato,
-        })
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: Value| {
+            m.insert(k.into(), v);
+        };
+        put("trtype", json!(TRTYPE_TCP));
+        put("max_queue_depth", json!(self.max_queue_depth));
+        put(
+            "max_io_qpairs_per_ctrlr",
+            json!(self.max_io_qpairs_per_ctrlr),
+        );
+        put("in_capsule_data_size", json!(self.in_capsule_data_size));
+        put("max_io_size", json!(self.max_io_size));
+        put("max_aq_depth", json!(self.max_aq_depth));
+        if self.num_shared_buffers != DEFAULT_NUM_SHARED_BUFFERS {
+            put("num_shared_buffers", json!(self.num_shared_buffers));
+        }
+        if self.buf_cache_size != u32::MAX {
+            put("buf_cache_size", json!(self.buf_cache_size));
+        }
+        put("iobuf_small_cache_size", json!(self.iobuf_small_cache_size));
+        put("iobuf_large_cache_size", json!(self.iobuf_large_cache_size));
+        put("dif_insert_or_strip", json!(false));
+        put("zcopy", json!(false));
+        put("c2h_success", json!(self.c2h_success));
+        put("sock_priority", json!(self.sock_priority));
+        put("abort_timeout_sec", json!(self.abort_timeout_sec));
+        put("ack_timeout", json!(self.ack_timeout));
+        put("data_wr_pool_size", json!(self.data_wr_pool_size));
+        put(
+            "disable_command_passthru",
+            json!(self.disable_command_passthru),
+        );
+        put("kas", json!(self.kas));
+        put("min_kato", json!(self.min_kato));
+        Value::Object(m)
     }
 
     /// The keep alive timeout a controller uses when the host asks for
@@ -640,9 +708,39 @@ mod tests {
         assert!(p(|p| p.kas = Some(0)).is_err());
         assert!(p(|p| p.zcopy = Some(true)).is_err());
         assert_eq!(p(|p| p.min_kato = Some(15_050)).unwrap().min_kato, 20_000);
+        assert!(p(|p| p.num_shared_buffers = Some(0)).is_err());
         let o = p(|p| p.masked_oncs = Some(vec!["nvmdsmsv".into(), "nvmcmps".into()])).unwrap();
         assert_eq!(o.masked_oncs, 0b101);
         assert!(p(|p| p.masked_oncs = Some(vec!["x".into()])).is_err());
+    }
+
+    #[test]
+    fn buffer_pool_options() {
+        let d = TransportOpts::default();
+        assert_eq!(d.num_shared_buffers, 511);
+        // Left out: 3/4 of the pool over the groups, at most 32.
+        assert_eq!(d.cache_size(1).unwrap(), 32);
+        assert_eq!(d.cache_size(16).unwrap(), 23);
+        let small = TransportOpts {
+            num_shared_buffers: 6,
+            ..TransportOpts::default()
+        };
+        assert_eq!(small.cache_size(2).unwrap(), 1);
+        // Given: every group's cache must fit.
+        let o = TransportOpts {
+            buf_cache_size: 3,
+            ..small.clone()
+        };
+        assert_eq!(o.cache_size(2).unwrap(), 3);
+        assert!(o.cache_size(3).is_err());
+        // Saved only when not the default.
+        assert!(d.to_json().get("num_shared_buffers").is_none());
+        assert!(d.to_json().get("buf_cache_size").is_none());
+        let j = o.to_json();
+        assert_eq!(j["num_shared_buffers"], 6);
+        assert_eq!(j["buf_cache_size"], 3);
+        let keys: Vec<&String> = j.as_object().unwrap().keys().collect();
+        assert_eq!(keys[6], "num_shared_buffers");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::addr::ListenAddr;
 use crate::ctrlr::{Controller, CtrlParams, DeathCause};
 use crate::opts::{filter, TargetConf, TransportOpts};
 use crate::subsystem::{Namespace, Subsystem};
+use crate::tcp::pool::BufPool;
 
 /// Byte offsets of Connect fields, for Connect Invalid Parameters
 /// (SPDK's `offsetof` of the command and data structures).
@@ -51,6 +52,8 @@ pub(crate) struct Port {
 pub(crate) struct TargetState {
     pub conf: TargetConf,
     pub transport: Option<TransportOpts>,
+    /// The transport's shared data buffers.
+    pub pool: Option<Arc<BufPool>>,
     /// The discovery subsystem first, then the NVM subsystems in creation order.
     pub subsystems: Vec<Subsystem>,
     pub next_subsys_id: u32,
@@ -162,6 +165,7 @@ impl Core {
         let mut state = TargetState {
             conf: TargetConf::default(),
             transport: None,
+            pool: None,
             subsystems: Vec::new(),
             next_subsys_id: 1,
             discovery_genctr: 0,

@@ -3,9 +3,17 @@
 //! controller lifecycles, and the data paths. One test binary, one link.
 
 #[cfg(test)]
+mod access;
+#[cfg(test)]
 mod bad_input;
 #[cfg(test)]
+mod buffers;
+#[cfg(test)]
 mod data;
+#[cfg(test)]
+mod dsm;
+#[cfg(test)]
+mod fused;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]

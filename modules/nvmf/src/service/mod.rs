@@ -165,16 +165,35 @@ impl Target {
             return;
         }
         let i = self.0.next_group.fetch_add(1, Ordering::Relaxed) % groups.len();
-        let opts = self.0.core.state.lock().opts();
+        let (opts, pool) = {
+            let st = self.0.core.state.lock();
+            (st.opts(), st.pool.clone())
+        };
+        let Some(pool) = pool else { return };
         let dev = self.0.device.clone();
         let _ = groups[i].send_msg(move || {
             if dev.is_unregistering() {
                 return;
             }
             if let Ok(ch) = dev.get_channel() {
-                ch.add_connection(stream, via, opts);
+                ch.add_connection(stream, via, opts, &pool);
             }
         });
+    }
+
+    /// The transport's data buffer accounting (`None`: no transport yet).
+    #[must_use]
+    pub fn buffer_stats(&self) -> Option<crate::BufferStats> {
+        self.0.core.state.lock().pool.as_ref().map(|p| p.stats())
+    }
+
+    /// How many poll groups there are (or will be, before the start: one
+    /// per core of the app).
+    pub(crate) fn group_count(&self) -> usize {
+        match self.0.groups.lock().len() {
+            0 => self.0.runtime.cores().len().max(1),
+            n => n,
+        }
     }
 
     /// Runs `f` on every poll group, one after another, then `done` on the

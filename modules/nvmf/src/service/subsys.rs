@@ -6,12 +6,13 @@ use nvme_spec::fabrics::validate_nqn;
 
 use super::Target;
 use crate::addr::ListenAddr;
-use crate::ctrlr::DeathCause;
+use crate::ctrlr::{Controller, DeathCause};
 use crate::error::{Error, Result};
 use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts, TRTYPE_TCP};
 use crate::params::{CreateSubsystemParams, ListenerParams, TARGET_NAME};
 use crate::subsystem::{valid_model, valid_serial, Subsystem};
 use crate::target::Port;
+use crate::tcp::pool::BufPool;
 
 /// Checks `tgt_name` (only the default target exists).
 pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {
@@ -19,6 +20,33 @@ pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {
         None => Ok(()),
         Some(n) if n == TARGET_NAME => Ok(()),
         Some(_) => Err(Error::NotSupported("other targets than nvmf_tgt")),
+    }
+}
+
+/// The controllers of `s` that lost access: their host may no longer
+/// connect, or their admin queue came through a listener `s` no longer
+/// has. Every change that can revoke access (host removed,
+/// `allow_any_host` off, listener removed) tears these down, whatever it
+/// was, so that no host keeps queues it could not open again.
+fn revoked(s: &Subsystem) -> Vec<Arc<Controller>> {
+    s.ctrlrs
+        .iter()
+        .filter(|c| !s.host_allowed(&c.hostnqn) || !s.listener_allowed(&c.listen))
+        .map(Arc::clone)
+        .collect()
+}
+
+/// Tears `gone` down: every queue pair of each disconnects (its I/O drains).
+fn kill_all(gone: &[Arc<Controller>], why: &'static str) {
+    for c in gone {
+        tracing::info!(
+            subnqn = %c.subnqn,
+            hostnqn = %c.hostnqn,
+            cntlid = c.cntlid,
+            why,
+            "access revoked"
+        );
+        c.kill(DeathCause::Removed);
     }
 }
 
@@ -62,11 +90,17 @@ impl Target {
         if o.sock_priority != 0 {
             return Err(Error::NotSupported("sock_priority"));
         }
+        let cache = o.cache_size(self.group_count())?;
         let mut st = self.0.core.state.lock();
         if st.transport.is_some() {
             return Err(Error::TransportExists(TRTYPE_TCP.into()));
         }
-        tracing::info!(?o, "TCP transport created");
+        tracing::info!(?o, cache, "TCP transport created");
+        st.pool = Some(BufPool::new(
+            o.max_io_size as usize,
+            o.num_shared_buffers as usize,
+            cache as usize,
+        ));
         st.transport = Some(o);
         Ok(())
     }
@@ -279,14 +313,18 @@ impl Target {
                 .ok_or_else(|| Error::NoListener(addr.to_string()))?;
             s.listeners.remove(i);
             let id = s.id;
+            let gone = revoked(s);
             self.release_port(&mut st.ports, &addr);
             st.discovery_changed();
-            Ok((id, addr))
+            Ok((id, addr, gone))
         })();
-        let (id, addr) = match r {
+        let (id, addr, gone) = match r {
             Ok(x) => x,
             Err(e) => return done(Err(e)),
         };
+        // Controllers whose admin queue came through it go whole; the I/O
+        // queues of others that came through it close below.
+        kill_all(&gone, "listener removed");
         self.for_each_group(
             move |g| {
                 g.disconnect_if(
@@ -332,24 +370,15 @@ impl Target {
             .position(|h| h == host)
             .ok_or_else(|| Error::NoHost(host.into()))?;
         s.hosts.remove(i);
-        let gone: Vec<_> = if s.allow_any_host {
-            Vec::new()
-        } else {
-            s.ctrlrs
-                .iter()
-                .filter(|c| c.hostnqn == host)
-                .map(Arc::clone)
-                .collect()
-        };
+        let gone = revoked(s);
         st.discovery_changed();
         drop(st);
-        for c in gone {
-            c.kill(DeathCause::Removed);
-        }
+        kill_all(&gone, "host removed");
         Ok(())
     }
 
-    /// `nvmf_subsystem_allow_any_host`.
+    /// `nvmf_subsystem_allow_any_host`: switched off, the controllers of
+    /// hosts not on the list are torn down.
     pub fn allow_any_host(&self, nqn: &str, allow: bool) -> Result<()> {
         let mut st = self.0.core.state.lock();
         let s = st
@@ -359,7 +388,10 @@ impl Target {
             return Err(Error::Discovery);
         }
         s.allow_any_host = allow;
+        let gone = revoked(s);
         st.discovery_changed();
+        drop(st);
+        kill_all(&gone, "allow_any_host off");
         Ok(())
     }
 }

@@ -233,32 +233,41 @@ impl<S: Sock + 'static> QpInner<S> {
         };
         let entries = c.sqsize + 1;
         let admin = c.qid == 0;
-        // The slot table for the whole queue: I/O queues get a data buffer
-        // of max_io_size per slot, once.
+        // The slot table for the whole queue: I/O queue slots get an
+        // in-capsule buffer each, once (larger transfers borrow from the
+        // transport's shared pool).
         let n = usize::from(entries);
+        let icd = opts.in_capsule_data_size as usize;
+        let icd_buf = || -> Result<Option<bdevkit::dma::DmaBuf>, ()> {
+            if admin || icd == 0 {
+                return Ok(None);
+            }
+            bdevkit::dma::DmaBuf::new(icd).map(Some).map_err(|_| ())
+        };
         let mut ok = true;
+        let mut made = 0u64;
         while self.slots.len() < n {
-            let dma = if admin {
-                None
-            } else {
-                match bdevkit::dma::DmaBuf::new(opts.max_io_size as usize) {
-                    Ok(b) => Some(b),
-                    Err(_) => {
-                        ok = false;
-                        break;
-                    }
-                }
+            let Ok(b) = icd_buf() else {
+                ok = false;
+                break;
             };
+            made += u64::from(b.is_some());
             self.free
                 .push(u16::try_from(self.slots.len()).unwrap_or(u16::MAX));
-            self.slots.push(Slot::new(dma));
+            self.slots.push(Slot::new(b));
         }
-        if ok && !admin && self.slots[usize::from(slot)].dma.is_none() {
-            match bdevkit::dma::DmaBuf::new(opts.max_io_size as usize) {
-                Ok(b) => self.slots[usize::from(slot)].dma = Some(b),
-                Err(_) => ok = false,
+        if ok && self.slots[usize::from(slot)].icd.is_none() {
+            match icd_buf() {
+                Ok(b) => {
+                    made += u64::from(b.is_some());
+                    self.slots[usize::from(slot)].icd = b;
+                }
+                Err(()) => ok = false,
             }
         }
+        let bytes = made * u64::from(opts.in_capsule_data_size);
+        self.icd_bytes += bytes;
+        self.bufs.pool().account_icd(bytes, true);
         if !ok {
             tracing::error!(peer = %self.peer, "out of memory for queue buffers");
             if admin {
@@ -294,6 +303,10 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     fn admin(&mut self, env: &Env, slot: u16) {
+        if self.slots[usize::from(slot)].sqe.fuse() != nvme_spec::cmd::Fuse::Normal {
+            // No fused admin commands (SPDK's answer).
+            return self.respond(slot, Status::INVALID_FIELD.with_dnr(), 0, 0);
+        }
         if self.data_ready(slot) {
             self.admin_exec(env, slot);
         }

@@ -1,22 +1,26 @@
 //! I/O commands on bdevs: Read, Write, Compare, Flush, Write Zeroes and
 //! Dataset Management (deallocate), checked (namespace, LBA range, data
-//! length) before any data is fetched, then submitted as bdev I/O on
-//! this thread's channel with the slot's buffer; the completion turns the
-//! bdev status into an NVMe status and queues the answer. No allocation
-//! and no lock on this path.
+//! length) before any data is fetched, then given a data buffer (the
+//! slot's in-capsule one when the transfer fits, else a shared one from
+//! the transport's pool, waiting for one in order when none is left) and
+//! submitted as bdev I/O on this thread's channel; the completion turns
+//! the bdev status into an NVMe status and queues the answer. No
+//! allocation and no lock on this path.
 
 use std::rc::Rc;
 
 use bdevkit::bdev::{IoStatus, SubmitError};
 use bdevkit::dma::DmaBuf;
+use nvme_spec::cmd::Fuse;
 use nvme_spec::io::{DsmRange, IoCommand};
 use nvme_spec::zerocopy::FromBytes;
 use nvme_spec::Status;
 
 use super::conn::Sock;
 use super::dispatch::{setup_xfer, Xfer};
+use super::pool::{BufWaiter, Ready, Take};
 use super::qpair::{Phase, QpInner, Qpair};
-use super::slot::SlotState;
+use super::slot::{Slot, SlotState};
 use super::view::NsChan;
 
 /// The NVMe status of a bdev completion (SPDK's mapping back).
@@ -33,13 +37,27 @@ pub(crate) fn status_of(s: IoStatus) -> Status {
 }
 
 /// The NVMe status of a submission the bdev layer refused.
-fn status_of_rejection(e: &bdevkit::Error) -> Status {
+pub(crate) fn status_of_rejection(e: &bdevkit::Error) -> Status {
     match e {
         bdevkit::Error::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE.with_dnr(),
         bdevkit::Error::NotSupported(_) => Status::INVALID_OPCODE.with_dnr(),
         bdevkit::Error::ReadOnly(_) => Status::NAMESPACE_WRITE_PROTECTED.with_dnr(),
         _ => Status::INTERNAL_ERROR,
     }
+}
+
+/// Range `i` of a Dataset Management command's range list: in the
+/// command's data as its SGL describes it (an in-capsule data block at
+/// `icd_off`, or the data pulled with R2T at 0), never past `xfer`.
+fn dsm_range(s: &Slot, i: usize) -> Option<DsmRange> {
+    let len = size_of::<DsmRange>();
+    let at = i.checked_mul(len)?;
+    if at.checked_add(len)? > s.xfer as usize {
+        return None;
+    }
+    let start = (s.icd_off as usize).checked_add(at)?;
+    let bytes = s.data().get(start..start + len)?;
+    DsmRange::read_from_bytes(bytes).ok()
 }
 
 /// Whether `slba`..+`n` lies in a namespace of `blocks` blocks.
@@ -49,7 +67,9 @@ fn in_range(slba: u64, n: u64, blocks: u64) -> bool {
 
 /// Checks a command against its namespace before data moves: `Ok` with
 /// the data length the command must carry (0: none).
-fn check(cmd: &IoCommand, ns: Option<&NsChan>) -> Result<u32, Status> {
+/// `fused`: the first half of a fused pair (a Compare that runs as part
+/// of a compare-and-write, which needs no Compare of its own).
+fn check(cmd: &IoCommand, ns: Option<&NsChan>, fused: bool) -> Result<u32, Status> {
     let invalid_ns = Status::INVALID_NAMESPACE.with_dnr();
     let ns = match cmd {
         IoCommand::Other(_) | IoCommand::WriteUncorrectable(_) => {
@@ -69,7 +89,7 @@ fn check(cmd: &IoCommand, ns: Option<&NsChan>) -> Result<u32, Status> {
         IoCommand::Read(c) => rw(c.range.slba(), c.range.num_blocks()),
         IoCommand::Write(c) => rw(c.range.slba(), c.range.num_blocks()),
         IoCommand::Compare(c) => {
-            if !ns.compare {
+            if !ns.compare && !fused {
                 return Err(Status::INVALID_OPCODE.with_dnr());
             }
             rw(c.range.slba(), c.range.num_blocks())
@@ -104,7 +124,15 @@ impl<S: Sock + 'static> QpInner<S> {
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         };
+        if (self.fused_first.is_some()
+            || self.fused_first_failed
+            || self.slots[usize::from(slot)].sqe.fuse() != Fuse::Normal)
+            && self.fused_arrival(slot, &view)
+        {
+            return;
+        }
         let s = &mut self.slots[usize::from(slot)];
+        let fused = s.fuse == Fuse::First;
         let x = match setup_xfer(s, max) {
             Ok(x) => x,
             Err(st) => return self.respond(slot, st, 0, 0),
@@ -115,7 +143,7 @@ impl<S: Sock + 'static> QpInner<S> {
             let ns = Self::ns_index(s.sqe.nsid.get())
                 .and_then(|i| nss.get(i))
                 .and_then(Option::as_ref);
-            check(&cmd, ns)
+            check(&cmd, ns, fused)
         };
         let need = match need {
             Ok(n) => n,
@@ -134,6 +162,26 @@ impl<S: Sock + 'static> QpInner<S> {
         if !data_ok {
             return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
         }
+        if s.fuse != Fuse::Normal && !s.fits_icd(s.xfer) {
+            // Over ACWU: a fused half runs from its own in-capsule buffer.
+            return self.respond(slot, Status::INVALID_FIELD.with_dnr(), 0, 0);
+        }
+        if matches!(x, Xfer::Fetch | Xfer::Send) && !s.fits_icd(s.xfer) {
+            // Too large for the slot's own buffer: a shared one.
+            match self.bufs.take() {
+                Take::Buf(b) => {
+                    s.pool = Some(b);
+                    s.uses_pool = true;
+                }
+                Take::Wait => {
+                    s.state = SlotState::BufWait;
+                    s.fetch_after_buf = x == Xfer::Fetch;
+                    self.bufs.wait(self.waiter.clone(), slot);
+                    return;
+                }
+                Take::NoMem => return self.respond(slot, Status::INTERNAL_ERROR, 0, 0),
+            }
+        }
         if x == Xfer::Fetch {
             return self.send_r2t(slot);
         }
@@ -141,8 +189,36 @@ impl<S: Sock + 'static> QpInner<S> {
         self.io_submit(me, slot);
     }
 
+    /// A shared buffer for `slot`, which waited for one: its data is
+    /// fetched (R2T) or its read submitted now.
+    fn buf_arrived(&mut self, me: &Rc<Qpair<S>>, slot: u16, buf: Option<DmaBuf>) -> Ready {
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            return Ready::Unused(buf);
+        };
+        if s.state != SlotState::BufWait {
+            return Ready::Unused(buf);
+        }
+        let Some(b) = buf else {
+            s.state = SlotState::Exec;
+            self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
+            return Ready::Taken;
+        };
+        s.pool = Some(b);
+        s.uses_pool = true;
+        if s.fetch_after_buf {
+            self.send_r2t(slot);
+        } else {
+            s.state = SlotState::Exec;
+            self.io_submit(me, slot);
+        }
+        Ready::Taken
+    }
+
     /// Submits the slot's command (its data is in the slot's buffer).
     pub(crate) fn io_submit(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+        if self.slots[usize::from(slot)].fuse != Fuse::Normal {
+            return self.fused_exec(me, slot);
+        }
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         };
@@ -175,7 +251,7 @@ impl<S: Sock + 'static> QpInner<S> {
         };
         match cmd {
             IoCommand::Read(c) => {
-                let Some(b) = s.dma.take() else {
+                let Some(b) = s.take_data_buf() else {
                     drop(nss);
                     return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
                 };
@@ -192,7 +268,7 @@ impl<S: Sock + 'static> QpInner<S> {
                     s.data_mut().copy_within(off..off + len, 0);
                     s.icd_off = 0;
                 }
-                let Some(b) = s.dma.take() else {
+                let Some(b) = s.take_data_buf() else {
                     drop(nss);
                     return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
                 };
@@ -218,7 +294,7 @@ impl<S: Sock + 'static> QpInner<S> {
             Err(e) => {
                 let SubmitError { error, mut io } = *e;
                 if let Some(b) = io.take_buf() {
-                    s.dma = Some(b);
+                    s.restore_data_buf(b);
                 }
                 drop(io);
                 drop(nss);
@@ -234,7 +310,7 @@ impl<S: Sock + 'static> QpInner<S> {
         let s = &mut self.slots[usize::from(slot)];
         let mut count = 0u32;
         for i in 0..n {
-            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+            let Some(r) = dsm_range(s, i) else {
                 return self.respond(slot, Status::DATA_SGL_LENGTH_INVALID.with_dnr(), 0, 0);
             };
             let nlb = u64::from(r.nlb.get());
@@ -256,7 +332,7 @@ impl<S: Sock + 'static> QpInner<S> {
         let mut submitted = 0u32;
         for i in 0..n {
             let s = &mut self.slots[usize::from(slot)];
-            let Ok((r, _)) = DsmRange::read_from_prefix(&s.data()[i * 16..]) else {
+            let Some(r) = dsm_range(s, i) else {
                 break;
             };
             let nlb = u64::from(r.nlb.get());
@@ -291,7 +367,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// No `BdevIo` free: the slot waits, and the pool calls back.
-    fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
+    pub(crate) fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
         self.io_wait.push_back(slot);
         if !me.wait_armed.get() {
             me.wait_armed.set(true);
@@ -320,8 +396,15 @@ impl<S: Sock + 'static> QpInner<S> {
         n > 0
     }
 
-    /// A bdev I/O of `tag` (a slot) completed.
-    pub(crate) fn io_completed(&mut self, tag: u64, st: IoStatus, buf: Option<DmaBuf>) {
+    /// A bdev I/O of `tag` (a slot) completed; `aux` is a
+    /// compare-and-write's write data.
+    pub(crate) fn io_completed(
+        &mut self,
+        tag: u64,
+        st: IoStatus,
+        buf: Option<DmaBuf>,
+        aux: Option<DmaBuf>,
+    ) {
         self.inflight = self.inflight.saturating_sub(1);
         let Some(slot) = u16::try_from(tag)
             .ok()
@@ -329,13 +412,21 @@ impl<S: Sock + 'static> QpInner<S> {
         else {
             return;
         };
+        let s = &self.slots[usize::from(slot)];
+        if aux.is_some() || (s.fuse == Fuse::Second && s.pair.is_some()) {
+            return self.caw_completed(slot, st, buf, aux);
+        }
         let status = status_of(st);
         let s = &mut self.slots[usize::from(slot)];
         if let Some(b) = buf {
-            if s.dma.is_none() {
-                s.dma = Some(b);
+            s.restore_data_buf(b);
+            if s.state == SlotState::Free {
+                // Released while the I/O ran (cannot happen): the shared
+                // buffer goes back now.
+                self.release_slot(slot);
             }
         }
+        let s = &mut self.slots[usize::from(slot)];
         if s.children > 1 {
             s.children -= 1;
             if !status.is_success() && s.status.is_success() {
@@ -364,5 +455,20 @@ impl<S: Sock + 'static> QpInner<S> {
         } else {
             self.respond(slot, status, 0, 0);
         }
+    }
+}
+
+impl<S: Sock + 'static> BufWaiter for Qpair<S> {
+    fn buf_ready(&self, slot: u16, buf: Option<DmaBuf>) -> Ready {
+        let Ok(mut q) = self.q.try_borrow_mut() else {
+            return Ready::Busy(buf);
+        };
+        let Some(me) = self.weak().upgrade() else {
+            return Ready::Unused(buf);
+        };
+        let r = q.buf_arrived(&me, slot, buf);
+        // Its R2T (or, later, its data) goes out at the next service.
+        self.kick.set(true);
+        r
     }
 }

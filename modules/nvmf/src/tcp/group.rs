@@ -22,6 +22,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 use serde_json::{json, Value};
 
+use super::pool::BufPool;
 use super::qpair::Qpair;
 use super::view::Env;
 use crate::addr::ListenAddr;
@@ -90,7 +91,13 @@ impl PollGroup {
     }
 
     /// Takes a new connection (sent from the acceptor).
-    pub fn add_connection(&self, stream: TcpStream, via: ListenAddr, opts: TransportOpts) {
+    pub fn add_connection(
+        &self,
+        stream: TcpStream,
+        via: ListenAddr,
+        opts: TransportOpts,
+        pool: &Arc<BufPool>,
+    ) {
         if self.stopping.get() {
             return;
         }
@@ -119,7 +126,7 @@ impl PollGroup {
             return;
         }
         tracing::debug!(%peer, listener = %via, group = %self.env.name, "connection accepted");
-        let q = Qpair::new(stream, peer, via, opts);
+        let q = Qpair::new(stream, peer, via, opts, self.env.group_bufs(pool));
         self.conns.borrow_mut()[idx] = Some(q);
     }
 
@@ -152,6 +159,8 @@ impl PollGroup {
                 }
             }
         }
+        // Buffers that came back go to the requests waiting for them.
+        busy |= self.env.serve_bufs();
         if self.stopping.get() && self.conns.borrow().iter().all(Option::is_none) {
             self.finish_stop();
         }

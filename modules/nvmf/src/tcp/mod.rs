@@ -5,21 +5,27 @@
 //! * `group`: a poll group per reactor core (a lightweight thread): its
 //!   connections in one epoll set, their service, keep alive checks.
 //! * `qpair`: one connection: the receive state machine over the spec
-//!   crate's parser, closing and draining; `dispatch` (capsules, fabrics
-//!   and admin commands), `exec_io` (I/O on bdevs), `respond` (responses,
+//!   crate's parser; `close` (closing and draining); `dispatch` (capsules, fabrics
+//!   and admin commands), `exec_io` (I/O on bdevs), `fused` (fused
+//!   Compare and Write), `respond` (responses,
 //!   C2HData, R2T, the send queue flush).
 //! * `conn`: receive buffer and send queue (batched `read`/`readv`,
 //!   `writev`); `slot`: the per-entry request slots; `view`: a group's
-//!   namespaces with its bdev channels.
+//!   namespaces with its bdev channels; `pool`: the transport's shared
+//!   data buffers and the groups' caches in front of them.
 //!
-//! Steady state allocates nothing per command: slots, their buffers, the
-//! send queue and the completion list are sized at Connect.
+//! Steady state allocates nothing per command: slots, their in-capsule
+//! buffers, the send queue and the completion list are sized at Connect;
+//! larger transfers borrow a shared buffer, allocated once.
 
 pub(crate) mod acceptor;
+pub(crate) mod close;
 pub(crate) mod conn;
 pub(crate) mod dispatch;
 pub(crate) mod exec_io;
+pub(crate) mod fused;
 pub(crate) mod group;
+pub(crate) mod pool;
 pub(crate) mod qpair;
 pub(crate) mod respond;
 pub(crate) mod slot;
@@ -60,18 +66,21 @@ impl<S: Sock + 'static> Connection<S> {
     ) -> Result<Connection<S>> {
         let t = bdevkit::thread::Thread::current().ok_or(Error::NotRunning)?;
         let core = std::sync::Arc::clone(&target.0.core);
-        let opts = core
-            .state
-            .lock()
-            .transport
-            .clone()
-            .ok_or_else(|| Error::NoTransport(crate::opts::TRTYPE_TCP.into()))?;
+        let (opts, pool) = {
+            let st = core.state.lock();
+            match (&st.transport, &st.pool) {
+                (Some(o), Some(p)) => (o.clone(), std::sync::Arc::clone(p)),
+                _ => return Err(Error::NoTransport(crate::opts::TRTYPE_TCP.into())),
+            }
+        };
         let env = view::Env::new(core, t.handle(), t.name().to_string());
+        let bufs = env.group_bufs(&pool);
         let q = qpair::Qpair::new(
             sock,
             ListenAddr::of_socket(peer),
             ListenAddr::of_socket(via),
             opts,
+            bufs,
         );
         Ok(Connection { q, env })
     }
@@ -81,7 +90,8 @@ impl<S: Sock + 'static> Connection<S> {
     /// queued. Returns whether it did anything.
     pub fn poll(&self) -> bool {
         self.q.on_event(true, true);
-        self.q.service(&self.env)
+        let busy = self.q.service(&self.env);
+        self.env.serve_bufs() | busy
     }
 
     /// Whether the connection ended (the target closed it).

@@ -1,6 +1,6 @@
 //! One NVMe/TCP connection (a queue pair): the receive state machine
-//! over the spec crate's validating parser, the service step its poll
-//! group runs, and the connection's end (drain, then close).
+//! over the spec crate's validating parser and the service step its poll
+//! group runs; its end (drain, then close) is in `close.rs`.
 //!
 //! A queue pair belongs to one poll group thread and is never touched
 //! elsewhere; its state is a `RefCell` borrowed for the whole service
@@ -26,6 +26,7 @@ use nvme_spec::tcp::{
 use nvme_spec::Status;
 
 use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_SIZE};
+use super::pool::{BufWaiter, GroupBufs};
 use super::slot::{Slot, SlotState};
 use super::view::{Env, SubsysView};
 use crate::addr::ListenAddr;
@@ -37,7 +38,7 @@ const RX_BUDGET: u32 = 256;
 /// Data bytes worth a direct `readv` into the request buffer.
 const DIRECT_MIN: usize = 4096;
 /// How long a closing connection may take to send its last PDUs.
-const LINGER_US: u64 = 1_000_000;
+pub(crate) const LINGER_US: u64 = 1_000_000;
 /// How long a connection may stay without a successful Connect.
 const CONNECT_TIMEOUT_US: u64 = 30_000_000;
 /// Control PDU buffer (ICResp 128, TermReq up to 152).
@@ -153,6 +154,18 @@ pub(crate) struct QpInner<S: Sock> {
     pub created: u64,
     /// Why it closes, for the log.
     pub close_reason: &'static str,
+    /// The poll group's side of the transport's buffer pool.
+    pub bufs: Rc<GroupBufs>,
+    /// This queue pair as the pool's waiting list knows it.
+    pub waiter: Weak<dyn BufWaiter>,
+    /// The last command was the first half of a fused pair (this slot):
+    /// the next one must be its second half.
+    pub fused_first: Option<u16>,
+    /// The last command was a first half that failed: a second half next
+    /// is aborted with it.
+    pub fused_first_failed: bool,
+    /// Bytes of in-capsule buffers of the slots (accounted in the pool).
+    pub icd_bytes: u64,
 }
 
 /// One connection, owned by its poll group.
@@ -170,7 +183,13 @@ pub(crate) struct Qpair<S: Sock> {
 
 impl<S: Sock + 'static> Qpair<S> {
     /// A new connection on `sock` from `peer`, accepted on `via`.
-    pub fn new(sock: S, peer: ListenAddr, via: ListenAddr, opts: TransportOpts) -> Rc<Qpair<S>> {
+    pub fn new(
+        sock: S,
+        peer: ListenAddr,
+        via: ListenAddr,
+        opts: TransportOpts,
+        bufs: Rc<GroupBufs>,
+    ) -> Rc<Qpair<S>> {
         let rcfg = RecvConfig {
             max_data_len: ADMIN_IN_CAPSULE_DATA_SIZE.max(opts.max_io_size),
             ..RecvConfig::new(Role::Controller)
@@ -205,6 +224,11 @@ impl<S: Sock + 'static> Qpair<S> {
                 tx_blocked: false,
                 created: clock::ticks(),
                 close_reason: "",
+                bufs,
+                waiter: me.clone() as Weak<dyn BufWaiter>,
+                fused_first: None,
+                fused_first_failed: false,
+                icd_bytes: 0,
             }),
             kick: Cell::new(true),
             done: Cell::new(false),
@@ -328,10 +352,12 @@ impl<S: Sock + 'static> IoCompletion for Qpair<S> {
         let tag = io.tag();
         let status = io.status();
         let buf = io.take_buf();
+        // Compare-and-write: the write data (the fused pair's second half).
+        let aux = io.take_aux_buf();
         drop(io);
         match self.q.try_borrow_mut() {
             Ok(mut q) => {
-                q.io_completed(tag, status, buf);
+                q.io_completed(tag, status, buf, aux);
                 // The last command in flight has nothing to share a send
                 // with: its response goes now, not at the group's next
                 // poll (one epoll_wait and a reactor round later).
@@ -347,7 +373,7 @@ impl<S: Sock + 'static> IoCompletion for Qpair<S> {
                 if let (Some(me), Some(t)) = (self.me.upgrade(), Thread::current()) {
                     t.defer(move || {
                         if let Ok(mut q) = me.q.try_borrow_mut() {
-                            q.io_completed(tag, status, buf);
+                            q.io_completed(tag, status, buf, aux);
                         }
                         me.kick.set(true);
                     });
@@ -667,56 +693,6 @@ impl<S: Sock + 'static> QpInner<S> {
         tracing::warn!(peer = %self.peer, ?fes, fei, "fatal transport error: C2HTermReq");
         self.begin_close("fatal transport error", true);
         Step::Stop
-    }
-
-    /// Starts closing: no more input; `linger` lets queued PDUs (a
-    /// TermReq) go out first, within [`LINGER_US`].
-    pub(crate) fn begin_close(&mut self, why: &'static str, linger: bool) {
-        if matches!(self.phase, Phase::Closing { .. }) {
-            return;
-        }
-        let deadline = if linger {
-            clock::ticks() + clock::us_to_ticks(LINGER_US)
-        } else {
-            clock::ticks()
-        };
-        self.phase = Phase::Closing { deadline };
-        self.close_reason = why;
-        // AERs and commands waiting for a BdevIo end here; I/O in flight drains.
-        for s in std::mem::take(&mut self.aers) {
-            self.release_slot(s);
-        }
-        while let Some(s) = self.io_wait.pop_front() {
-            self.release_slot(s);
-        }
-    }
-
-    /// Frees a slot without answering it.
-    pub(crate) fn release_slot(&mut self, slot: u16) {
-        if let Some(s) = self.slots.get_mut(usize::from(slot)) {
-            if s.state != SlotState::Free {
-                s.state = SlotState::Free;
-                self.free.push(slot);
-            }
-        }
-    }
-
-    /// The connection is gone: the association ends (an admin queue takes
-    /// its controller with it).
-    fn finish(&mut self, env: &Env) {
-        tracing::info!(
-            peer = %self.peer,
-            qid = self.conn.as_ref().map(|a| a.qid),
-            reason = self.close_reason,
-            "connection closed"
-        );
-        if let Some(a) = self.conn.take() {
-            if a.qid == 0 {
-                env.core.remove_ctrlr(&a.ctrlr);
-            } else {
-                a.ctrlr.release_qid(a.qid);
-            }
-        }
     }
 
     /// The controller needs this queue: it died, or events wait for AERs.

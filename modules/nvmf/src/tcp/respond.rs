@@ -5,6 +5,7 @@
 
 use std::rc::Rc;
 
+use nvme_spec::cmd::Fuse;
 use nvme_spec::tcp::{self, DataHeader};
 use nvme_spec::{Cqe, Status};
 
@@ -22,8 +23,16 @@ impl<S: Sock + 'static> QpInner<S> {
         self.sqhd
     }
 
-    /// Queues the response capsule of `slot`.
+    /// Queues the response capsule of `slot` (a fused half answered on its
+    /// own takes its other half with it: `fused.rs`).
     pub(crate) fn respond(&mut self, slot: u16, status: Status, dw0: u32, dw1: u32) {
+        if self
+            .slots
+            .get(usize::from(slot))
+            .is_some_and(|s| s.fuse != Fuse::Normal)
+        {
+            self.fused_answered(slot);
+        }
         let sqhd = self.next_sqhd();
         let qid = self.conn.as_ref().map_or(0, |a| a.qid);
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {

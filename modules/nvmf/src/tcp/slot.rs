@@ -1,12 +1,18 @@
 //! Request slots: one per submission queue entry, allocated when the
 //! queue connects and reused for every command after that. A slot holds
-//! the command, its data buffer (a [`DmaBuf`] of `max_io_size` on I/O
-//! queues, moved into the bdev I/O and back), the headers it sends
-//! (C2HData or R2T, CapsuleResp, with digests and padding) and where it
-//! is in its life. Nothing here allocates after the slot table is built
-//! (admin queues excepted: their data is a `Vec` sized per command).
+//! the command, its data buffer, the headers it sends (C2HData or R2T,
+//! CapsuleResp, with digests and padding) and where it is in its life.
+//!
+//! On I/O queues a slot owns an in-capsule buffer of
+//! `in_capsule_data_size` (a [`DmaBuf`]): in-capsule data lands there, and
+//! so does any transfer that fits (a 4 KiB read or an R2T write). A
+//! larger transfer borrows a shared buffer of `max_io_size` from the
+//! transport's pool (`pool.rs`) for the command's life. Either moves into
+//! the bdev I/O and back. Nothing here allocates after the slot table is
+//! built (admin queues excepted: their data is a `Vec` sized per command).
 
 use bdevkit::dma::DmaBuf;
+use nvme_spec::cmd::Fuse;
 use nvme_spec::{Sqe, Status};
 
 /// Bytes of a data PDU header (24), its header digest (4) and padding up
@@ -26,6 +32,10 @@ pub(crate) enum SlotState {
     AwaitData,
     /// Executing (bdev I/O in flight, or queued for a `BdevIo`).
     Exec,
+    /// Waiting for a shared data buffer.
+    BufWait,
+    /// Half of a fused pair with its data in, waiting for the other half.
+    Held,
     /// An Asynchronous Event Request waiting for an event.
     Aer,
     /// Its PDUs are queued for sending.
@@ -46,8 +56,14 @@ pub(crate) enum AfterTx {
 pub(crate) struct Slot {
     pub state: SlotState,
     pub sqe: Sqe,
-    /// I/O queue data buffer (`None` while a bdev I/O owns it).
-    pub dma: Option<DmaBuf>,
+    /// I/O queue in-capsule buffer (`None` while a bdev I/O owns it).
+    pub icd: Option<DmaBuf>,
+    /// A shared buffer lent for the command (`None` while a bdev I/O owns it).
+    pub pool: Option<DmaBuf>,
+    /// The command's data is in a shared buffer (`pool`, or the bdev I/O's).
+    pub uses_pool: bool,
+    /// Waiting for a buffer to fetch data (R2T), not to submit a read.
+    pub fetch_after_buf: bool,
     /// Admin queue (and pre-Connect) data.
     pub vec: Vec<u8>,
     /// Data of the command, bytes (the SGL length).
@@ -65,6 +81,12 @@ pub(crate) struct Slot {
     pub children: u32,
     /// Status of the command so far (the first failure of its children).
     pub status: Status,
+    /// Its fused operation (`Normal` once answered).
+    pub fuse: Fuse,
+    /// The other half of its fused pair.
+    pub pair: Option<u16>,
+    /// Set: the fused command fails with this when it would run.
+    pub fused_abort: Option<Status>,
     /// C2H data bytes to send (0: none).
     pub c2h_len: u32,
     /// Queued PDUs not yet sent.
@@ -81,12 +103,15 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// A free slot; `dma` is its I/O buffer (I/O queues).
-    pub fn new(dma: Option<DmaBuf>) -> Slot {
+    /// A free slot; `icd` is its in-capsule buffer (I/O queues).
+    pub fn new(icd: Option<DmaBuf>) -> Slot {
         Slot {
             state: SlotState::Free,
             sqe: Sqe::default(),
-            dma,
+            icd,
+            pool: None,
+            uses_pool: false,
+            fetch_after_buf: false,
             vec: Vec::new(),
             xfer: 0,
             icd_len: 0,
@@ -95,6 +120,9 @@ impl Slot {
             digest_error: false,
             children: 0,
             status: Status::SUCCESS,
+            fuse: Fuse::Normal,
+            pair: None,
+            fused_abort: None,
             c2h_len: 0,
             tx_parts: 0,
             after_tx: AfterTx::Free,
@@ -117,6 +145,9 @@ impl Slot {
         self.digest_error = false;
         self.children = 0;
         self.status = Status::SUCCESS;
+        self.fuse = Fuse::Normal;
+        self.pair = None;
+        self.fused_abort = None;
         self.c2h_len = 0;
         self.tx_parts = 0;
         self.after_tx = AfterTx::Free;
@@ -129,7 +160,7 @@ impl Slot {
     }
 
     /// Makes room for `len` bytes of data (admin queues grow their vector;
-    /// I/O queues have their fixed buffer). `false` if it cannot hold them.
+    /// I/O queues have their fixed buffers). `false` if it cannot hold them.
     pub fn ensure(&mut self, len: usize, admin: bool) -> bool {
         if admin {
             if self.vec.len() < len {
@@ -137,13 +168,22 @@ impl Slot {
             }
             true
         } else {
-            self.dma.as_ref().is_some_and(|d| d.len() >= len)
+            self.data().len() >= len
         }
     }
 
-    /// The data buffer.
+    /// Whether a transfer of `len` bytes fits in the in-capsule buffer.
+    pub fn fits_icd(&self, len: u32) -> bool {
+        self.icd.as_ref().is_some_and(|d| d.len() >= len as usize)
+    }
+
+    /// The data buffer: the shared one lent for the command, else the
+    /// in-capsule one, else (admin queues) the vector.
     pub fn data(&self) -> &[u8] {
-        match &self.dma {
+        if self.uses_pool {
+            return self.pool.as_ref().map_or(&[], |d| d.as_slice());
+        }
+        match &self.icd {
             Some(d) => d.as_slice(),
             None => &self.vec,
         }
@@ -151,9 +191,33 @@ impl Slot {
 
     /// The data buffer, writable.
     pub fn data_mut(&mut self) -> &mut [u8] {
-        match &mut self.dma {
+        if self.uses_pool {
+            return self.pool.as_mut().map_or(&mut [], |d| d.as_mut_slice());
+        }
+        match &mut self.icd {
             Some(d) => d.as_mut_slice(),
             None => &mut self.vec,
+        }
+    }
+
+    /// Takes the command's data buffer for a bdev I/O.
+    pub fn take_data_buf(&mut self) -> Option<DmaBuf> {
+        if self.uses_pool {
+            self.pool.take()
+        } else {
+            self.icd.take()
+        }
+    }
+
+    /// Puts a buffer back from a bdev I/O.
+    pub fn restore_data_buf(&mut self, b: DmaBuf) {
+        let to = if self.uses_pool {
+            &mut self.pool
+        } else {
+            &mut self.icd
+        };
+        if to.is_none() {
+            *to = Some(b);
         }
     }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bdevkit::bdev::{Bdev, BdevChannel, IoType};
 use bdevkit::thread::ThreadHandle;
 
+use super::pool::{BufPool, GroupBufs};
 use crate::subsystem::Namespace;
 use crate::target::Core;
 
@@ -26,6 +27,8 @@ pub(crate) struct NsChan {
     pub compare: bool,
     pub unmap: bool,
     pub write_zeroes: bool,
+    /// Atomic compare-and-write (fused Compare and Write).
+    pub compare_and_write: bool,
 }
 
 impl NsChan {
@@ -45,6 +48,7 @@ impl NsChan {
             compare: b.supports(IoType::Compare),
             unmap: b.supports(IoType::Unmap),
             write_zeroes: b.supports(IoType::WriteZeroes),
+            compare_and_write: b.supports(IoType::CompareAndWrite),
             bdev: b,
         })
     }
@@ -78,6 +82,9 @@ pub(crate) struct Env {
     /// The group's thread name (`nvmf_tgt_poll_group_000`).
     pub name: String,
     views: RefCell<HashMap<u32, Rc<SubsysView>>>,
+    /// This thread's side of the transport's buffer pool (made at the
+    /// first connection).
+    bufs: RefCell<Option<Rc<GroupBufs>>>,
 }
 
 impl Env {
@@ -87,7 +94,28 @@ impl Env {
             thread,
             name,
             views: RefCell::new(HashMap::new()),
+            bufs: RefCell::new(None),
         }
+    }
+
+    /// This thread's side of `pool`.
+    pub fn group_bufs(&self, pool: &Arc<BufPool>) -> Rc<GroupBufs> {
+        let mut b = self.bufs.borrow_mut();
+        match &*b {
+            Some(g) if g.is_of(pool) => Rc::clone(g),
+            _ => {
+                let g = GroupBufs::new(pool, self.thread.clone());
+                *b = Some(Rc::clone(&g));
+                g
+            }
+        }
+    }
+
+    /// Hands shared buffers to requests that wait for them (see
+    /// [`GroupBufs::serve`]); whether it did anything.
+    pub fn serve_bufs(&self) -> bool {
+        let g = self.bufs.borrow().clone();
+        g.is_some_and(|g| g.serve())
     }
 
     /// The view of subsystem `id`, created from `namespaces` (its
@@ -124,8 +152,9 @@ impl Env {
         }
     }
 
-    /// Drops every view (target shutdown).
+    /// Drops every view and the buffer cache (target shutdown).
     pub fn drop_all(&self) {
+        self.bufs.borrow_mut().take();
         let all: Vec<Rc<SubsysView>> = self.views.borrow_mut().drain().map(|(_, v)| v).collect();
         for v in all {
             v.ns.borrow_mut().clear();
