@@ -209,8 +209,8 @@ fn serve_perform_tests(
         let Ok((params, resp)) = rx.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
-        match apply_perform_params(&current, params) {
-            Err(msg) => resp.err(RpcError::new(-32700, msg)),
+        let answer = match apply_perform_params(&current, params) {
+            Err(msg) => Err(RpcError::new(-32700, msg)),
             Ok(next) => {
                 current = next;
                 match run_test(app, &current, stop) {
@@ -218,22 +218,28 @@ fn serve_perform_tests(
                         all_ok &= print_results(&current, &summaries, interrupted)?;
                         let cores: std::collections::BTreeSet<u32> =
                             summaries.iter().map(|s| s.cfg.core).collect();
-                        resp.ok(report::to_json(&summaries, cores.len()));
+                        Ok(report::to_json(&summaries, cores.len()))
                     }
-                    Ok(_) => resp.err(RpcError::invalid_params("No jobs defined or bdevs created")),
+                    Ok(_) => Err(RpcError::invalid_params("No jobs defined or bdevs created")),
                     Err(e) if e.to_string().starts_with("no bdevs to run on") => {
-                        resp.err(RpcError::invalid_params("No jobs defined or bdevs created"));
+                        Err(RpcError::invalid_params("No jobs defined or bdevs created"))
                     }
                     Err(e) => {
                         eprintln!("bdevperf: error: {e:#}");
-                        resp.err(RpcError::internal_error(format!(
+                        Err(RpcError::internal_error(format!(
                             "bdevperf failed with error {e}"
-                        )));
+                        )))
                     }
                 }
             }
-        }
+        };
+        // Free before answering: a client that calls again as soon as it
+        // has the answer finds no test running.
         busy.store(false, Ordering::Release);
+        match answer {
+            Ok(v) => resp.ok(v),
+            Err(e) => resp.err(e),
+        }
     }
     Ok(all_ok)
 }
