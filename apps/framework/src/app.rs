@@ -21,16 +21,9 @@ pub use crate::shared::{StopHandle, StopReason};
 use crate::subsystem::{create_subsystems, fini_subsystems, Running, SubsystemCtx, SubsystemDef};
 
 /// A bdev module as the app links it: its name, how to add it to the bdev
-/// layer, and how to register its RPC methods.
-#[derive(Debug, Clone, Copy)]
-pub struct ModuleDef {
-    /// Module name (`null`, `malloc`, ...).
-    pub name: &'static str,
-    /// Adds the module to the bdev layer (`bdevkit_<name>::register`).
-    pub register: fn(&BdevManager),
-    /// Registers the module's RPC methods (`bdevkit_<name>::rpc::register_rpcs`).
-    pub register_rpcs: fn(&MethodRegistry, &BdevManager) -> Result<(), bdevkit_jsonrpc::Error>,
-}
+/// layer, how to register its RPC methods and its log flags. Each module
+/// crate exports one (`bdevkit_<name>::MODULE_DEF`).
+pub type ModuleDef = bdevkit::bdev::module::ModuleDef<MethodRegistry, bdevkit_jsonrpc::Error>;
 
 /// Start-up choices beyond the command line.
 #[derive(Debug, Clone)]

@@ -108,69 +108,7 @@ pub const SUBSYSTEMS: &[Subsystem] = &[
     },
 ];
 
-/// The bdev modules an app links by default, in registration order. Add a
-/// new module here (one line) once its crate exists.
-#[must_use]
-pub fn default_modules() -> Vec<ModuleDef> {
-    vec![
-        ModuleDef {
-            name: bdevkit_null::MODULE,
-            register: bdevkit_null::register,
-            register_rpcs: bdevkit_null::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_malloc::MODULE,
-            register: bdevkit_malloc::register,
-            register_rpcs: bdevkit_malloc::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_passthru::MODULE,
-            register: bdevkit_passthru::register,
-            register_rpcs: bdevkit_passthru::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_split::MODULE,
-            register: bdevkit_split::register,
-            register_rpcs: bdevkit_split::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_raid::MODULE,
-            register: bdevkit_raid::register,
-            register_rpcs: bdevkit_raid::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_delay::MODULE,
-            register: bdevkit_delay::register,
-            register_rpcs: bdevkit_delay::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_error::MODULE,
-            register: bdevkit_error::register,
-            register_rpcs: bdevkit_error::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_aio::MODULE,
-            register: bdevkit_aio::register,
-            register_rpcs: bdevkit_aio::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_uring::MODULE,
-            register: bdevkit_uring::register,
-            register_rpcs: bdevkit_uring::rpc::register_rpcs,
-        },
-        ModuleDef {
-            name: bdevkit_nvme::MODULE,
-            register: bdevkit_nvme::register,
-            register_rpcs: bdevkit_nvme::rpc::register_rpcs,
-        },
-        // After aio and uring: its io_uring and libaio bdevs are theirs.
-        ModuleDef {
-            name: bdevkit_xnvme::MODULE,
-            register: bdevkit_xnvme::register,
-            register_rpcs: bdevkit_xnvme::rpc::register_rpcs,
-        },
-    ]
-}
+include!(concat!(env!("OUT_DIR"), "/modules.rs"));
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
+use bdevkit::bdev::module::LogFlag;
 use parking_lot::Mutex;
 use tracing_subscriber::reload;
 use tracing_subscriber::{EnvFilter, Registry};
@@ -20,50 +21,60 @@ use tracing_subscriber::{EnvFilter, Registry};
 /// SPDK's print levels, lowest first.
 pub(crate) const PRINT_LEVELS: [&str; 5] = ["ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"];
 
-/// Log flags `log_set_flag` knows, with the `tracing` targets each turns
-/// on. SPDK's names where SPDK has the component.
-const FLAGS: &[(&str, &[&str])] = &[
-    ("aio", &["bdevkit_aio", "bdevkit_kfile"]),
-    ("app_config", &["bdevkit_app::config"]),
-    ("app_rpc", &["bdevkit_app::rpc"]),
-    ("bdev", &["bdevkit::bdev"]),
-    ("bdev_malloc", &["bdevkit_malloc"]),
-    ("bdev_null", &["bdevkit_null"]),
-    ("bdev_raid", &["bdevkit_raid"]),
-    ("reactor", &["bdevkit::thread"]),
-    ("rpc", &["bdevkit_jsonrpc"]),
-    ("thread", &["bdevkit::thread"]),
-    ("uring", &["bdevkit_uring", "bdevkit_kfile"]),
-    ("vbdev_delay", &["bdevkit_delay"]),
-    ("vbdev_error", &["bdevkit_error"]),
-    ("vbdev_passthru", &["bdevkit_passthru"]),
-    ("vbdev_split", &["bdevkit_split"]),
+/// The framework's own log flags (its components and the core's); each
+/// module brings its own in its [`crate::ModuleDef`]. SPDK's names where
+/// SPDK has the component.
+const FRAMEWORK_FLAGS: &[LogFlag] = &[
+    flag("app_config", &["bdevkit_app::config"], &[]),
+    flag("app_rpc", &["bdevkit_app::rpc"], &[]),
+    flag("bdev", &["bdevkit::bdev"], &[]),
+    flag("reactor", &["bdevkit::thread"], &[]),
+    flag("rpc", &["bdevkit_jsonrpc"], &["jsonrpc"]),
+    flag("thread", &["bdevkit::thread"], &[]),
 ];
 
-/// The `tracing` targets of log flag `flag` (also accepted: `bdev_<module>`
-/// for any module and the crate-style names `-L` took before); `None` for
-/// an unknown flag.
-pub(crate) fn flag_targets(flag: &str) -> Option<Vec<String>> {
-    if let Some((_, targets)) = FLAGS.iter().find(|(f, _)| *f == flag) {
-        return Some(targets.iter().map(|t| (*t).to_string()).collect());
+const fn flag(
+    name: &'static str,
+    targets: &'static [&'static str],
+    aliases: &'static [&'static str],
+) -> LogFlag {
+    LogFlag {
+        name,
+        targets,
+        aliases,
     }
-    let alias = match flag {
-        "jsonrpc" => "rpc",
-        "app" => "app_config",
-        "bdev_aio" => "aio",
-        "bdev_uring" => "uring",
-        "bdev_passthru" => "vbdev_passthru",
-        "bdev_split" => "vbdev_split",
-        "bdev_delay" => "vbdev_delay",
-        "bdev_error" => "vbdev_error",
-        _ => return None,
-    };
-    flag_targets(alias).map(|mut t| {
-        if flag == "app" {
-            t = vec!["bdevkit_app".into()];
+}
+
+/// Every flag `log_set_flag` knows: the framework's and those of the
+/// modules the apps link ([`crate::default_modules`]), by name.
+fn all_flags() -> &'static [LogFlag] {
+    static ALL: OnceLock<Vec<LogFlag>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v: Vec<LogFlag> = FRAMEWORK_FLAGS.to_vec();
+        for m in crate::default_modules() {
+            v.extend_from_slice(m.log_flags);
         }
-        t
+        v.sort_by_key(|f| f.name);
+        v.dedup_by_key(|f| f.name);
+        v
     })
+}
+
+/// The flag called `name`, or that has `name` as an alias.
+fn find_flag(name: &str) -> Option<&'static LogFlag> {
+    let all = all_flags();
+    all.iter()
+        .find(|f| f.name == name)
+        .or_else(|| all.iter().find(|f| f.aliases.contains(&name)))
+}
+
+/// The `tracing` targets of log flag `flag` (also accepted: its aliases,
+/// and `app` for the whole framework); `None` for an unknown flag.
+pub(crate) fn flag_targets(flag: &str) -> Option<Vec<String>> {
+    if flag == "app" {
+        return Some(vec!["bdevkit_app".into()]);
+    }
+    find_flag(flag).map(|f| f.targets.iter().map(|t| (*t).to_string()).collect())
 }
 
 /// Print level and flags, and the filter they make.
@@ -117,23 +128,10 @@ impl LogState {
     /// unknown flag.
     pub(crate) fn set_flag(&mut self, flag: &str, on: bool) -> bool {
         let names: Vec<&'static str> = if flag == "all" {
-            FLAGS.iter().map(|(f, _)| *f).collect()
+            all_flags().iter().map(|f| f.name).collect()
         } else {
-            let canonical = FLAGS
-                .iter()
-                .map(|(f, _)| *f)
-                .find(|f| *f == flag)
-                .or_else(|| {
-                    let targets = flag_targets(flag)?;
-                    FLAGS
-                        .iter()
-                        .find(|(_, t)| {
-                            t.iter().map(|s| (*s).to_string()).collect::<Vec<_>>() == targets
-                        })
-                        .map(|(f, _)| *f)
-                });
-            match canonical {
-                Some(f) => vec![f],
+            match find_flag(flag) {
+                Some(f) => vec![f.name],
                 None => return false,
             }
         };
@@ -150,8 +148,8 @@ impl LogState {
     /// `log_get_flags`' result: every flag and whether it is set.
     pub(crate) fn flags_json(&self) -> serde_json::Value {
         let mut m = serde_json::Map::new();
-        for (f, _) in FLAGS {
-            m.insert((*f).to_string(), self.flags.contains(f).into());
+        for f in all_flags() {
+            m.insert(f.name.to_string(), self.flags.contains(f.name).into());
         }
         serde_json::Value::Object(m)
     }
@@ -272,8 +270,16 @@ mod tests {
         assert_eq!(st.flags_json()["rpc"], false);
         let st = LogState::new("debug", &["bdev".into()]);
         assert_eq!(st.directives(), "info,bdevkit::bdev=debug");
-        for f in FLAGS {
-            EnvFilter::try_new(LogState::new("debug", &[f.0.to_string()]).directives()).unwrap();
+        for f in all_flags() {
+            EnvFilter::try_new(LogState::new("debug", &[f.name.to_string()]).directives()).unwrap();
         }
+        // Modules bring their flags.
+        for f in ["bdev_malloc", "aio", "bdev_nvme", "nvme", "vbdev_split"] {
+            assert!(find_flag(f).is_some(), "{f}");
+        }
+        assert_eq!(
+            flag_targets("bdev_uring").unwrap(),
+            ["bdevkit_uring", "bdevkit_kfile"]
+        );
     }
 }

@@ -11,11 +11,10 @@ use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
-    IoType, ModuleIo, Result,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoChannel,
+    IoCompletion, IoDevice, IoStatus, IoType, ModuleIo, Poller, PollerStatus, Result, Thread,
 };
 use bdevkit::clock;
-use bdevkit::thread::{IoChannel, IoDevice, Poller, PollerStatus, Thread};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -109,36 +108,34 @@ pub(crate) fn update_latency(
 }
 
 fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bdev> {
-    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
     let latencies = Latencies::default();
     latencies.set(LatencyType::AvgRead, cfg.avg_read_latency);
     latencies.set(LatencyType::P99Read, cfg.p99_read_latency);
     latencies.set(LatencyType::AvgWrite, cfg.avg_write_latency);
     latencies.set(LatencyType::P99Write, cfg.p99_write_latency);
     let name = cfg.name.clone();
-    let delay = Arc::new_cyclic(|weak: &Weak<DelayBdev>| {
-        let w = weak.clone();
-        DelayBdev {
-            name: name.clone(),
-            base: base_bdev,
-            mgr: mgr.clone(),
-            latencies,
-            device: IoDevice::register(format!("delay_{name}"), move || {
-                let d = w.upgrade().ok_or("delay bdev is gone")?;
-                DelayChannel::new(d)
-            }),
-        }
-    });
-    link.bind(&delay);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
     props.uuid = Some(
         cfg.uuid
             .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
     );
     props.optimal_io_boundary = base.props().optimal_io_boundary;
-    let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&delay))?;
+    let bdev = BaseBdev::register_over(mgr, base, MODULE, props, |base_bdev| {
+        Arc::new_cyclic(|weak: &Weak<DelayBdev>| {
+            let w = weak.clone();
+            DelayBdev {
+                name: name.clone(),
+                base: base_bdev,
+                mgr: mgr.clone(),
+                latencies,
+                device: IoDevice::register(format!("delay_{name}"), move || {
+                    let d = w.upgrade().ok_or("delay bdev is gone")?;
+                    DelayChannel::new(d)
+                }),
+            }
+        })
+    })?;
     tracing::info!(bdev = %name, base = %base.name(), "delay bdev created");
-    link.catch_up();
     Ok(bdev)
 }
 

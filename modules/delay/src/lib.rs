@@ -43,6 +43,22 @@ pub fn register(mgr: &BdevManager) {
     DelayModule::register(mgr);
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "vbdev_delay",
+        targets: &["bdevkit_delay"],
+        aliases: &["bdev_delay"],
+    }],
+};
+
 /// `bdev_delay_create`: records the configuration and builds the bdev now
 /// if the base exists, else when it appears. Returns the name. Call on a
 /// bdevkit thread. `EINVAL` when a p99 latency is below its average,

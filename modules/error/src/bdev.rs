@@ -14,10 +14,9 @@ use std::sync::{Arc, Weak};
 
 use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
 use bdevkit::bdev::module::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoCompletion, IoStatus,
-    IoType, ModuleIo, Result,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoChannel,
+    IoCompletion, IoDevice, IoStatus, IoType, ModuleIo, Result,
 };
-use bdevkit::thread::{IoChannel, IoDevice};
 use serde_json::{json, Value};
 
 use crate::rpc::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
@@ -83,26 +82,24 @@ fn error_name(base: &str) -> String {
 
 fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bdev> {
     let name = error_name(&cfg.base_name);
-    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
-    let eb = Arc::new_cyclic(|weak: &Weak<ErrorBdev>| {
-        let w = weak.clone();
-        ErrorBdev {
-            name: name.clone(),
-            base: base_bdev,
-            mgr: mgr.clone(),
-            slots: Default::default(),
-            device: IoDevice::register(format!("error_{name}"), move || {
-                let eb = w.upgrade().ok_or("error bdev is gone")?;
-                ErrorChannel::new(eb)
-            }),
-        }
-    });
-    link.bind(&eb);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
     props.uuid = cfg.uuid;
-    let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&eb))?;
+    let bdev = BaseBdev::register_over(mgr, base, MODULE, props, |base_bdev| {
+        Arc::new_cyclic(|weak: &Weak<ErrorBdev>| {
+            let w = weak.clone();
+            ErrorBdev {
+                name: name.clone(),
+                base: base_bdev,
+                mgr: mgr.clone(),
+                slots: Default::default(),
+                device: IoDevice::register(format!("error_{name}"), move || {
+                    let eb = w.upgrade().ok_or("error bdev is gone")?;
+                    ErrorChannel::new(eb)
+                }),
+            }
+        })
+    })?;
     tracing::info!(bdev = %name, base = %base.name(), "error bdev created");
-    link.catch_up();
     Ok(bdev)
 }
 

@@ -51,6 +51,22 @@ pub fn register(mgr: &BdevManager) {
     ErrorModule::register(mgr);
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "vbdev_error",
+        targets: &["bdevkit_error"],
+        aliases: &["bdev_error"],
+    }],
+};
+
 /// `bdev_error_create`: records the configuration and creates
 /// `EE_<base_name>` now if the base exists, else when it appears. Call on
 /// a bdevkit thread. `EEXIST` when the base already has one.

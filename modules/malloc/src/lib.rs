@@ -17,11 +17,9 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bdevkit::thread::{Poller, PollerStatus, Thread};
-
 use bdevkit::bdev::module::{
     Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
-    ModuleIo,
+    ModuleIo, Poller, PollerStatus, Thread,
 };
 use bdevkit::dma::SharedMem;
 use bdevkit::error::BoxError;
@@ -57,6 +55,22 @@ impl BdevModule for MallocModule {
 pub fn register(mgr: &BdevManager) {
     mgr.register_module(Arc::new(MallocModule));
 }
+
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "bdev_malloc",
+        targets: &["bdevkit_malloc"],
+        aliases: &[],
+    }],
+};
 
 /// One malloc bdev.
 #[derive(Debug)]

@@ -48,6 +48,22 @@ pub fn register(mgr: &BdevManager) {
     mgr.register_module(Arc::new(NullModule));
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "bdev_null",
+        targets: &["bdevkit_null"],
+        aliases: &[],
+    }],
+};
+
 /// One null bdev.
 #[derive(Debug)]
 pub struct NullBdev {

@@ -141,3 +141,26 @@ pub fn register(mgr: &BdevManager) {
     REGISTRAR.get_or_init(|| add_registrar(Arc::new(VfioRegistrar)));
     mgr.register_module(Arc::new(NvmeModule::default()));
 }
+
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[
+        bdevkit::bdev::module::LogFlag {
+            name: "bdev_nvme",
+            targets: &["bdevkit_nvme"],
+            aliases: &[],
+        },
+        bdevkit::bdev::module::LogFlag {
+            name: "nvme",
+            targets: &["nvme_driver"],
+            aliases: &[],
+        },
+    ],
+};

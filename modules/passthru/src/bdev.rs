@@ -93,26 +93,20 @@ pub(crate) fn create(mgr: &BdevManager, params: PassthruCreateParams) -> Result<
 
 /// Opens and claims `base`, then registers the passthru bdev on it.
 fn attach(mgr: &BdevManager, cfg: &PassthruCreateParams, base: &Bdev) -> Result<Bdev> {
-    // Opens the base and claims it exclusive_write: we become its only
-    // writer. Fails (EPERM) if another module claimed it first. Closing the
-    // descriptor (`BaseBdev::close`) releases the claim.
-    //
-    // The base's events run on this thread. Their callback cannot hold our
-    // bdev strongly (the bdev holds the descriptor that holds the
-    // callback), so `link` reaches it through a weak reference, set by
-    // `bind` once the bdev exists.
-    let (base_bdev, link) = BaseBdev::open(mgr, base, MODULE)?;
-    let pt = Arc::new(PassthruBdev {
-        name: cfg.name.clone(),
-        base: base_bdev,
-        mgr: mgr.clone(),
-    });
-    link.bind(&pt);
-    let bdev = mgr.register_bdev(MODULE, props(cfg, base), Arc::clone(&pt))?;
+    // `register_over` opens the base and claims it exclusive_write: we
+    // become its only writer (EPERM if another module claimed it first;
+    // closing the descriptor, `BaseBdev::close`, releases the claim). It
+    // builds our bdev on it, has the base's events (on this thread) reach
+    // it, registers it, and delivers a removal of the base that began
+    // while we were being built.
+    let bdev = BaseBdev::register_over(mgr, base, MODULE, props(cfg, base), |base_bdev| {
+        Arc::new(PassthruBdev {
+            name: cfg.name.clone(),
+            base: base_bdev,
+            mgr: mgr.clone(),
+        })
+    })?;
     tracing::info!(bdev = %cfg.name, base = %base.name(), "passthru bdev created");
-    // A removal of the base that started before `bind` could not reach us:
-    // `catch_up` delivers it now.
-    link.catch_up();
     Ok(bdev)
 }
 

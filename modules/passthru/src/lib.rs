@@ -71,6 +71,22 @@ pub fn register(mgr: &BdevManager) {
     PassthruModule::register(mgr);
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "vbdev_passthru",
+        targets: &["bdevkit_passthru"],
+        aliases: &["bdev_passthru"],
+    }],
+};
+
 /// `bdev_passthru_create`: records the configuration and builds the bdev
 /// now if the base exists, else when it appears. Returns the name. Call on
 /// a bdevkit thread (the app thread): the base is opened there.
@@ -91,3 +107,9 @@ pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Sen
         Err(e) => done(Err(e)),
     }
 }
+
+/// `doc/writing-a-module.md`, whose code compiles as doctests of this
+/// crate (so the guide cannot go stale).
+#[cfg(doctest)]
+#[doc = include_str!("../../../doc/writing-a-module.md")]
+pub struct WritingAModuleGuide;

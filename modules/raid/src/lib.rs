@@ -99,6 +99,22 @@ pub fn register(mgr: &BdevManager) {
     mgr.register_module(Arc::new(RaidModule::default()));
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "bdev_raid",
+        targets: &["bdevkit_raid"],
+        aliases: &[],
+    }],
+};
+
 fn module(mgr: &BdevManager) -> Result<Arc<RaidModule>> {
     mgr.module_as::<RaidModule>(MODULE)
         .ok_or_else(|| Error::InvalidArg("the raid module is not registered".into()))

@@ -38,6 +38,22 @@ pub fn register(mgr: &BdevManager) {
     SplitModule::register(mgr);
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "vbdev_split",
+        targets: &["bdevkit_split"],
+        aliases: &["bdev_split"],
+    }],
+};
+
 /// `bdev_split_create`: records the configuration and splits the base now
 /// if it exists. Returns the names of the parts created (none while the
 /// base is missing). Call on a bdevkit thread.

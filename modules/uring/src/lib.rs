@@ -156,6 +156,22 @@ pub fn register(mgr: &BdevManager) {
     mgr.register_module(Arc::new(UringModule::new()));
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "uring",
+        targets: &["bdevkit_uring", "bdevkit_kfile"],
+        aliases: &["bdev_uring"],
+    }],
+};
+
 /// The uring module registered with `mgr`.
 fn module(mgr: &BdevManager) -> Result<Arc<UringModule>> {
     mgr.module_as::<UringModule>(MODULE)

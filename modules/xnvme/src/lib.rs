@@ -149,6 +149,22 @@ pub fn register(mgr: &BdevManager) {
     }));
 }
 
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[bdevkit::bdev::module::LogFlag {
+        name: "bdev_xnvme",
+        targets: &["bdevkit_xnvme"],
+        aliases: &[],
+    }],
+};
+
 fn module(mgr: &BdevManager) -> Result<Arc<XnvmeModule>> {
     mgr.module_as::<XnvmeModule>(MODULE)
         .ok_or(Error::NotRegistered)

@@ -7,7 +7,11 @@
 //!   its data segments, completing it exactly once (never inside
 //!   `submit`), and building the child a virtual bdev sends to its base;
 //!   [`CompletionQueue`] for I/O finished synchronously.
-//! * Virtual bdevs: the building blocks in [`vbdev`].
+//! * Linking it into an app: [`ModuleDef`] (and [`LogFlag`]), the one
+//!   constant a module crate exports.
+//! * Virtual bdevs: the building blocks in [`vbdev`], and the thread items
+//!   a virtual bdev with per-channel state of its own uses ([`IoDevice`],
+//!   [`IoChannel`], [`Thread`], [`Poller`], [`PollerStatus`]).
 //! * DMA: [`add_registrar`] / [`MemoryRegistrar`] for drivers that map
 //!   I/O buffers for a device.
 //! * And the consumer-side items a module uses too (a virtual bdev is its
@@ -18,11 +22,13 @@
 //! this module and nothing else of the bdev layer.
 
 mod completion_queue;
+mod def;
 pub(crate) mod ops;
 pub(crate) mod serve;
 pub mod vbdev;
 
 pub use completion_queue::CompletionQueue;
+pub use def::{LogFlag, ModuleDef};
 pub use ops::{BdevOps, Done};
 pub use serve::ModuleIo;
 
@@ -33,3 +39,4 @@ pub use crate::bdev::{
 };
 pub use crate::dma::{add_registrar, remove_registrar, DmaBuf, MemoryRegistrar, RegistrarId};
 pub use crate::error::{BoxError, Error, Result};
+pub use crate::thread::{IoChannel, IoDevice, Poller, PollerStatus, Thread, ThreadHandle};

@@ -157,6 +157,27 @@ impl BaseBdev {
         ))
     }
 
+    /// A virtual bdev's whole attach in one call: opens and claims `base`
+    /// for `module` (as [`BaseBdev::open`]), builds the virtual bdev on it
+    /// with `make`, has the base's events reach it, registers it with
+    /// `props` and delivers a removal of the base that began meanwhile.
+    /// Returns the registered bdev. On failure nothing is left: the bdev
+    /// `make` built is dropped with its base, which closes it.
+    pub fn register_over<T: BaseEvents + BdevOps>(
+        mgr: &BdevManager,
+        base: &Bdev,
+        module: &'static str,
+        props: BdevProps,
+        make: impl FnOnce(BaseBdev) -> Arc<T>,
+    ) -> Result<Bdev> {
+        let (base_bdev, link) = BaseBdev::open::<T>(mgr, base, module)?;
+        let t = make(base_bdev);
+        link.bind(&t);
+        let bdev = mgr.register_bdev(module, props, Arc::clone(&t))?;
+        link.catch_up();
+        Ok(bdev)
+    }
+
     /// The base bdev.
     #[must_use]
     pub fn bdev(&self) -> &Bdev {
