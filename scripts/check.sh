@@ -13,7 +13,7 @@ fail=0
 python3 scripts/check-imports.py --quiet || fail=1
 # No sleeping or blocking file I/O on reactor threads: library code of the
 # core and the modules must not call thread::sleep (tests may).
-if grep -rn --include=*.rs "thread::sleep" bdev/src modules/*/src \
+if grep -rn --include=*.rs "thread::sleep" bdev/src lib/*/src modules/*/src \
         | grep -v -e "/tests\.rs:" -e "#\[cfg(test)\]" | grep -v "^bdev/src/clock.rs"; then
     echo "check: thread::sleep in reactor/module code" >&2
     fail=1
@@ -23,7 +23,6 @@ fi
 # register_decoded(...) call on the next line.
 for f in modules/*/src/rpc.rs; do
     m=$(basename "$(dirname "$(dirname "$f")")")
-    # (kfile's rpc.rs is shared code that registers no name itself: no match is fine.)
     tr '\n' ' ' < "$f" | { grep -oE 'register(_decoded)?\( *"[a-z_]*"' || true; } \
         | sed -E 's/.*"([a-z_]*)"/\1/' | while read -r name; do
         case "$name" in
@@ -32,12 +31,12 @@ for f in modules/*/src/rpc.rs; do
         esac
     done || fail=1
 done
-# The NVMe-oF target's methods are SPDK's nvmf_<...> (modules/nvmf/src/rpc/).
-tr '\n' ' ' < modules/nvmf/src/rpc/handlers.rs | grep -oE 'reg\( *r, *"[a-z_]*"' \
+# The NVMe-oF target's methods are SPDK's nvmf_<...> (lib/nvmf/src/rpc/).
+tr '\n' ' ' < lib/nvmf/src/rpc/handlers.rs | grep -oE 'reg\( *r, *"[a-z_]*"' \
     | sed -E 's/.*"([a-z_]*)"/\1/' | while read -r name; do
     case "$name" in
         nvmf_*) ;;
-        *) echo "check: modules/nvmf registers $name, expected nvmf_<...>" >&2; exit 1 ;;
+        *) echo "check: lib/nvmf registers $name, expected nvmf_<...>" >&2; exit 1 ;;
     esac
 done || fail=1
 exit $fail

@@ -13,17 +13,19 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bdevkit::bdev::BdevManager;
+use bdevkit_nvme_spec::cmd::{Command, Psdt};
+use bdevkit_nvme_spec::fabrics::{
+    Connect, ConnectData, ConnectResponse, PropertySet, CNTLID_DYNAMIC,
+};
+use bdevkit_nvme_spec::regs::{offset, Cc, PropertySize};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::{self, flags, Digests, Fes, Pdu, RecvConfig, Role, TxConfig};
+use bdevkit_nvme_spec::zerocopy::{FromBytes, IntoBytes};
+use bdevkit_nvme_spec::{Cqe, Sqe, Status};
 use bdevkit_nvmf::params::NamespaceParams;
 use bdevkit_nvmf::{
     CreateSubsystemParams, CreateTransportParams, ListenAddressParams, ListenerParams, Target,
 };
-use nvme_spec::cmd::{Command, Psdt};
-use nvme_spec::fabrics::{Connect, ConnectData, ConnectResponse, PropertySet, CNTLID_DYNAMIC};
-use nvme_spec::regs::{offset, Cc, PropertySize};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::{self, flags, Digests, Fes, Pdu, RecvConfig, Role, TxConfig};
-use nvme_spec::zerocopy::{FromBytes, IntoBytes};
-use nvme_spec::{Cqe, Sqe, Status};
 
 use crate::TestEnv;
 

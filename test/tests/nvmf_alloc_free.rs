@@ -12,13 +12,13 @@
 mod tests {
     use std::io::{Read as _, Write as _};
 
+    use bdevkit_nvme_spec::cmd::{Command, Psdt};
+    use bdevkit_nvme_spec::io::{BlockRange, Read, Write};
+    use bdevkit_nvme_spec::sgl::SglDescriptor;
+    use bdevkit_nvme_spec::tcp::{self, Digests, Pdu};
     use bdevkit_nvmf::params::NamespaceParams;
     use bdevkit_test::nvmf::{NvmfEnv, SUBNQN};
     use bdevkit_test::steady::{self, CountingAlloc};
-    use nvme_spec::cmd::{Command, Psdt};
-    use nvme_spec::io::{BlockRange, Read, Write};
-    use nvme_spec::sgl::SglDescriptor;
-    use nvme_spec::tcp::{self, Digests, Pdu};
 
     #[global_allocator]
     static GLOBAL: CountingAlloc = CountingAlloc;
@@ -30,7 +30,7 @@ mod tests {
     /// Capsules for command id `cid`: a read of `read_blocks` 4 KiB blocks
     /// and an in-capsule write of one block, at block `cid`.
     fn capsules(cid: u16, tx: &tcp::TxConfig, read_blocks: u32) -> (Vec<u8>, Vec<u8>) {
-        let build = |mut s: nvme_spec::Sqe, data: &[u8]| {
+        let build = |mut s: bdevkit_nvme_spec::Sqe, data: &[u8]| {
             s.set_psdt(Psdt::SglContiguousMetadata);
             let mut b = vec![0u8; 256];
             let n =

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bdevkit::bdev::{BdevChannel, BdevIo, BdevManager, IoCompletion};
 use bdevkit::dma::DmaBuf;
 use bdevkit::thread::{Runtime, RuntimeOptions, ThreadHandle};
-use nvme_driver::emu::{EmuKind, EmuNamespace, EmuOptions};
+use bdevkit_nvme_driver::emu::{EmuKind, EmuNamespace, EmuOptions};
 
 struct Loop {
     ch: BdevChannel,

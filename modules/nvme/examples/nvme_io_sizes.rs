@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     let env = TestEnv::with_modules("0x1", &[bdevkit_nvme::register]);
     let r: Result<Vec<String>, String> = env.run(move |mgr| async move {
         let traddr = if traddr == "emu" {
-            let mut o = nvme_driver::emu::EmuOptions::default();
+            let mut o = bdevkit_nvme_driver::emu::EmuOptions::default();
             o.namespaces[0].num_blocks = 32768;
             bdevkit_nvme::emu_start(&mgr, "emu", o).map_err(|e| e.to_string())?;
             "emu:emu".to_string()

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use bdevkit::bdev::module::Done;
 use bdevkit::bdev::module::{BdevIo, BdevOps, BoxError, IoType};
 use bdevkit::thread::IoChannel;
-use nvme_driver::Namespace;
-use nvme_spec::identify::IdentifyController;
+use bdevkit_nvme_driver::Namespace;
+use bdevkit_nvme_spec::identify::IdentifyController;
 use serde_json::Value;
 use uuid::Uuid;
 

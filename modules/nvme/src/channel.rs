@@ -22,13 +22,13 @@ use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo, NvmeCmd};
 use bdevkit::thread::{ChannelStep, IoDevice, Poller, PollerStatus, Thread};
-use nvme_driver::{
+use bdevkit_nvme_driver::{
     AnyQueue, AnyTransport, Completion, Controller, Data, Dir, Qpair, QueueTransport, SubmitError,
     Transport,
 };
-use nvme_spec::admin::Abort;
-use nvme_spec::io::{Read, Write};
-use nvme_spec::{Command, Sqe, Status};
+use bdevkit_nvme_spec::admin::Abort;
+use bdevkit_nvme_spec::io::{Read, Write};
+use bdevkit_nvme_spec::{Command, Sqe, Status};
 
 pub(crate) use crate::nvme_io::NvmeIo;
 use crate::nvme_io::{range, retryable, submit_io, CTX_NSID, CTX_RETRIES};

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::{IoDevice, PollerStatus, Thread, ThreadHandle};
-use nvme_driver::bus::PciFunction;
-use nvme_driver::emu::EmuController;
-use nvme_driver::vfio::VfioFunction;
-use nvme_driver::{
+use bdevkit_nvme_driver::bus::PciFunction;
+use bdevkit_nvme_driver::emu::EmuController;
+use bdevkit_nvme_driver::vfio::VfioFunction;
+use bdevkit_nvme_driver::{
     AnyTransport, Controller, ControllerOptions, Health, PcieTransport, TcpOptions, TcpTransport,
     Transport,
 };
@@ -436,7 +436,7 @@ impl NvmeCtrlr {
             // removed device answers all ones).
             let _ = self.driver.disable();
         }
-        self.driver.set_state(nvme_driver::State::Removed);
+        self.driver.set_state(bdevkit_nvme_driver::State::Removed);
         let me = Arc::clone(self);
         // I/O in flight moves to the other paths of its bdev, if any;
         // once it left its bdevs (the last path takes them with it), it
@@ -470,7 +470,7 @@ impl NvmeCtrlr {
             Health::Ok => {}
             Health::Fatal
                 if self.driver.transport().is_fabrics()
-                    && self.driver.state() == nvme_driver::State::Failed
+                    && self.driver.state() == bdevkit_nvme_driver::State::Failed
                     && !self.reset.running() =>
             {
                 // The connection is gone and reconnecting failed
@@ -553,7 +553,7 @@ pub enum Target {
 /// controller (kept alive).
 type Opened = (AnyTransport, Option<Arc<EmuController>>);
 
-fn open_transport(target: Target) -> nvme_driver::Result<Opened> {
+fn open_transport(target: Target) -> bdevkit_nvme_driver::Result<Opened> {
     match target {
         Target::Emu(e) => {
             let f = e.function() as Arc<dyn PciFunction>;

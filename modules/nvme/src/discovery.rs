@@ -5,7 +5,7 @@
 //!
 //! * **Start.** A helper thread connects (the driver's TCP transport,
 //!   [`ControllerOptions::discovery`]) and reads the log
-//!   ([`nvme_driver::discovery::read_log`]); the app thread then attaches
+//!   ([`bdevkit_nvme_driver::discovery::read_log`]); the app thread then attaches
 //!   every NVM subsystem entry (subtype 2) over TCP as controller
 //!   `<name><N>` (N counts from 0 per service, as SPDK's), its bdevs
 //!   `<name><N>n<nsid>`. A second path to a subsystem already attached by
@@ -34,11 +34,11 @@ use std::time::Duration;
 
 use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::{PollerStatus, Thread, ThreadHandle};
-use nvme_driver::discovery::{read_log, DiscoveryLogPage};
-use nvme_driver::{Controller, ControllerOptions, Health, TcpOptions, TcpTransport};
-use nvme_spec::discovery::{subtype, trtype, DiscoveryLogEntry};
-use nvme_spec::fabrics::DISCOVERY_NQN;
-use nvme_spec::log::lid;
+use bdevkit_nvme_driver::discovery::{read_log, DiscoveryLogPage};
+use bdevkit_nvme_driver::{Controller, ControllerOptions, Health, TcpOptions, TcpTransport};
+use bdevkit_nvme_spec::discovery::{subtype, trtype, DiscoveryLogEntry};
+use bdevkit_nvme_spec::fabrics::DISCOVERY_NQN;
+use bdevkit_nvme_spec::log::lid;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -188,7 +188,7 @@ impl Discovery {
 
     /// Reads the log of `c` (blocks: a helper thread); with its sequence
     /// number.
-    fn read(&self, c: &Driver) -> nvme_driver::Result<(u64, DiscoveryLogPage)> {
+    fn read(&self, c: &Driver) -> bdevkit_nvme_driver::Result<(u64, DiscoveryLogPage)> {
         let _g = self.reading.lock();
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         read_log(c).map(|log| (seq, log))
@@ -219,7 +219,9 @@ impl Discovery {
         }
     }
 
-    fn connect_blocking(self: &Arc<Self>) -> nvme_driver::Result<(Driver, u64, DiscoveryLogPage)> {
+    fn connect_blocking(
+        self: &Arc<Self>,
+    ) -> bdevkit_nvme_driver::Result<(Driver, u64, DiscoveryLogPage)> {
         let a = &self.ops.applied;
         let mut o = self.args.tcp.clone();
         o.keep_alive_timeout_ms = a.keep_alive_timeout_ms;
@@ -326,7 +328,7 @@ impl Discovery {
     }
 
     /// Connecting failed (app thread): try again, or fail the start.
-    fn connect_failed(self: &Arc<Self>, e: nvme_driver::Error) {
+    fn connect_failed(self: &Arc<Self>, e: bdevkit_nvme_driver::Error) {
         let give_up = {
             let st = self.st.lock();
             if st.stopping {
@@ -587,7 +589,7 @@ impl Discovery {
         };
         tracing::error!(discovery = %self.args.name, "discovery did not attach in time");
         self.stop(None);
-        done(Err(Error::Driver(nvme_driver::Error::Timeout(
+        done(Err(Error::Driver(bdevkit_nvme_driver::Error::Timeout(
             "the discovery service to attach",
         ))));
     }

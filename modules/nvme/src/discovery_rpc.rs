@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use bdevkit::bdev::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
-use nvme_driver::TcpOptions;
-use nvme_spec::fabrics::DISCOVERY_NQN;
+use bdevkit_nvme_driver::TcpOptions;
+use bdevkit_nvme_spec::fabrics::DISCOVERY_NQN;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -115,7 +115,7 @@ pub fn discovery_args(
         return Err(RpcError::new(-22, format!("Invalid trsvcid {svcid}")));
     }
     if let Some(n) = &p.hostnqn {
-        if let Err(e) = nvme_spec::fabrics::validate_nqn(n) {
+        if let Err(e) = bdevkit_nvme_spec::fabrics::validate_nqn(n) {
             return Err(RpcError::new(-22, format!("Invalid hostnqn {n}: {e}")));
         }
     }

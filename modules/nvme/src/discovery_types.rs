@@ -2,8 +2,8 @@
 //! as the service sees it: which entries are the same path, and SPDK's
 //! trid JSON of one.
 
-use nvme_driver::TcpOptions;
-use nvme_spec::discovery::{adrfam, trtype, DiscoveryLogEntry};
+use bdevkit_nvme_driver::TcpOptions;
+use bdevkit_nvme_spec::discovery::{adrfam, trtype, DiscoveryLogEntry};
 use serde_json::{json, Value};
 
 use crate::reconnect::Reconnect;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use nvme_driver::emu::{EmuController, EmuKind, EmuNamespace, EmuOptions};
+use bdevkit_nvme_driver::emu::{EmuController, EmuKind, EmuNamespace, EmuOptions};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 

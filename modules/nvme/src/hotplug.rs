@@ -69,7 +69,7 @@ impl Hotplug {
 
     fn probe(self: &Arc<Self>, mgr: &BdevManager, reg: &Registry, attach: AttachFn) {
         let attached: Vec<String> = reg.all().iter().map(|c| c.traddr().to_string()).collect();
-        for bdf in nvme_driver::vfio::nvme_devices() {
+        for bdf in bdevkit_nvme_driver::vfio::nvme_devices() {
             if attached.contains(&bdf) || self.probing.lock().contains(&bdf) {
                 continue;
             }

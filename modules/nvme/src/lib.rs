@@ -95,7 +95,7 @@ pub enum Error {
     NotRegistered,
     /// The driver failed.
     #[error("nvme driver")]
-    Driver(#[source] nvme_driver::Error),
+    Driver(#[source] bdevkit_nvme_driver::Error),
 }
 
 impl Error {
@@ -121,10 +121,10 @@ struct VfioRegistrar;
 
 impl MemoryRegistrar for VfioRegistrar {
     fn register(&self, addr: usize, len: usize) {
-        nvme_driver::vfio::register_memory(addr, len);
+        bdevkit_nvme_driver::vfio::register_memory(addr, len);
     }
     fn unregister(&self, addr: usize, len: usize) {
-        nvme_driver::vfio::unregister_memory(addr, len);
+        bdevkit_nvme_driver::vfio::unregister_memory(addr, len);
     }
 }
 
@@ -159,7 +159,7 @@ pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
         },
         bdevkit::bdev::module::LogFlag {
             name: "nvme",
-            targets: &["nvme_driver"],
+            targets: &["bdevkit_nvme_driver"],
             aliases: &[],
         },
     ],

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevManager, BdevModule};
-use nvme_driver::emu::{EmuController, EmuOptions};
+use bdevkit_nvme_driver::emu::{EmuController, EmuOptions};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -109,7 +109,7 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
         match m.emus.lookup(&args.traddr) {
             Some(e) => Target::Emu(e),
             None => {
-                return done(Err(Error::Driver(nvme_driver::Error::NoDevice(
+                return done(Err(Error::Driver(bdevkit_nvme_driver::Error::NoDevice(
                     args.traddr.clone(),
                 ))))
             }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bdevkit::bdev::module::BdevProps;
-use nvme_driver::Namespace;
+use bdevkit_nvme_driver::Namespace;
 use uuid::Uuid;
 
 use crate::bdev::{ns_uuid, NvmeBdev};
@@ -61,7 +61,7 @@ impl NvmeCtrlr {
     pub(crate) fn add_bdevs(self: &Arc<Self>, namespaces: &[Namespace]) -> Vec<String> {
         let id = self.driver().identify();
         let max_bytes = self.driver().max_transfer_bytes();
-        let fabrics = nvme_driver::Transport::is_fabrics(self.driver().transport());
+        let fabrics = bdevkit_nvme_driver::Transport::is_fabrics(self.driver().transport());
         let mut names = Vec::new();
         for ns in namespaces {
             if self.bdevs.lock().iter().any(|b| b.0 == ns.id) {
@@ -94,7 +94,7 @@ impl NvmeCtrlr {
             // (one dword-aligned segment), and what it takes is within any
             // MDTS (at least two pages); it hands the rest back. Fabrics
             // queues keep the bdev layer's test.
-            p.module_checks_fit = !fabrics && max_bytes >= 2 * nvme_driver::sys::PAGE;
+            p.module_checks_fit = !fabrics && max_bytes >= 2 * bdevkit_nvme_driver::sys::PAGE;
             p.write_cache = id.volatile_write_cache();
             p.max_write_zeroes = 65536;
             p.max_unmap = u32::MAX;

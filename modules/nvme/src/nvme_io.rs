@@ -4,12 +4,12 @@
 //! what is worth a retry), and the command each I/O type becomes.
 
 use bdevkit::bdev::module::{BdevIo, IoType, IoVec, ModuleIo, NvmeCmd};
-use nvme_driver::{Data, Dir, Qpair, QueueTransport, Request, SubmitError};
-use nvme_spec::io::{
+use bdevkit_nvme_driver::{Data, Dir, Qpair, QueueTransport, Request, SubmitError};
+use bdevkit_nvme_spec::io::{
     BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
 };
-use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::{Command, Sqe, Status};
+use bdevkit_nvme_spec::zerocopy::IntoBytes;
+use bdevkit_nvme_spec::{Command, Sqe, Status};
 
 /// The scratch word of a `BdevIo` holding its namespace id.
 pub(crate) const CTX_NSID: usize = 0;

@@ -97,7 +97,7 @@ fn helper<C: Resettable>(
 fn run<C: Resettable>(c: Arc<C>) {
     tracing::info!(ctrlr = c.name(), "resetting controller");
     c.reconnect().1.started();
-    c.driver().set_state(nvme_driver::State::Resetting);
+    c.driver().set_state(bdevkit_nvme_driver::State::Resetting);
     let c2 = Arc::clone(&c);
     c.device().for_each_channel(
         |ch| ch.inner.pause(),
@@ -122,7 +122,7 @@ fn run<C: Resettable>(c: Arc<C>) {
                                         return;
                                     }
                                     if r.is_err() {
-                                        c.driver().set_state(nvme_driver::State::Failed);
+                                        c.driver().set_state(bdevkit_nvme_driver::State::Failed);
                                     }
                                     let ok = r.is_ok();
                                     let failed = Arc::new(AtomicBool::new(false));
@@ -147,13 +147,13 @@ fn run<C: Resettable>(c: Arc<C>) {
 /// connects stays current.
 fn enable_any_path(d: &Driver) -> Result<(), String> {
     let tcp = d.transport().tcp();
-    let n = tcp.map_or(1, nvme_driver::TcpTransport::path_count);
+    let n = tcp.map_or(1, bdevkit_nvme_driver::TcpTransport::path_count);
     let mut r = Ok(());
     for i in 0..n {
         if i > 0 {
             // Drop what the failed try connected, then the next address.
             let _ = d.disable();
-            if !tcp.is_some_and(nvme_driver::TcpTransport::failover) {
+            if !tcp.is_some_and(bdevkit_nvme_driver::TcpTransport::failover) {
                 break;
             }
         }
@@ -182,7 +182,7 @@ fn connected<C: Resettable>(c: Arc<C>, r: Result<(), String>, failed: &AtomicBoo
     // The admin queue is back but an I/O queue is not: nothing would
     // remove the controller later (its admin queue stays healthy), so it
     // goes now, as after a failed enable.
-    c.driver().set_state(nvme_driver::State::Failed);
+    c.driver().set_state(bdevkit_nvme_driver::State::Failed);
     finish(&*c, r);
     c.give_up();
 }
@@ -193,7 +193,7 @@ fn connected<C: Resettable>(c: Arc<C>, r: Result<(), String>, failed: &AtomicBoo
 /// `reconnect_delay_sec`. False: give up.
 fn retry_later<C: Resettable>(c: &Arc<C>) -> bool {
     let (policy, st) = c.reconnect();
-    let fabrics = nvme_driver::Transport::is_fabrics(c.driver().transport());
+    let fabrics = bdevkit_nvme_driver::Transport::is_fabrics(c.driver().transport());
     let AfterFailure::Retry { delay, fail_io } = st.failed(policy, fabrics) else {
         return false;
     };

@@ -18,10 +18,10 @@ use bdevkit::bdev::{BdevManager, IoStatus, NvmeCmd};
 use bdevkit::dma::DmaBuf;
 use bdevkit::thread::Thread;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME, STARTUP};
-use nvme_driver::{TcpOptions, Transport};
-use nvme_spec::tcp::Digests;
-use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::{Cqe, Sqe, Status};
+use bdevkit_nvme_driver::{TcpOptions, Transport};
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::zerocopy::IntoBytes;
+use bdevkit_nvme_spec::{Cqe, Sqe, Status};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -194,7 +194,7 @@ fn tcp_options(p: &AttachParams) -> Result<TcpOptions, RpcError> {
     };
     for (what, n) in [("subnqn", Some(subnqn)), ("hostnqn", p.hostnqn.as_deref())] {
         if let Some(n) = n {
-            if let Err(e) = nvme_spec::fabrics::validate_nqn(n) {
+            if let Err(e) = bdevkit_nvme_spec::fabrics::validate_nqn(n) {
                 return Err(RpcError::new(-22, format!("Invalid {what} {n}: {e}")));
             }
         }

@@ -27,9 +27,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use bdevkit::thread::{InterruptFd, Poller, PollerStatus, Thread};
+use bdevkit_nvme_driver::QueueTransport;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use nvme_driver::QueueTransport;
 
 /// How often a sleeping channel wakes while its queue connects (the
 /// connect's deadline is checked by its polls).
@@ -156,7 +156,7 @@ impl Drop for QueueWake {
 }
 
 /// What an admin poll says: `None`, the controller is gone (the poller
-/// ends); else what [`nvme_driver::Controller::admin_wake`] says.
+/// ends); else what [`bdevkit_nvme_driver::Controller::admin_wake`] says.
 type AdminPolled = Option<Option<(Option<(RawFd, u64)>, bool)>>;
 
 /// In interrupt mode, registers on `thread` an active poller that runs

@@ -15,9 +15,9 @@
 mod tests {
     use bdevkit::bdev::BdevManager;
     use bdevkit_nvme::AttachArgs;
+    use bdevkit_nvme_driver::emu::{EmuKind, EmuNamespace, EmuOptions};
     use bdevkit_test::steady::{self, CountingAlloc, SteadyState, MEASURED};
     use bdevkit_test::TestEnv;
-    use nvme_driver::emu::{EmuKind, EmuNamespace, EmuOptions};
 
     #[global_allocator]
     static GLOBAL: CountingAlloc = CountingAlloc;

@@ -14,11 +14,13 @@ mod tests {
     use base64::Engine;
     use bdevkit::bdev::{BdevEvent, BdevManager, IoStatus, IoType, NvmeCmd};
     use bdevkit::dma::DmaBuf;
+    use bdevkit_nvme_driver::emu::{
+        EmuController, EmuKind, EmuNamespace, EmuOptions, Fault, FaultAction,
+    };
+    use bdevkit_nvme_spec::Status;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
     use bdevkit_test::{conformance, TestEnv};
-    use nvme_driver::emu::{EmuController, EmuKind, EmuNamespace, EmuOptions, Fault, FaultAction};
-    use nvme_spec::Status;
     use serde_json::{json, Value};
 
     const RPCS: &[RegisterRpcs] = &[bdevkit_nvme::register_rpcs];
@@ -396,9 +398,12 @@ mod tests {
             assert_eq!(seen[0], seen[1], "stable across attaches");
             assert_ne!(seen[0].0, seen[0].1, "one per namespace");
             // The same bytes the controller reports as NGUID.
-            let t = nvme_driver::PcieTransport::new(e.function()).unwrap();
-            let d = nvme_driver::Controller::attach(t, nvme_driver::ControllerOptions::default())
-                .unwrap();
+            let t = bdevkit_nvme_driver::PcieTransport::new(e.function()).unwrap();
+            let d = bdevkit_nvme_driver::Controller::attach(
+                t,
+                bdevkit_nvme_driver::ControllerOptions::default(),
+            )
+            .unwrap();
             let ns = d.namespaces();
             let nguid = ns[0].ids.nguid.expect("an NGUID");
             assert_eq!(seen[0].0.as_bytes(), &nguid);

@@ -1,5 +1,5 @@
 //! The nvme module over NVMe/TCP, against the driver's in-test NVMe/TCP
-//! controller (`modules/nvme-driver/tests/mini_target`, shared, not
+//! controller (`lib/nvme-driver/tests/mini_target`, shared, not
 //! copied): attach over RPC with SPDK's parameter names and errors,
 //! `bdev_nvme_get_controllers` with the TCP trid, the bdev conformance
 //! suite (its reset is a controller reset: every connection made again),
@@ -10,7 +10,7 @@
 // test, and the test sizes fit every integer type they are cast to.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-#[path = "../../nvme-driver/tests/mini_target/mod.rs"]
+#[path = "../../../lib/nvme-driver/tests/mini_target/mod.rs"]
 mod mini_target;
 
 #[cfg(test)]
@@ -693,7 +693,7 @@ mod tests {
     /// before then).
     #[test]
     fn interrupt_mode_admin_completion_wakes_the_app_thread() {
-        use nvme_spec::Command as _;
+        use bdevkit_nvme_spec::Command as _;
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
 
@@ -719,7 +719,7 @@ mod tests {
             .run_sync(move || {
                 let c = bdevkit_nvme::controller(&mgr, "Adm").unwrap();
                 c.driver().submit_admin(
-                    nvme_spec::admin::KeepAlive.to_sqe(0),
+                    bdevkit_nvme_spec::admin::KeepAlive.to_sqe(0),
                     None,
                     Box::new(move |st, _, _| {
                         assert!(st.is_success(), "{st}");

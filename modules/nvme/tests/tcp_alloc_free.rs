@@ -10,11 +10,11 @@
 mod tests {
     use bdevkit::bdev::BdevManager;
     use bdevkit_nvme::AttachArgs;
+    use bdevkit_nvme_driver::TcpOptions;
+    use bdevkit_nvme_spec::tcp::Digests;
     use bdevkit_test::nvmf::{NvmfEnv, HOSTNQN, SUBNQN};
     use bdevkit_test::steady::{self, CountingAlloc, SteadyState, MEASURED};
     use bdevkit_test::TestEnv;
-    use nvme_driver::TcpOptions;
-    use nvme_spec::tcp::Digests;
 
     #[global_allocator]
     static GLOBAL: CountingAlloc = CountingAlloc;

@@ -36,15 +36,15 @@
 use bdevkit::bdev::{BdevChannel, BdevManager, IoStatus, NvmeCmd};
 use bdevkit::dma::DmaBuf;
 use bdevkit_jsonrpc::{MethodRegistry, RpcError};
+use bdevkit_nvme_spec::admin::{GetFeatures, Identify};
+use bdevkit_nvme_spec::features::NumberOfQueues;
+use bdevkit_nvme_spec::identify::IdentifyController;
+use bdevkit_nvme_spec::io::{BlockRange, Read};
+use bdevkit_nvme_spec::zerocopy::FromBytes;
+use bdevkit_nvme_spec::{Command, Sqe};
 use bdevkit_test::steady::{self, CountingAlloc, MEASURED};
 use bdevkit_test::{conformance, rpc, TestEnv};
 use bdevkit_xnvme::XnvmeCreateParams;
-use nvme_spec::admin::{GetFeatures, Identify};
-use nvme_spec::features::NumberOfQueues;
-use nvme_spec::identify::IdentifyController;
-use nvme_spec::io::{BlockRange, Read};
-use nvme_spec::zerocopy::FromBytes;
-use nvme_spec::{Command, Sqe};
 use serde_json::{json, Value};
 
 #[global_allocator]

@@ -6,7 +6,7 @@
 //! * **`io_uring_cmd`** on an NVMe namespace's generic char device
 //!   (`/dev/ngXnY`): NVMe commands through the kernel's io_uring
 //!   passthrough (`IORING_OP_URING_CMD` with `NVME_URING_CMD_IO`), built
-//!   from the `nvme_spec` crate. One ring per lightweight thread with
+//!   from the `bdevkit_nvme_spec` crate. One ring per lightweight thread with
 //!   128-byte SQEs and 32-byte CQEs, shared by this module's bdevs on the
 //!   thread; the SQE's `user_data` is the index of the slot (the in-flight
 //!   table of `bdevkit_kfile`) that owns the I/O until its completion is

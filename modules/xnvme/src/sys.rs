@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use bdevkit::bdev::module::{BdevIo, IoStatus, ModuleIo};
 use bdevkit::dma::DmaBuf;
 use bdevkit_kfile::slots::{self, Slots};
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use nvme_spec::io::{BlockRange, DsmRange, Read};
-use nvme_spec::linux::{
+use bdevkit_nvme_spec::io::{BlockRange, DsmRange, Read};
+use bdevkit_nvme_spec::linux::{
     NvmeAdminCmd, NvmeUringCmd, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_ID, NVME_URING_CMD_IO,
 };
-use nvme_spec::{Command, Sqe};
+use bdevkit_nvme_spec::{Command, Sqe};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::cmd::build::{self, Built, Data, Dest, Request};
 use crate::cmd::geometry::SLOT_RANGES;

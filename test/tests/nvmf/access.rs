@@ -11,14 +11,14 @@
 
 use std::net::{SocketAddr, TcpStream};
 
+use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::cmd::Command;
+use bdevkit_nvme_spec::fabrics::{ConnectResponse, CNTLID_DYNAMIC};
+use bdevkit_nvme_spec::io::{BlockRange, Read};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::Status;
 use bdevkit_test::nvmf::{listener, Host, NvmfEnv, Reply, HOSTNQN, STRANGER, SUBNQN};
-use nvme_spec::admin::Identify;
-use nvme_spec::cmd::Command;
-use nvme_spec::fabrics::{ConnectResponse, CNTLID_DYNAMIC};
-use nvme_spec::io::{BlockRange, Read};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
-use nvme_spec::Status;
 
 const OFF: Digests = Digests {
     header: false,

@@ -3,14 +3,14 @@
 //! error status for command errors; never a crash, and the target keeps
 //! serving other hosts.
 
+use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::cmd::{Command, Psdt};
+use bdevkit_nvme_spec::fabrics::{ConnectInvalidParameter, CNTLID_DYNAMIC};
+use bdevkit_nvme_spec::io::{BlockRange, Read, Write};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::{self, Digests, Fes, TxConfig};
+use bdevkit_nvme_spec::{Sqe, Status};
 use bdevkit_test::nvmf::{raw_sqe, Host, NvmfEnv, Reply, HOSTNQN, STRANGER, SUBNQN};
-use nvme_spec::admin::Identify;
-use nvme_spec::cmd::{Command, Psdt};
-use nvme_spec::fabrics::{ConnectInvalidParameter, CNTLID_DYNAMIC};
-use nvme_spec::io::{BlockRange, Read, Write};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::{self, Digests, Fes, TxConfig};
-use nvme_spec::{Sqe, Status};
 
 const ON: Digests = Digests {
     header: true,
@@ -260,7 +260,7 @@ fn unknown_opcodes_and_namespaces() {
     assert!(c.status().is(Status::INVALID_FIELD));
     let c = a
         .exec(
-            &nvme_spec::admin::GetLogPage::new(0x55, 0xffff_ffff, 512).unwrap(),
+            &bdevkit_nvme_spec::admin::GetLogPage::new(0x55, 0xffff_ffff, 512).unwrap(),
             512,
         )
         .unwrap()
@@ -322,7 +322,7 @@ fn connect_refusals() {
     let mut h = env.host();
     h.icreq(OFF).unwrap();
     let cid = h.next_cid();
-    let sqe = nvme_spec::fabrics::Connect::new(0, 32, 0).to_sqe(cid);
+    let sqe = bdevkit_nvme_spec::fabrics::Connect::new(0, 32, 0).to_sqe(cid);
     let (c, _) = h.run(&sqe, Some(&[0u8; 100]), 0, 8192).unwrap();
     assert!(c.status().is(Status::INVALID_FIELD));
 }

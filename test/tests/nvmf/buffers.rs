@@ -15,13 +15,13 @@
 
 use std::net::{Shutdown, TcpStream};
 
+use bdevkit_nvme_spec::cmd::Command;
+use bdevkit_nvme_spec::fabrics::Disconnect;
+use bdevkit_nvme_spec::io::{BlockRange, Read, Write};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
 use bdevkit_nvmf::{BufferStats, CreateTransportParams};
 use bdevkit_test::nvmf::{tcp_transport, Host, NvmfEnv, Reply, HOSTNQN, SUBNQN};
-use nvme_spec::cmd::Command;
-use nvme_spec::fabrics::Disconnect;
-use nvme_spec::io::{BlockRange, Read, Write};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
 
 const OFF: Digests = Digests {
     header: false,

@@ -3,16 +3,16 @@
 //! with the SUCCESS flag and without it, header and data digests, Write
 //! Zeroes, Dataset Management, Compare, Flush, several queues at once.
 
-use bdevkit_nvmf::CreateTransportParams;
-use bdevkit_test::nvmf::{tcp_transport, Host, NvmfEnv, Reply};
-use nvme_spec::cmd::Command;
-use nvme_spec::io::{
+use bdevkit_nvme_spec::cmd::Command;
+use bdevkit_nvme_spec::io::{
     BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
 };
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
-use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::Status;
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::zerocopy::IntoBytes;
+use bdevkit_nvme_spec::Status;
+use bdevkit_nvmf::CreateTransportParams;
+use bdevkit_test::nvmf::{tcp_transport, Host, NvmfEnv, Reply};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)

@@ -7,13 +7,13 @@
 
 use std::net::TcpStream;
 
+use bdevkit_nvme_spec::cmd::Command;
+use bdevkit_nvme_spec::io::{BlockRange, DatasetManagement, DsmRange, Read, Write};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::zerocopy::IntoBytes;
+use bdevkit_nvme_spec::Status;
 use bdevkit_test::nvmf::{Host, NvmfEnv, Reply};
-use nvme_spec::cmd::Command;
-use nvme_spec::io::{BlockRange, DatasetManagement, DsmRange, Read, Write};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
-use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::Status;
 
 const OFF: Digests = Digests {
     header: false,

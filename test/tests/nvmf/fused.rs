@@ -15,17 +15,17 @@
 use std::collections::HashMap;
 use std::net::TcpStream;
 
+use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::cmd::{Command, Fuse};
+use bdevkit_nvme_spec::fabrics::Disconnect;
+use bdevkit_nvme_spec::identify::IdentifyController;
+use bdevkit_nvme_spec::io::{BlockRange, Compare, Read, Write};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::zerocopy::FromBytes;
+use bdevkit_nvme_spec::{Sqe, Status};
 use bdevkit_nvmf::CreateTransportParams;
 use bdevkit_test::nvmf::{tcp_transport, Host, NvmfEnv, Reply};
-use nvme_spec::admin::Identify;
-use nvme_spec::cmd::{Command, Fuse};
-use nvme_spec::fabrics::Disconnect;
-use nvme_spec::identify::IdentifyController;
-use nvme_spec::io::{BlockRange, Compare, Read, Write};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
-use nvme_spec::zerocopy::FromBytes;
-use nvme_spec::{Sqe, Status};
 
 const OFF: Digests = Digests {
     header: false,

@@ -13,18 +13,18 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 
+use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::cmd::{Command, Psdt};
+use bdevkit_nvme_spec::fabrics::{Connect, ConnectData, PropertySet, CNTLID_DYNAMIC};
+use bdevkit_nvme_spec::io::{BlockRange, Read as NvmRead, Write as NvmWrite};
+use bdevkit_nvme_spec::regs::{offset, Cc, PropertySize};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::{self, Digests, Pdu, PduType, RecvConfig, Role, TxConfig};
+use bdevkit_nvme_spec::zerocopy::IntoBytes;
+use bdevkit_nvme_spec::Sqe;
 use bdevkit_nvmf::tcp::Connection;
 use bdevkit_nvmf::Target;
 use bdevkit_test::nvmf::{NvmfEnv, HOSTNQN, SUBNQN};
-use nvme_spec::admin::Identify;
-use nvme_spec::cmd::{Command, Psdt};
-use nvme_spec::fabrics::{Connect, ConnectData, PropertySet, CNTLID_DYNAMIC};
-use nvme_spec::io::{BlockRange, Read as NvmRead, Write as NvmWrite};
-use nvme_spec::regs::{offset, Cc, PropertySize};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::{self, Digests, Pdu, PduType, RecvConfig, Role, TxConfig};
-use nvme_spec::zerocopy::IntoBytes;
-use nvme_spec::Sqe;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

@@ -5,19 +5,19 @@
 
 use std::time::{Duration, Instant};
 
+use bdevkit_nvme_spec::admin::{Abort, AsyncEventRequest, GetLogPage, Identify, KeepAlive};
+use bdevkit_nvme_spec::cmd::Command;
+use bdevkit_nvme_spec::fabrics::Disconnect;
+use bdevkit_nvme_spec::identify::NamespaceList;
+use bdevkit_nvme_spec::io::{BlockRange, Read};
+use bdevkit_nvme_spec::log::{lid, AsyncEvent};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
+use bdevkit_nvme_spec::tcp::Digests;
+use bdevkit_nvme_spec::zerocopy::FromBytes;
+use bdevkit_nvme_spec::Status;
 use bdevkit_nvmf::params::NamespaceParams;
 use bdevkit_nvmf::CreateTransportParams;
 use bdevkit_test::nvmf::{tcp_transport, NvmfEnv, Reply, SUBNQN};
-use nvme_spec::admin::{Abort, AsyncEventRequest, GetLogPage, Identify, KeepAlive};
-use nvme_spec::cmd::Command;
-use nvme_spec::fabrics::Disconnect;
-use nvme_spec::identify::NamespaceList;
-use nvme_spec::io::{BlockRange, Read};
-use nvme_spec::log::{lid, AsyncEvent};
-use nvme_spec::sgl::SglDescriptor;
-use nvme_spec::tcp::Digests;
-use nvme_spec::zerocopy::FromBytes;
-use nvme_spec::Status;
 use serde_json::Value;
 
 const OFF: Digests = Digests {
@@ -70,7 +70,7 @@ fn keep_alive_timeout_tears_the_controller_down() {
     let c = dead
         .connect(0, 32, 1000, 0xffff, SUBNQN, bdevkit_test::nvmf::HOSTNQN)
         .unwrap();
-    let dead_id = nvme_spec::fabrics::ConnectResponse::from_dword(c.dw0.get()).cntlid;
+    let dead_id = bdevkit_nvme_spec::fabrics::ConnectResponse::from_dword(c.dw0.get()).cntlid;
     dead.enable().unwrap();
     let mut dead_io = env.io(dead_id, OFF);
     assert_eq!(controllers(&env).len(), 2);

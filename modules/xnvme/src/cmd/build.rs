@@ -5,14 +5,14 @@
 //! sits in its slot ([`with_segments`], [`with_ranges`]).
 
 use bdevkit::bdev::module::{IoStatus, IoType, IoVec};
-use nvme_spec::io::{
+use bdevkit_nvme_spec::io::{
     BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
 };
-use nvme_spec::linux::{
+use bdevkit_nvme_spec::linux::{
     NvmeUringCmd, NVME_URING_CMD_ADMIN, NVME_URING_CMD_ADMIN_VEC, NVME_URING_CMD_IO,
     NVME_URING_CMD_IO_VEC,
 };
-use nvme_spec::{Command, Sqe, Status};
+use bdevkit_nvme_spec::{Command, Sqe, Status};
 
 use super::geometry::{DsmLimits, SLOT_RANGES};
 
@@ -220,8 +220,8 @@ pub(crate) fn cdw0_of(big_cqe0: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use nvme_spec::admin::Identify;
-    use nvme_spec::io::IoCommand;
+    use bdevkit_nvme_spec::admin::Identify;
+    use bdevkit_nvme_spec::io::IoCommand;
     use proptest::prelude::*;
 
     use super::*;

@@ -4,10 +4,10 @@
 //! and count, the transfer limits and the optional commands. Plain
 //! arithmetic, no I/O: `sys` reads the data, this file decides.
 
-use nvme_spec::identify::{
+use bdevkit_nvme_spec::identify::{
     DeallocatedRead, IdentifyController, IdentifyNamespace, NvmIdentifyController,
 };
-use nvme_spec::io::{DsmRange, MAX_BLOCKS_PER_COMMAND};
+use bdevkit_nvme_spec::io::{DsmRange, MAX_BLOCKS_PER_COMMAND};
 
 use crate::error::{Error, Result};
 
@@ -200,8 +200,8 @@ fn blocks_within(bytes: u64, bs: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use nvme_spec::identify::LbaFormat;
-    use nvme_spec::zerocopy::FromBytes;
+    use bdevkit_nvme_spec::identify::LbaFormat;
+    use bdevkit_nvme_spec::zerocopy::FromBytes;
     use proptest::prelude::*;
 
     use super::*;

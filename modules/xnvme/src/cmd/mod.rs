@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 use bdevkit::bdev::module::{BdevIo, BdevOps, BdevProps, BoxError, IoType};
 use bdevkit::dma::DmaBuf;
 use bdevkit::thread::{IoChannel, IoDevice};
-use nvme_spec::admin::Identify;
-use nvme_spec::identify::{
+use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::identify::{
     DeallocatedRead, IdentifyController, IdentifyNamespace, NvmIdentifyController,
 };
-use nvme_spec::zerocopy::FromBytes;
-use nvme_spec::Command;
+use bdevkit_nvme_spec::zerocopy::FromBytes;
+use bdevkit_nvme_spec::Command;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
