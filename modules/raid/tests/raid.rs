@@ -11,7 +11,7 @@ mod tests {
     use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
-    use bdevkit_test::{conformance, delete_malloc, malloc, verify, TestEnv};
+    use bdevkit_test::{conformance, contents, delete_malloc, fill, malloc, verify, TestEnv};
     use serde_json::{json, Value};
 
     fn env(mask: &str) -> TestEnv {
@@ -278,40 +278,6 @@ mod tests {
                 Err(RpcError::new(-32700, "spdk_json_decode_object failed"))
             );
         });
-    }
-
-    /// Reads `blocks` blocks of `name` (opened read-only) in chunks.
-    async fn contents(mgr: &BdevManager, name: &str, blocks: u64) -> Vec<u8> {
-        let d = mgr.open(name, false, |_| {}).unwrap();
-        let ch = d.get_io_channel().unwrap();
-        let mut out = Vec::new();
-        let mut off = 0;
-        while off < blocks {
-            let n = 64.min(blocks - off);
-            let b = ch
-                .read(
-                    off,
-                    n,
-                    DmaBuf::new(usize::try_from(n * 512).unwrap()).unwrap(),
-                )
-                .await
-                .unwrap();
-            out.extend_from_slice(&b);
-            off += n;
-        }
-        out
-    }
-
-    async fn fill(mgr: &BdevManager, name: &str, from: u64, blocks: u64, seed: u64) {
-        let d = mgr.open(name, true, |_| {}).unwrap();
-        let ch = d.get_io_channel().unwrap();
-        let mut off = from;
-        while off < from + blocks {
-            let n = 64.min(from + blocks - off);
-            let data = conformance::pattern(usize::try_from(n * 512).unwrap(), off ^ seed);
-            ch.write(off, n, data).await.unwrap();
-            off += n;
-        }
     }
 
     /// Raid1 `r1` of `members` with 4 KiB rebuild windows, its second
