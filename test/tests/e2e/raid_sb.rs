@@ -215,8 +215,11 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
     aio_rpc(&tgt, "A0", &files[0], 0);
     tgt.ok("bdev_wait_for_examine", None);
     wait_until("the rebuild to finish", || {
-        raid_info(&tgt).is_some_and(|i| i["state"] == "online" && i.get("process").is_none()
-            && i["num_base_bdevs_operational"] == 2)
+        raid_info(&tgt).is_some_and(|i| {
+            i["state"] == "online"
+                && i.get("process").is_none()
+                && i["num_base_bdevs_operational"] == 2
+        })
     });
     tgt.terminate();
     let a0 = std::fs::read(&files[0]).unwrap();
@@ -225,14 +228,19 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
         "members differ after the rebuild"
     );
     let start = usize::try_from(MIB).unwrap();
-    assert!(a0[start..] == pattern("kill9", blocks)[..], "the data survived");
+    assert!(
+        a0[start..] == pattern("kill9", blocks)[..],
+        "the data survived"
+    );
 }
 
 /// Where the reference SPDK build keeps `spdk_dd`, if it is built.
 fn spdk_dd() -> Option<PathBuf> {
     let root = std::env::var_os("SPDK_REF_DIR")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
+        })?;
     let p = root.join("build/bin/spdk_dd");
     p.is_file().then_some(p)
 }
