@@ -134,7 +134,7 @@ fn raid_info(tgt: &Daemon) -> Option<Value> {
 
 fn aio_rpc(tgt: &Daemon, name: &str, file: &Path, i: usize) {
     let e = aio_entry(name, file, i);
-    tgt.ok("bdev_aio_create", Some(e["params"].clone()));
+    let _ = tgt.ok("bdev_aio_create", Some(e["params"].clone()));
 }
 
 #[test]
@@ -184,16 +184,16 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
     for i in 0..3 {
         aio_rpc(&tgt, &format!("A{i}"), &files[i], i);
     }
-    tgt.ok("bdev_wait_for_examine", None);
+    let _ = tgt.ok("bdev_wait_for_examine", None);
     let info = raid_info(&tgt).expect("the array assembled");
     assert_eq!(info["state"], "online", "{info}");
     assert_eq!(info["superblock"], true);
-    tgt.ok("bdev_raid_remove_base_bdev", Some(json!({"name": "A1"})));
-    tgt.ok(
+    let _ = tgt.ok("bdev_raid_remove_base_bdev", Some(json!({"name": "A1"})));
+    let _ = tgt.ok(
         "bdev_raid_set_options",
         Some(json!({"process_window_size_kb": 64, "process_max_bandwidth_mb_sec": 1})),
     );
-    tgt.ok(
+    let _ = tgt.ok(
         "bdev_raid_add_base_bdev",
         Some(json!({"raid_bdev": "r1", "base_bdev": "A2"})),
     );
@@ -213,7 +213,7 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
     let mut tgt = Daemon::start(&["-m", "0x1"]);
     aio_rpc(&tgt, "A2", &files[2], 2);
     aio_rpc(&tgt, "A0", &files[0], 0);
-    tgt.ok("bdev_wait_for_examine", None);
+    let _ = tgt.ok("bdev_wait_for_examine", None);
     wait_until("the rebuild to finish", || {
         raid_info(&tgt).is_some_and(|i| {
             i["state"] == "online"
