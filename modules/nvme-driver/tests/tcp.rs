@@ -438,7 +438,9 @@ mod tests {
     fn io_queue_connect_failures_fail_held_io() {
         let t = MiniTarget::start();
         let mut o = TcpOptions::new("127.0.0.1", &t.port(), NQN);
-        o.connect_timeout = Duration::from_secs(2);
+        // Long enough for a loaded machine to connect, short enough for
+        // the case below that waits for it to fire.
+        o.connect_timeout = Duration::from_secs(5);
         let opts = ControllerOptions {
             num_io_queues: 4,
             ..ControllerOptions::default()

@@ -586,7 +586,7 @@ fn io_waiter_is_woken_by_the_retry_poller() {
         while !woken.get() {
             sleep_ms(1).await;
             waited += 1;
-            assert!(waited < 5_000, "waiter stranded");
+            assert!(waited < 60_000, "waiter stranded");
         }
         assert!(ch.alloc_io().is_some());
     });
@@ -888,7 +888,7 @@ fn queue_depth_sampling_sees_outstanding_io() {
         while b.qd_stats().unwrap().queue_depth != 4 {
             sleep_ms(1).await;
             waited += 1;
-            assert!(waited < 5_000, "{:?}", b.qd_stats());
+            assert!(waited < 60_000, "{:?}", b.qd_stats());
         }
         let s = b.qd_stats().unwrap();
         assert_eq!(s.period_us, 1_000);
