@@ -181,8 +181,8 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
 
     // bdev_tgt finds the array by examine; A1 out, A2 in, rebuilt slowly.
     let mut tgt = Daemon::start(&["-m", "0x1"]);
-    for i in 0..3 {
-        aio_rpc(&tgt, &format!("A{i}"), &files[i], i);
+    for (i, f) in files.iter().enumerate().take(3) {
+        aio_rpc(&tgt, &format!("A{i}"), f, i);
     }
     let _ = tgt.ok("bdev_wait_for_examine", None);
     let info = raid_info(&tgt).expect("the array assembled");
