@@ -205,6 +205,15 @@ impl Bdev {
         self.0.shared.qos.limits()
     }
 
+    /// The clock QoS counts its 1 ms timeslices on, from the next
+    /// [`Bdev::set_qos_limits`] on: the tick counter by default. A test or
+    /// a simulation gives a [`crate::clock::ManualClock`]'s, so that what
+    /// the limits let through is exactly what the clock's advances allow,
+    /// however loaded the machine is.
+    pub fn set_qos_clock(&self, clock: crate::clock::Clock) {
+        self.0.shared.qos.inner.lock().clock = clock;
+    }
+
     /// Sets QoS limits; `None` keeps a limit, `Some(0)` disables it. `done`
     /// runs on the calling thread once every channel applies them.
     pub fn set_qos_limits(

@@ -292,19 +292,19 @@ mod tests {
             assert_ne!(done.status(), IoStatus::Success, "I/O in flight fails");
             drop(done);
             assert!(
-                wait_for(10, || removed.load(Ordering::SeqCst) > 0).await,
+                wait_for(60, || removed.load(Ordering::SeqCst) > 0).await,
                 "remove event"
             );
             drop(ch);
             drop(desc);
             assert!(
-                wait_for(10, || mgr.get("NvRn1").is_none()).await,
+                wait_for(60, || mgr.get("NvRn1").is_none()).await,
                 "bdev gone"
             );
             // The controller goes with its bdevs (as SPDK's): nothing is
             // left to detach, and its name is free again.
             assert!(
-                wait_for(10, || bdevkit_nvme::controllers(&mgr).is_empty()).await,
+                wait_for(60, || bdevkit_nvme::controllers(&mgr).is_empty()).await,
                 "controller gone"
             );
             call(&reg, "bdev_nvme_detach_controller", json!({"name": "NvR"}))
