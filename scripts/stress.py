@@ -27,6 +27,8 @@ import threading
 import time
 
 MIB = 1 << 20
+# A fresh RPC client not answered within this is a failure.
+LIVENESS_LIMIT_S = 15.0
 
 
 class Client:
@@ -114,9 +116,11 @@ class Run:
         self.problems = []
         self.lock = threading.Lock()
         self.answered = 0
+        self.slowest = 0.0
         self.made = 0
         self.lost = 0
         self.swaps = 0
+        self.rebuild_waits = 0
 
     def problem(self, what):
         with self.lock:
@@ -124,17 +128,21 @@ class Run:
         print(f"stress: PROBLEM: {what}", flush=True)
 
     def liveness(self):
+        """A fresh client every half second must be answered. The bound
+        is a "something is broken" one (a debug build on two shared
+        cores under load answers in well under a second, but not always
+        in 3 s); the longest wait is reported."""
         while not self.stop.wait(0.5):
             t0 = time.monotonic()
             try:
-                v = rpc(self.sock, "spdk_get_version", timeout=5.0)
+                v = rpc(self.sock, "spdk_get_version", timeout=LIVENESS_LIMIT_S)
                 assert "result" in v, v
+                waited = time.monotonic() - t0
                 with self.lock:
                     self.answered += 1
+                    self.slowest = max(self.slowest, waited)
             except Exception as e:  # noqa: BLE001 - any failure is a finding
                 self.problem(f"a fresh client was not answered: {e!r}")
-            if time.monotonic() - t0 > 3.0:
-                self.problem(f"a fresh client waited {time.monotonic() - t0:.1f} s")
 
     def storm(self, k):
         """Create, stack, list and delete bdevs. A client holding an idle
@@ -207,6 +215,7 @@ class Run:
                         {"name": failing, "io_type": "clear",
                          "error_type": "failure"})
                 rpc(self.sock, "bdev_raid_remove_base_bdev", {"name": failing})
+                self.wait_no_rebuild()
                 ok(rpc(self.sock, "bdev_raid_add_base_bdev",
                        {"raid_bdev": "R1", "base_bdev": spare}, timeout=30.0))
                 steps += 1
@@ -214,6 +223,26 @@ class Run:
                     self.swaps += 1
             except Exception as e:  # noqa: BLE001
                 self.problem(f"member churn: {e!r}")
+
+    def wait_no_rebuild(self):
+        """Waits until R1 runs no rebuild. Removing the member a rebuild
+        writes to answers once the member is closed, while the rebuild
+        stops at its next window; an add before that fails with EBUSY
+        ("raid R1 is rebuilding"). SPDK completes that removal only
+        after the process finished. Seen when a rebuild outlasts the 3 s
+        between swaps (a loaded machine)."""
+        end = time.monotonic() + 30
+        waited = False
+        while time.monotonic() < end:
+            raid = ok(rpc(self.sock, "bdev_raid_get_bdevs", {"category": "all"}))
+            if not any("process" in r for r in raid if r.get("name") == "R1"):
+                if waited:
+                    with self.lock:
+                        self.rebuild_waits += 1
+                return
+            waited = True
+            time.sleep(0.05)
+        self.problem("member churn: R1 still rebuilding 30 s after its target left")
 
     def idle(self, held):
         for i in range(300):
@@ -225,6 +254,23 @@ class Run:
                 held.append(s)
             except OSError as e:
                 self.problem(f"idle connection {i}: {e!r}")
+
+
+def reads(sock, bdev):
+    return ok(rpc(sock, "bdev_get_iostat", {"name": bdev}))["bdevs"][0]["num_read_ops"]
+
+
+def wait_io(sock, bdev, before, run):
+    """Waits until `bdev` completed reads since `before` (its verify job
+    runs)."""
+    end = time.monotonic() + 60
+    while True:
+        if reads(sock, bdev) > before:
+            return
+        if time.monotonic() > end:
+            run.problem(f"no I/O on {bdev} 60 s after perform_tests")
+            return
+        time.sleep(0.05)
 
 
 def main():
@@ -269,7 +315,13 @@ def main():
         threads += [threading.Thread(target=run.liveness)]
         threads += [threading.Thread(target=run.storm, args=(k,)) for k in range(3)]
         threads += [threading.Thread(target=run.churn)]
-        for t in threads:
+        before = reads(sock, "PT0")
+        threads[0].start()
+        # The abuse starts once verify runs: a perform_tests request not
+        # yet read when the idle connections arrive would look idle, and
+        # be closed to make room.
+        wait_io(sock, "PT0", before, run)
+        for t in threads[1:]:
             t.start()
         run.idle(held)
         threads[0].join(timeout=seconds + 150)
@@ -320,9 +372,11 @@ def main():
             run.problem(f"bdevperf exited with {code}")
         print(f"stress: {seconds} s verify on PT0 (raid1 under churn), "
               f"{run.made} bdev stacks made and deleted, "
-              f"{run.swaps} raid1 member swaps, "
+              f"{run.swaps} raid1 member swaps ({run.rebuild_waits} waited for a "
+              f"rebuild to stop), "
               f"{run.lost} idle client connections closed to make room, "
-              f"{run.answered} liveness answers, fds {fds0}->{fds1}, "
+              f"{run.answered} liveness answers (slowest {run.slowest:.1f} s), "
+              f"fds {fds0}->{fds1}, "
               f"RSS {rss0 // MIB}->{rss1 // MIB} MiB", flush=True)
         if run.problems:
             print("stress: FAIL ({} problems); bdevperf log: {}".format(
