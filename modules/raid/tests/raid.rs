@@ -355,6 +355,38 @@ mod tests {
         });
     }
 
+    /// Taking out the member a rebuild writes to returns once the rebuild
+    /// let go of it: it can be added back at once (found by the stress
+    /// lane: the add failed with "Device or resource busy").
+    #[test]
+    fn a_rebuild_target_taken_out_can_be_added_back_at_once() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["B0", "B1", "B2"] {
+                malloc(&mgr, n, 4096);
+            }
+            degraded_raid1(&mgr, &reg, ["B0", "B1"]).await;
+            let slow = json!({"process_max_bandwidth_mb_sec": 1});
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", slow).await,
+                Ok(json!(true))
+            );
+            let add = json!({"raid_bdev": "r1", "base_bdev": "B2"});
+            for _ in 0..3 {
+                assert_eq!(
+                    call(&reg, "bdev_raid_add_base_bdev", add.clone()).await,
+                    Ok(json!(true))
+                );
+                assert!(bdevkit_raid::raid(&mgr, "r1").unwrap().is_rebuilding());
+                assert_eq!(
+                    call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "B2"})).await,
+                    Ok(json!(true))
+                );
+                assert!(!bdevkit_raid::raid(&mgr, "r1").unwrap().is_rebuilding());
+            }
+        });
+    }
+
     /// Writes running during the rebuild end up on the new member too: a
     /// writer on the other core keeps writing until the raid is whole
     /// again; afterwards both members hold exactly what it wrote last. The
