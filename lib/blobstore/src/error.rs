@@ -233,10 +233,6 @@ impl Error {
     pub fn is_device_error(&self) -> bool {
         matches!(self, Error::Device { .. })
     }
-
-    pub(crate) fn corrupt(blob: BlobId, page: u32) -> impl FnOnce(Corruption) -> Error {
-        move |reason| Error::CorruptBlob { blob, page, reason }
-    }
 }
 
 /// Blobstore result.

@@ -187,9 +187,8 @@ pub(crate) fn serialize_chain(md: &BlobMd) -> Result<Vec<PageBuilder>, Error> {
     Ok(pages)
 }
 
-/// Serializes extent page `k` of the blob.
-pub(crate) fn serialize_extent_page(md: &BlobMd, k: u64) -> Box<Page> {
-    let entries = md.clusters.chunk_entries(k);
+/// Serializes extent page `k` of blob `id` holding `entries`.
+pub(crate) fn serialize_extent_page(id: BlobId, k: u64, entries: &[u32]) -> Box<Page> {
     let mut payload = vec![0u8; 4 + 4 * entries.len()];
     wr_u32(
         &mut payload,
@@ -199,7 +198,7 @@ pub(crate) fn serialize_extent_page(md: &BlobMd, k: u64) -> Box<Page> {
     for (i, e) in entries.iter().enumerate() {
         wr_u32(&mut payload, 4 + 4 * i, *e);
     }
-    let mut b = PageBuilder::new(md.id, 0);
+    let mut b = PageBuilder::new(id, 0);
     let pushed = b.push(DESC_EXTENT_PAGE, &payload);
     debug_assert!(pushed, "invariant: 512 entries fit in a page");
     b.finish_last()

@@ -210,10 +210,6 @@ impl PageBuilder {
         DESC_AREA - self.pos
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.pos == 0
-    }
-
     /// Appends a descriptor if it fits (header included); returns whether it
     /// did.
     pub(crate) fn push(&mut self, desc_type: u8, payload: &[u8]) -> bool {

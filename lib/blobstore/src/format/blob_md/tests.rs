@@ -29,7 +29,10 @@ fn lay_out(mut md: BlobMd) -> (HashMap<u32, Box<Page>>, BlobMd) {
             .collect();
         for (k, &p) in md.extent_pages.iter().enumerate() {
             if p != 0 {
-                out.insert(p, serialize_extent_page(&md, k as u64));
+                out.insert(
+                    p,
+                    serialize_extent_page(md.id, k as u64, &md.clusters.chunk_entries(k as u64)),
+                );
             }
         }
     }
