@@ -156,6 +156,18 @@ impl<D: BlobDevice> Blob<D> {
         self.entry.md.borrow().clusters.iter_allocated().collect()
     }
 
+    /// The metadata pages the blob uses: its chain (root first), then its
+    /// extent pages.
+    #[must_use]
+    pub fn metadata_pages(&self) -> Vec<u32> {
+        let md = self.entry.md.borrow();
+        md.pages
+            .iter()
+            .chain(md.extent_pages.iter().filter(|&&p| p != 0))
+            .copied()
+            .collect()
+    }
+
     /// An xattr's value.
     #[must_use]
     pub fn xattr(&self, name: &str) -> Option<Vec<u8>> {

@@ -364,12 +364,7 @@ impl<D: BlobDevice> Blobstore<D> {
         let mut cluster_owner = std::collections::HashMap::new();
         for (&id, b) in &s.blobs {
             let md = b.md.borrow();
-            for &p in md
-                .pages
-                .iter()
-                .chain(md.extent_pages.iter())
-                .filter(|&&p| p != 0)
-            {
+            for p in md.all_pages() {
                 if !s.used_pages.get(u64::from(p)) {
                     return Err(Error::CorruptBlob {
                         blob: id,

@@ -349,12 +349,7 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
             })?;
         claims.ids.push(id);
         let who = u32::try_from(claims.ids.len()).unwrap_or(u32::MAX);
-        for &p in md
-            .pages
-            .iter()
-            .chain(md.extent_pages.iter())
-            .filter(|&&p| p != 0)
-        {
+        for p in md.all_pages() {
             if let Some((used, _, _)) = &masks {
                 if !used.get(u64::from(p)) {
                     return Err(Error::CorruptBlob {

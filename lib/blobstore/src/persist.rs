@@ -135,13 +135,7 @@ impl<D: BlobDevice> Store<D> {
             .chain(next.extent_pages.iter())
             .copied()
             .collect();
-        let superseded: Vec<u32> = cur
-            .pages
-            .iter()
-            .chain(cur.extent_pages.iter())
-            .copied()
-            .filter(|p| *p != 0 && !keep.contains(p))
-            .collect();
+        let superseded: Vec<u32> = cur.all_pages().filter(|p| !keep.contains(p)).collect();
         let freed = freed_clusters(&cur, &next);
         *entry.md.borrow_mut() = next;
 
@@ -202,14 +196,7 @@ impl<D: BlobDevice> Store<D> {
             s.blobs.remove(&entry.id);
         }
         let md = entry.md.borrow().clone();
-        let others: Vec<u32> = md
-            .pages
-            .iter()
-            .skip(1)
-            .chain(md.extent_pages.iter())
-            .copied()
-            .filter(|&p| p != 0)
-            .collect();
+        let others: Vec<u32> = md.all_pages().skip(1).collect();
         let clusters: Vec<u32> = md.clusters.iter_allocated().map(|(_, c)| c).collect();
         try_join_all(others.iter().map(|&p| self.zero_md_page(p))).await?;
         self.clear_clusters(&clusters, entry.clear_method()).await?;

@@ -51,6 +51,15 @@ impl BlobMd {
     pub(crate) fn is_thin(&self) -> bool {
         self.invalid_flags & FLAG_THIN_PROV != 0
     }
+
+    /// Every metadata page the blob uses: its chain (root first; page 0 is a
+    /// page like any other there), then its allocated extent pages.
+    pub(crate) fn all_pages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pages
+            .iter()
+            .copied()
+            .chain(self.extent_pages.iter().copied().filter(|&p| p != 0))
+    }
 }
 
 fn xattr_payload(x: &Xattr) -> Vec<u8> {
