@@ -11,7 +11,7 @@ use crate::bitmap::BitVec;
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
 use crate::format::super_block::{SuperBlock, BLOBID_INVALID, VERSION};
-use crate::format::{mask_pages, PAGE_SIZE};
+use crate::format::{mask_pages, PAGE_SIZE_U32, PAGE_SIZE_U64};
 use crate::options::{InitOptions, StoreClearMethod};
 use crate::store::{Geometry, State, Store};
 
@@ -33,10 +33,10 @@ fn to_u32(v: u64, what: &'static str) -> Result<u32> {
 pub(crate) async fn init<D: BlobDevice>(dev: D, o: &InitOptions) -> Result<Store<D>> {
     let bs = dev.block_size();
     check_block_size(bs)?;
-    if o.md_page_size != PAGE_SIZE as u32 {
+    if o.md_page_size != PAGE_SIZE_U32 {
         return Err(Error::Unsupported("metadata page size other than 4096"));
     }
-    if o.cluster_size == 0 || o.cluster_size % PAGE_SIZE as u32 != 0 {
+    if o.cluster_size == 0 || !o.cluster_size.is_multiple_of(PAGE_SIZE_U32) {
         return Err(Error::InvalidArgument(
             "cluster size must be a non-zero multiple of 4 KiB",
         ));
@@ -63,7 +63,7 @@ pub(crate) async fn init<D: BlobDevice>(dev: D, o: &InitOptions) -> Result<Store
     let cluster_mask_room = page_mask_len.max(cluster_mask_len);
     let blobid_mask_len = page_mask_len;
     let md_start = 1 + page_mask_len + cluster_mask_room + blobid_mask_len;
-    let pages_per_cluster = u64::from(o.cluster_size) / PAGE_SIZE as u64;
+    let pages_per_cluster = u64::from(o.cluster_size) / PAGE_SIZE_U64;
     let md_pages_total = md_start + u64::from(md_len);
     let md_clusters = md_pages_total.div_ceil(pages_per_cluster);
     if md_clusters > total_clusters {
@@ -71,7 +71,7 @@ pub(crate) async fn init<D: BlobDevice>(dev: D, o: &InitOptions) -> Result<Store
     }
     let sb = SuperBlock {
         version: VERSION,
-        length: PAGE_SIZE as u32,
+        length: PAGE_SIZE_U32,
         clean: false,
         super_blob: BLOBID_INVALID,
         cluster_size: o.cluster_size,
@@ -86,9 +86,9 @@ pub(crate) async fn init<D: BlobDevice>(dev: D, o: &InitOptions) -> Result<Store
         used_blobid_mask_len: to_u32(blobid_mask_len, "mask")?,
         size: dev_bytes,
         io_unit_size: bs,
-        md_page_size: PAGE_SIZE as u32,
+        md_page_size: PAGE_SIZE_U32,
     };
-    let blocks_per_page = PAGE_SIZE as u64 / u64::from(bs);
+    let blocks_per_page = PAGE_SIZE_U64 / u64::from(bs);
     let geo = Geometry {
         block_size: bs,
         cluster_size: o.cluster_size,

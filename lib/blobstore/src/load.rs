@@ -23,7 +23,7 @@ use crate::format::blob_md::{parse_blob, BlobMd, Limits};
 use crate::format::mask::{self, MASK_USED_BLOBIDS, MASK_USED_CLUSTERS, MASK_USED_PAGES};
 use crate::format::page::{checked_header, Page};
 use crate::format::super_block::SuperBlock;
-use crate::format::{blob_id, mask_pages, PAGE_SIZE};
+use crate::format::{blob_id, mask_pages, PAGE_SIZE, PAGE_SIZE_U32, PAGE_SIZE_U64};
 use crate::init::check_block_size;
 use crate::options::LoadOptions;
 use crate::store::{BlobEntry, Geometry, State, Store};
@@ -43,20 +43,20 @@ fn geometry(sb: &SuperBlock, block_size: u32, dev_bytes: u64) -> Result<(Geometr
         });
     }
     let md_page_size = if sb.md_page_size == 0 {
-        PAGE_SIZE as u32
+        PAGE_SIZE_U32
     } else {
         sb.md_page_size
     };
-    if md_page_size != PAGE_SIZE as u32 {
+    if md_page_size != PAGE_SIZE_U32 {
         return Err(Error::Unsupported("metadata page size other than 4096"));
     }
     let io_unit_size = if sb.io_unit_size == 0 {
-        PAGE_SIZE as u32
+        PAGE_SIZE_U32
     } else {
         sb.io_unit_size
     };
     let cs = u64::from(sb.cluster_size);
-    if cs == 0 || cs % PAGE_SIZE as u64 != 0 {
+    if cs == 0 || !cs.is_multiple_of(PAGE_SIZE_U64) {
         return Err(impossible("cluster_size", cs));
     }
     let total_clusters = size / cs;
@@ -65,7 +65,7 @@ fn geometry(sb: &SuperBlock, block_size: u32, dev_bytes: u64) -> Result<(Geometr
     }
     let md_start = u64::from(sb.md_start);
     let md_len = u64::from(sb.md_len);
-    let dev_pages = size / PAGE_SIZE as u64;
+    let dev_pages = size / PAGE_SIZE_U64;
     if md_len == 0 || md_start == 0 || md_start + md_len > dev_pages {
         return Err(impossible("md_len", md_len));
     }
@@ -96,7 +96,7 @@ fn geometry(sb: &SuperBlock, block_size: u32, dev_bytes: u64) -> Result<(Geometr
             "used_blobid_mask",
         )?;
     }
-    let pages_per_cluster = cs / PAGE_SIZE as u64;
+    let pages_per_cluster = cs / PAGE_SIZE_U64;
     let first_data_cluster = (md_start + md_len).div_ceil(pages_per_cluster);
     if first_data_cluster > total_clusters {
         return Err(impossible("md_len", md_len));
@@ -105,7 +105,7 @@ fn geometry(sb: &SuperBlock, block_size: u32, dev_bytes: u64) -> Result<(Geometr
         block_size,
         cluster_size: sb.cluster_size,
         io_unit_size,
-        blocks_per_page: PAGE_SIZE as u64 / u64::from(block_size),
+        blocks_per_page: PAGE_SIZE_U64 / u64::from(block_size),
         blocks_per_cluster: cs / u64::from(block_size),
         md_start,
         md_len: sb.md_len,
@@ -133,8 +133,13 @@ async fn read_ranges<D: BlobDevice>(
             p += k;
         }
     }
+    // Buffers are reused: a fresh 1 MiB buffer per read costs more in page
+    // faults than the read itself.
+    let pool: std::cell::RefCell<Vec<Vec<u8>>> = std::cell::RefCell::new(Vec::new());
+    let pool = &pool;
     let mut reads = futures::stream::iter(chunks.into_iter().map(|(p, k)| async move {
-        let mut buf = vec![0u8; usize::try_from(k).unwrap_or(0) * PAGE_SIZE];
+        let mut buf = pool.borrow_mut().pop().unwrap_or_default();
+        buf.resize(usize::try_from(k).unwrap_or(0) * PAGE_SIZE, 0);
         let lba = p * blocks_per_page;
         dev.read(lba, &mut buf)
             .await
@@ -149,6 +154,7 @@ async fn read_ranges<D: BlobDevice>(
     while let Some(r) = reads.next().await {
         let (p, buf) = r?;
         sink(p, &buf);
+        pool.borrow_mut().push(buf);
     }
     Ok(())
 }
@@ -157,11 +163,17 @@ async fn read_ranges<D: BlobDevice>(
 /// good CRC, by metadata-region index.
 fn keep_valid(pages: &mut HashMap<u32, Box<Page>>, md_start: u64, first: u64, buf: &[u8]) {
     for (i, chunk) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-        let mut p = Box::new([0u8; PAGE_SIZE]);
-        p.copy_from_slice(chunk);
-        if checked_header(&p).is_ok() {
+        let Ok(page) = <&Page>::try_from(chunk) else {
+            continue;
+        };
+        // Every page of a blob carries the blob's id, whose high half is 1:
+        // skip the CRC of pages that cannot be one (zeroed, never written).
+        if page[4..8] != [1, 0, 0, 0] {
+            continue;
+        }
+        if checked_header(page).is_ok() {
             if let Ok(idx) = u32::try_from(first + i as u64 - md_start) {
-                pages.insert(idx, p);
+                pages.insert(idx, Box::new(*page));
             }
         }
     }
@@ -218,7 +230,7 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
     let bs = dev.block_size();
     check_block_size(bs)?;
     let dev_bytes = dev.num_blocks().saturating_mul(u64::from(bs));
-    if dev_bytes < PAGE_SIZE as u64 {
+    if dev_bytes < PAGE_SIZE_U64 {
         return Err(Error::Unsupported("device smaller than a page"));
     }
     let mut first = [0u8; PAGE_SIZE];

@@ -81,7 +81,7 @@ impl MemImage {
         let end = offset + len;
         let first_full = offset.div_ceil(CHUNK as u64);
         let last_full = end / CHUNK as u64;
-        if first_full < last_full && (last_full - first_full) as usize > self.chunks.len() {
+        if first_full < last_full && last_full - first_full > self.chunks.len() as u64 {
             self.chunks.retain(|&c, _| c < first_full || c >= last_full);
         } else {
             for c in first_full..last_full {
@@ -211,7 +211,7 @@ impl MemDevice {
 
     fn check_range(&self, offset_blocks: u64, len_bytes: u64) -> Result<u64, DeviceError> {
         let bs = u64::from(self.block_size);
-        if len_bytes % bs != 0 {
+        if !len_bytes.is_multiple_of(bs) {
             return Err(DeviceError::new(libc::EINVAL));
         }
         let end = offset_blocks

@@ -19,6 +19,7 @@ use crate::format::mask_pages;
 use crate::format::super_block::SuperBlock;
 use crate::format::{
     DATA_RO_FLAGS_MASK, FLAG_READ_ONLY, INVALID_FLAGS_MASK, MD_RO_FLAGS_MASK, PAGE_SIZE,
+    PAGE_SIZE_U32, PAGE_SIZE_U64,
 };
 use crate::options::{ClearMethod, StoreInfo};
 use crate::BlobId;
@@ -324,7 +325,7 @@ impl<D: BlobDevice> Store<D> {
 
     pub(crate) fn max_growable_size(&self) -> u64 {
         let pages = mask_pages(u64::from(self.geo.md_len));
-        (pages * PAGE_SIZE as u64 - 5) * 8 * u64::from(self.geo.cluster_size)
+        (pages * PAGE_SIZE_U64 - 5) * 8 * u64::from(self.geo.cluster_size)
     }
 
     pub(crate) fn info(&self) -> StoreInfo {
@@ -332,7 +333,7 @@ impl<D: BlobDevice> Store<D> {
         StoreInfo {
             cluster_size: self.geo.cluster_size,
             io_unit_size: self.geo.io_unit_size,
-            md_page_size: PAGE_SIZE as u32,
+            md_page_size: PAGE_SIZE_U32,
             total_clusters: s.total_clusters,
             total_data_clusters: s.total_clusters - self.geo.first_data_cluster,
             free_clusters: s.used_clusters.count_zeros(),

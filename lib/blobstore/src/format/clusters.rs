@@ -4,7 +4,8 @@
 
 use super::EXTENTS_PER_EP;
 
-const CHUNK: usize = EXTENTS_PER_EP as usize;
+const CHUNK: usize = 512;
+const _: () = assert!(CHUNK as u64 == EXTENTS_PER_EP);
 
 type Chunk = Box<[u32; CHUNK]>;
 

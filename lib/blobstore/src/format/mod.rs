@@ -16,6 +16,8 @@ use crate::BlobId;
 
 /// Metadata page size: the only one this library writes or reads.
 pub const PAGE_SIZE: usize = 4096;
+pub(crate) const PAGE_SIZE_U32: u32 = 4096;
+pub(crate) const PAGE_SIZE_U64: u64 = 4096;
 /// Bytes of descriptors in a metadata page (offsets 16..4088).
 pub(crate) const DESC_AREA: usize = 4072;
 pub(crate) const DESC_START: usize = 16;

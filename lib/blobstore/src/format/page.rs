@@ -123,13 +123,13 @@ impl<'a> Descriptors<'a> {
                 }
             }
             DESC_EXTENT_RLE => {
-                if payload.is_empty() || payload.len() % 8 != 0 {
+                if payload.is_empty() || !payload.len().is_multiple_of(8) {
                     return Err(bad);
                 }
                 Desc::ExtentRle(payload)
             }
             DESC_EXTENT_TABLE => {
-                if payload.len() < 8 || (payload.len() - 8) % 8 != 0 {
+                if payload.len() < 8 || !(payload.len() - 8).is_multiple_of(8) {
                     return Err(bad);
                 }
                 Desc::ExtentTable {
@@ -138,7 +138,7 @@ impl<'a> Descriptors<'a> {
                 }
             }
             DESC_EXTENT_PAGE => {
-                if payload.len() <= 4 || (payload.len() - 4) % 4 != 0 {
+                if payload.len() <= 4 || !(payload.len() - 4).is_multiple_of(4) {
                     return Err(bad);
                 }
                 Desc::ExtentPage {

@@ -42,12 +42,12 @@ pub fn blob_state<D: BlobDevice>(bs: &Blobstore<D>, id: BlobId) -> BlobState {
         xattrs: b
             .xattr_names()
             .into_iter()
-            .map(|n| (n.clone(), b.xattr(&n).unwrap()))
+            .map(|n| (n.clone(), b.xattr(&n).expect("listed")))
             .collect(),
         internal: b
             .internal_xattr_names()
             .into_iter()
-            .map(|n| (n.clone(), b.internal_xattr(&n).unwrap()))
+            .map(|n| (n.clone(), b.internal_xattr(&n).expect("listed")))
             .collect(),
     }
 }
