@@ -439,10 +439,13 @@ pub(crate) fn parse_blob<'a>(
             }
             let page = get(p).ok_or_else(|| err(Corruption::BadCrc))?;
             let h = checked_header(page).map_err(&err)?;
-            if h.id != id || h.sequence != 0 || h.next != INVALID_PAGE {
+            // The id is not checked, as SPDK does not: a snapshot takes its
+            // origin's extent pages (bs_snapshot_swap_cluster_maps) with the
+            // origin's id in them. A page claimed twice fails at the store.
+            if h.sequence != 0 || h.next != INVALID_PAGE {
                 return Err(err(Corruption::WrongPage {
                     page: p,
-                    reason: "not this blob's extent page",
+                    reason: "not an extent page",
                 }));
             }
             let mut descs = descriptors(page);
