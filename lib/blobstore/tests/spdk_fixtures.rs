@@ -66,7 +66,7 @@ mod tests {
         let mut buf = vec![0u8; (mib as usize) << 20];
         run(dev.read(lba, &mut buf)).unwrap();
         for (i, blk) in buf.chunks(4096).enumerate() {
-            let want = (first_block + i as u32).to_le_bytes();
+            let want = (first_block + u32::try_from(i).unwrap()).to_le_bytes();
             assert!(
                 blk.chunks(4).all(|w| w == want),
                 "block {i} of the pattern at lba {lba}"
