@@ -147,4 +147,39 @@ mod tests {
             check_invariants(&bs);
         });
     }
+
+    #[test]
+    fn concurrent_allocations_are_group_committed() {
+        let dev = Rc::new(MemDevice::new(4096, 64 << 8)); // 64 MiB
+        run(async {
+            let bs = Blobstore::init(dev.clone(), &opts()).await.unwrap();
+            let id = bs
+                .create_blob(&BlobOptions {
+                    num_clusters: 512,
+                    thin_provision: true,
+                    ..BlobOptions::default()
+                })
+                .await
+                .unwrap();
+            let b = bs.open_blob(id).unwrap();
+            b.allocate_cluster(0).await.unwrap(); // the extent page exists now
+            dev.reset_stats();
+            let lbas = futures::future::join_all((1..101).map(|i| b.allocate_cluster(i))).await;
+            let lbas: Vec<u64> = lbas.into_iter().map(Result::unwrap).collect();
+            let mut sorted = lbas.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), 100, "one cluster each");
+            // 100 allocations in one extent page: the first commits alone, the
+            // other 99 queue behind it and go in one write.
+            assert!(dev.stats().writes <= 2, "{} writes", dev.stats().writes);
+            // A metadata sync of the blob waits for at most one commit.
+            dev.reset_stats();
+            let (a, x) = futures::join!(b.allocate_cluster(200), b.set_xattr("k", b"v"));
+            a.unwrap();
+            x.unwrap();
+            assert_eq!(b.num_allocated_clusters(), 102);
+            check_invariants(&bs);
+        });
+    }
 }
