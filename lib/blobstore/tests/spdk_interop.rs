@@ -163,6 +163,8 @@ mod tests {
     const LVS_UUID: &str = "1b7c9d0e-2f3a-4b5c-8d6e-7f8091a2b3c4";
     const THICK_UUID: &str = "2c8dae1f-3a4b-4c5d-9e6f-8091a2b3c4d5";
     const THIN_UUID: &str = "3d9ebf20-4b5c-4d6e-af70-91a2b3c4d5e6";
+    const THIN2_UUID: &str = "4eafc031-5c6d-4e7f-8081-a2b3c4d5e6f7";
+    const RLE_UUID: &str = "5fb0d142-6d7e-4f80-9192-b3c4d5e6f708";
 
     fn lvol_name(name: &str) -> Vec<u8> {
         let mut v = name.as_bytes().to_vec();
@@ -180,6 +182,12 @@ mod tests {
     /// data cluster LBA (blocks of 4096).
     fn make_store(path: &Path) -> u64 {
         let dev = FileDevice::open(path, 4096);
+        let lvol = |name: &str, uuid: &str| {
+            vec![
+                ("name".into(), lvol_name(name)),
+                ("uuid".into(), cstr(uuid)),
+            ]
+        };
         run(async {
             let opts = InitOptions {
                 cluster_size: 1 << 20,
@@ -198,12 +206,13 @@ mod tests {
                 .await
                 .unwrap();
             bs.set_super_blob(Some(sb)).await.unwrap();
+            // Two large extra xattrs: a chain of three pages.
+            let mut xattrs = lvol("thick1", THICK_UUID);
+            xattrs.push(("x1".into(), vec![1; 3000]));
+            xattrs.push(("x2".into(), vec![2; 3000]));
             bs.create_blob(&BlobOptions {
                 num_clusters: 8,
-                xattrs: vec![
-                    ("name".into(), lvol_name("thick1")),
-                    ("uuid".into(), cstr(THICK_UUID)),
-                ],
+                xattrs,
                 ..BlobOptions::default()
             })
             .await
@@ -212,10 +221,7 @@ mod tests {
                 .create_blob(&BlobOptions {
                     num_clusters: 16,
                     thin_provision: true,
-                    xattrs: vec![
-                        ("name".into(), lvol_name("thin1")),
-                        ("uuid".into(), cstr(THIN_UUID)),
-                    ],
+                    xattrs: lvol("thin1", THIN_UUID),
                     ..BlobOptions::default()
                 })
                 .await
@@ -223,6 +229,37 @@ mod tests {
             let b = bs.open_blob(thin).unwrap();
             let lba = b.allocate_cluster(3).await.unwrap();
             dev.write(lba, &vec![0xA5u8; 1 << 20]).await.unwrap();
+            drop(b);
+            // A large thin blob: an extent table with a run of missing pages.
+            let big = bs
+                .create_blob(&BlobOptions {
+                    num_clusters: 2000,
+                    thin_provision: true,
+                    xattrs: lvol("thin2", THIN2_UUID),
+                    ..BlobOptions::default()
+                })
+                .await
+                .unwrap();
+            let b = bs.open_blob(big).unwrap();
+            b.allocate_cluster(0).await.unwrap();
+            b.allocate_cluster(1600).await.unwrap();
+            drop(b);
+            // RLE extents, as older SPDK wrote them.
+            let rle = bs
+                .create_blob(&BlobOptions {
+                    num_clusters: 8,
+                    thin_provision: true,
+                    use_extent_table: false,
+                    xattrs: lvol("rle1", RLE_UUID),
+                    ..BlobOptions::default()
+                })
+                .await
+                .unwrap();
+            bs.open_blob(rle)
+                .unwrap()
+                .allocate_cluster(5)
+                .await
+                .unwrap();
             lba
         })
     }
@@ -246,26 +283,28 @@ mod tests {
         assert_eq!(lvs["cluster_size"], 1 << 20);
         assert_eq!(lvs["block_size"], 4096);
         assert_eq!(lvs["total_data_clusters"], 63);
-        assert_eq!(lvs["free_clusters"], 63 - 9);
+        assert_eq!(lvs["free_clusters"], 63 - 12);
         assert_eq!(lvs["max_growable_size"], max_growable);
         let lvols = tgt.rpc(&["bdev_lvol_get_lvols", "-l", lvs_name]);
         eprintln!("spdk_interop: bdev_lvol_get_lvols: {lvols}");
         let lvols = lvols.as_array().unwrap();
-        assert_eq!(lvols.len(), 2);
+        assert_eq!(lvols.len(), 4);
         for l in lvols {
-            let (uuid, thin, alloc) = match l["name"].as_str().unwrap() {
-                "thick1" => (THICK_UUID, false, 8),
-                "thin1" => (THIN_UUID, true, 1),
+            let name = l["name"].as_str().unwrap();
+            let (uuid, thin, alloc, mib) = match name {
+                "thick1" => (THICK_UUID, false, 8, 8),
+                "thin1" => (THIN_UUID, true, 1, 16),
+                "thin2" => (THIN2_UUID, true, 2, 2000),
+                "rle1" => (RLE_UUID, true, 1, 8),
                 other => panic!("unexpected lvol {other}"),
             };
             assert_eq!(l["uuid"], uuid);
-            assert_eq!(
-                l["alias"],
-                format!("ourlvs/{}", l["name"].as_str().unwrap())
-            );
+            assert_eq!(l["alias"], format!("ourlvs/{name}"));
             assert_eq!(l["is_thin_provisioned"], thin);
             assert_eq!(l["num_allocated_clusters"], alloc);
             assert_eq!(l["lvs"]["uuid"], LVS_UUID);
+            let bdev = tgt.rpc(&["bdev_get_bdevs", "-b", &format!("ourlvs/{name}")]);
+            assert_eq!(bdev[0]["num_blocks"], mib * 256, "size of {name}");
         }
     }
 
