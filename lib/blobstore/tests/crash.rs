@@ -115,13 +115,27 @@ mod tests {
         if got == old || got == new {
             return true;
         }
-        if per_cluster.is_empty() || got.blobs.keys().ne(new.blobs.keys()) {
+        // Concurrent operations: each blob on its own is old or new (a blob
+        // in `per_cluster` may mix old and new cluster mappings).
+        if got.super_blob != old.super_blob && got.super_blob != new.super_blob {
             return false;
         }
-        got.blobs.iter().all(|(id, g)| {
-            let (o, n) = (&old.blobs[id], &new.blobs[id]);
+        let ids: std::collections::BTreeSet<&BlobId> = got
+            .blobs
+            .keys()
+            .chain(old.blobs.keys())
+            .chain(new.blobs.keys())
+            .collect();
+        ids.into_iter().all(|id| {
+            let (g, o, n) = (got.blobs.get(id), old.blobs.get(id), new.blobs.get(id));
+            if g == o || g == n {
+                return true;
+            }
+            let (Some(g), Some(o), Some(n)) = (g, o, n) else {
+                return false;
+            };
             if !per_cluster.contains(id) {
-                return g == o || g == n;
+                return false;
             }
             let mut g2 = g.clone();
             g2.clusters.clear();
@@ -449,6 +463,35 @@ mod tests {
                 bs.unload().await
             }),
             &[],
+            false,
+        );
+    }
+
+    #[test]
+    fn concurrent_operations_on_several_blobs() {
+        crash_test(
+            "create + resize + xattr + allocate at once",
+            op!(|bs, c| {
+                let thick = bs.open_blob(c.thick)?;
+                let rle = bs.open_blob(c.rle)?;
+                let thin = bs.open_blob(c.thin)?;
+                let big = BlobOptions {
+                    num_clusters: 30,
+                    ..BlobOptions::default()
+                };
+                let (a, b, x, y) = futures::join!(
+                    bs.create_blob(&big),
+                    thick.resize(650),
+                    rle.set_xattr("name", b"renamed\0"),
+                    thin.allocate_cluster(1300),
+                );
+                a?;
+                b?;
+                x?;
+                y?;
+                Ok(())
+            }),
+            &[CTX_IDS.1],
             false,
         );
     }
