@@ -77,9 +77,13 @@ impl<D: BlobDevice> Blobstore<D> {
 
     /// Loads the store on `dev`.
     pub async fn load(dev: D, opts: &LoadOptions) -> Result<Self> {
-        Ok(Blobstore {
+        let bs = Blobstore {
             store: Rc::new(crate::load::load(dev, opts).await?),
-        })
+        };
+        if opts.grow {
+            bs.grow().await?;
+        }
+        Ok(bs)
     }
 
     /// The device.

@@ -99,6 +99,9 @@ pub struct LoadOptions {
     pub read_size: usize,
     /// Metadata reads in flight at once. Default 32.
     pub max_reads_in_flight: usize,
+    /// After loading, grow into the device if it grew (as `spdk_bs_grow`;
+    /// see [`Blobstore::grow`](crate::Blobstore::grow)).
+    pub grow: bool,
 }
 
 impl Default for LoadOptions {
@@ -108,6 +111,7 @@ impl Default for LoadOptions {
             force_recover: false,
             read_size: 1 << 20,
             max_reads_in_flight: 32,
+            grow: false,
         }
     }
 }

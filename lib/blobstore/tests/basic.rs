@@ -182,4 +182,51 @@ mod tests {
             check_invariants(&bs);
         });
     }
+
+    #[test]
+    fn grow_within_the_mask_room() {
+        // 16 MiB of 64 KiB clusters, 16 metadata pages: the used-cluster
+        // mask has room for (4096 - 5) * 8 clusters (about 2 GiB).
+        let dev = Rc::new(MemDevice::new(4096, 16 << 8));
+        run(async {
+            let o = InitOptions {
+                num_md_pages: Some(16),
+                ..opts()
+            };
+            let bs = Blobstore::init(dev.clone(), &o).await.unwrap();
+            assert_eq!(bs.info().max_growable_size, (4096 - 5) * 8 * (64 << 10));
+            assert!(!bs.grow().await.unwrap(), "the device did not grow");
+            dev.set_num_blocks(64 << 8);
+            assert!(bs.grow().await.unwrap());
+            assert_eq!(bs.info().total_clusters, 1024);
+            let id = bs
+                .create_blob(&BlobOptions {
+                    num_clusters: 900,
+                    ..BlobOptions::default()
+                })
+                .await
+                .unwrap();
+            bs.unload().await.unwrap();
+            dev.set_num_blocks(4 << 20); // 16 GiB: past the room
+            let bs = Blobstore::load(dev.clone(), &LoadOptions::default())
+                .await
+                .unwrap();
+            assert!(matches!(bs.grow().await, Err(Error::CannotGrow)));
+            assert_eq!(bs.info().total_clusters, 1024);
+            assert_eq!(bs.open_blob(id).unwrap().num_allocated_clusters(), 900);
+            bs.unload().await.unwrap();
+            dev.set_num_blocks(128 << 8);
+            let bs = Blobstore::load(
+                dev.clone(),
+                &LoadOptions {
+                    grow: true,
+                    ..LoadOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(bs.info().total_clusters, 2048);
+            check_invariants(&bs);
+        });
+    }
 }
