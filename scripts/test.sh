@@ -15,6 +15,9 @@ fi
 export SPDK_RPC="$PWD/.venv/bin/spdk-rpc"
 # The spdk-rpc tests must run here, never skip (doc/testing.md).
 unset BDEVKIT_SKIP_SPDK_RPC
+# The TLS interop tests against `openssl s_client`/`s_server` must run too
+# (the `openssl` binary: Debian's package `openssl`).
+export BDEVKIT_REQUIRE_OPENSSL_CLI=1
 
 scripts/check.sh
 
