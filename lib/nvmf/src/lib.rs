@@ -59,6 +59,7 @@
 
 mod addr;
 mod admin;
+mod core;
 mod ctrlr;
 mod error;
 pub mod opts;
@@ -69,6 +70,7 @@ mod subsystem;
 mod target;
 pub mod tcp;
 
+pub use crate::core::pool::BufferStats;
 pub use addr::{AdrFam, ListenAddr, ListenAddressParams};
 pub use ctrlr::{Controller, DeathCause};
 pub use error::{Error, Result};
@@ -76,4 +78,3 @@ pub use opts::{CreateTransportParams, SetConfigParams, TransportOpts};
 pub use params::{CreateSubsystemParams, HostParams, ListenerParams, NamespaceParams};
 pub use service::Target;
 pub use subsystem::{Namespace, Subsystem};
-pub use tcp::pool::BufferStats;

@@ -17,10 +17,10 @@ use bdevkit_nvme_spec::Status;
 use parking_lot::Mutex;
 
 use crate::addr::ListenAddr;
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, CtrlParams, DeathCause};
 use crate::opts::{filter, TargetConf, TransportOpts};
 use crate::subsystem::{Namespace, Subsystem};
-use crate::tcp::pool::BufPool;
 
 /// Byte offsets of Connect fields, for Connect Invalid Parameters
 /// (SPDK's `offsetof` of the command and data structures).

@@ -6,13 +6,13 @@ use bdevkit_nvme_spec::fabrics::validate_nqn;
 
 use super::Target;
 use crate::addr::ListenAddr;
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, DeathCause};
 use crate::error::{Error, Result};
 use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts, TRTYPE_TCP};
 use crate::params::{CreateSubsystemParams, ListenerParams, TARGET_NAME};
 use crate::subsystem::{valid_model, valid_serial, Subsystem};
 use crate::target::Port;
-use crate::tcp::pool::BufPool;
 
 /// Checks `tgt_name` (only the default target exists).
 pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {

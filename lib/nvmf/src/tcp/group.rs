@@ -22,10 +22,11 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 use serde_json::{json, Value};
 
-use super::pool::BufPool;
-use super::qpair::Qpair;
-use super::view::Env;
+use super::qpair::{Qp, TcpQpair};
 use crate::addr::ListenAddr;
+use crate::core::pool::BufPool;
+use crate::core::qpair::{Phase, Qpair};
+use crate::core::view::Env;
 use crate::ctrlr::Controller;
 use crate::opts::TransportOpts;
 use crate::target::Core;
@@ -35,7 +36,7 @@ const HOUSEKEEPING_US: u64 = 100_000;
 /// Socket events taken per poll.
 const EVENTS: usize = 256;
 
-type Conn = Rc<Qpair<TcpStream>>;
+type Conn = Rc<Qp<TcpStream>>;
 
 /// One poll group.
 #[derive(Debug)]
@@ -126,7 +127,8 @@ impl PollGroup {
             return;
         }
         tracing::debug!(%peer, listener = %via, group = %self.env.name, "connection accepted");
-        let q = Qpair::new(stream, peer, via, opts, self.env.group_bufs(pool));
+        let tp = TcpQpair::new(stream, &opts);
+        let q = Qpair::new(tp, peer, via, opts, self.env.group_bufs(pool));
         self.conns.borrow_mut()[idx] = Some(q);
     }
 
@@ -169,7 +171,7 @@ impl PollGroup {
 
     fn remove(&self, i: usize, q: &Conn) {
         if let Ok(inner) = q.q.try_borrow() {
-            let fd = inner.sock.as_raw_fd();
+            let fd = inner.tp.sock.as_raw_fd();
             let _ = self.poll.borrow().registry().deregister(&mut SourceFd(&fd));
         }
         if let Some(slot) = self.conns.borrow_mut().get_mut(i) {
@@ -214,7 +216,7 @@ impl PollGroup {
             if a.ctrlr.subsys_id != id {
                 continue;
             }
-            let state = if matches!(inner.phase, super::qpair::Phase::Closing { .. }) {
+            let state = if matches!(inner.phase, Phase::Closing { .. }) {
                 "deactivating"
             } else {
                 "enabled"
