@@ -1,14 +1,15 @@
-//! The target's state and the rules that only need it: transports,
-//! subsystems, hosts, the Connect checks (SPDK's `nvmf_ctrlr_cmd_connect`
-//! order and status codes), and the discovery log page. Reaching the poll
-//! groups (namespace channels, queue pairs) is `service.rs`'s job, above
-//! this file and the transport.
+//! The target's state and the rules that only need it: transports (their
+//! options and buffer pools), subsystems, hosts, the Connect checks
+//! (SPDK's `nvmf_ctrlr_cmd_connect` order and status codes), and the
+//! discovery log page. Reaching the poll groups (namespace channels,
+//! queue pairs) and the transports themselves is `service/`'s job, above
+//! this file.
 
 use std::sync::Arc;
 
 use bdevkit::bdev::BdevManager;
 use bdevkit::thread::ThreadHandle;
-use bdevkit_nvme_spec::discovery::{self, build_discovery_log, DiscoveryLogEntry};
+use bdevkit_nvme_spec::discovery::{self, build_discovery_log};
 use bdevkit_nvme_spec::fabrics::{
     validate_nqn, Connect, ConnectData, ConnectInvalidParameter, ADMIN_QID, CNTLID_DYNAMIC,
     DISCOVERY_NQN,
@@ -16,7 +17,7 @@ use bdevkit_nvme_spec::fabrics::{
 use bdevkit_nvme_spec::Status;
 use parking_lot::Mutex;
 
-use crate::addr::ListenAddr;
+use crate::addr::{DiscoverFn, ListenAddr};
 use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, CtrlParams, DeathCause};
 use crate::opts::{filter, TargetConf, TransportOpts};
@@ -47,13 +48,24 @@ pub(crate) struct Port {
     pub id: u16,
 }
 
+/// A created transport as the target's state knows it.
+#[derive(Debug)]
+pub(crate) struct TransportRecord {
+    /// Its type (the registry's spelling).
+    pub name: &'static str,
+    pub opts: TransportOpts,
+    /// Its shared data buffers.
+    pub pool: Arc<BufPool>,
+    /// Its listeners' discovery log entries.
+    pub discover: DiscoverFn,
+}
+
 /// Everything the control plane changes.
 #[derive(Debug)]
 pub(crate) struct TargetState {
     pub conf: TargetConf,
-    pub transport: Option<TransportOpts>,
-    /// The transport's shared data buffers.
-    pub pool: Option<Arc<BufPool>>,
+    /// The transports created, in creation order (one per type).
+    pub transports: Vec<TransportRecord>,
     /// The discovery subsystem first, then the NVM subsystems in creation order.
     pub subsystems: Vec<Subsystem>,
     pub next_subsys_id: u32,
@@ -94,9 +106,19 @@ impl TargetState {
         self.subsystems.iter_mut().find(|s| s.id == id)
     }
 
-    /// The transport's options, or defaults (no transport: nothing connects).
-    pub fn opts(&self) -> TransportOpts {
-        self.transport.clone().unwrap_or_default()
+    /// The transport of type `trtype` (any case), if created.
+    pub fn transport(&self, trtype: &str) -> Option<&TransportRecord> {
+        self.transports
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(trtype))
+    }
+
+    /// The options of transport `trtype`, or defaults (no transport:
+    /// nothing connects through it).
+    pub fn opts_for(&self, trtype: &str) -> TransportOpts {
+        self.transport(trtype)
+            .map(|t| t.opts.clone())
+            .unwrap_or_default()
     }
 
     /// The discovery log changed: bump the generation counter and tell the
@@ -164,8 +186,7 @@ impl Core {
     pub fn new(mgr: BdevManager) -> Core {
         let mut state = TargetState {
             conf: TargetConf::default(),
-            transport: None,
-            pool: None,
+            transports: Vec::new(),
             subsystems: Vec::new(),
             next_subsys_id: 1,
             discovery_genctr: 0,
@@ -193,7 +214,7 @@ impl Core {
         let subnqn = data.subnqn();
         let hostnqn = data.hostnqn();
         let mut st = self.state.lock();
-        let opts = st.opts();
+        let opts = st.opts_for(via.trtype);
         let discovery_nqn = subnqn == DISCOVERY_NQN;
         let Some(sub) = st.subsystems.iter_mut().find(|s| s.nqn == subnqn) else {
             tracing::info!(%subnqn, %hostnqn, "connect to an unknown subsystem");
@@ -301,7 +322,6 @@ impl Core {
     pub fn discovery_log(&self, hostnqn: &str, via: &ListenAddr) -> Vec<u8> {
         let st = self.state.lock();
         let filt = st.conf.discovery_filter;
-        let asqsz = u16::try_from(st.opts().max_aq_depth).unwrap_or(u16::MAX);
         let matches = |l: &ListenAddr| {
             (filt & filter::ADDRESS == 0
                 || (l.adrfam == via.adrfam && l.traddr.eq_ignore_ascii_case(&via.traddr)))
@@ -313,23 +333,21 @@ impl Core {
                 continue;
             }
             for l in s.listeners.iter().filter(|l| matches(l)) {
+                // A listener's transport exists (listeners need one).
+                let Some(t) = st.transport(l.trtype) else {
+                    continue;
+                };
                 let portid = st.ports.iter().find(|p| p.addr.same(l)).map_or(0, |p| p.id);
                 let subtype = if s.discovery {
                     discovery::subtype::CURRENT_DISCOVERY
                 } else {
                     discovery::subtype::NVME
                 };
-                let Ok(mut e) = DiscoveryLogEntry::tcp(
-                    subtype,
-                    &s.nqn,
-                    l.adrfam.code(),
-                    &l.traddr,
-                    &l.trsvcid,
-                    portid,
-                ) else {
+                let Some(mut e) = (t.discover)(subtype, &s.nqn, l, portid) else {
                     continue;
                 };
-                e.asqsz.set(asqsz);
+                e.asqsz
+                    .set(u16::try_from(t.opts.max_aq_depth).unwrap_or(u16::MAX));
                 e.treq = discovery::treq::SECURE_CHANNEL_NOT_REQUIRED;
                 if s.discovery {
                     e.eflags.set(
@@ -361,7 +379,12 @@ mod tests {
         let c = Core::new(BdevManager::default());
         {
             let mut st = c.state.lock();
-            st.transport = Some(TransportOpts::default());
+            st.transports.push(TransportRecord {
+                name: crate::opts::TRTYPE_TCP,
+                opts: TransportOpts::default(),
+                pool: BufPool::new(4096, 1, 0),
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
             let mut s = Subsystem::new(1, SUB, false);
             s.listeners.push(addr(4420));
             st.subsystems.push(s);

@@ -13,15 +13,19 @@
 //! * `slot`: the request slots and their state machine; `pool`: a
 //!   transport's shared data buffers and each poll group's cache in front
 //!   of them; `view`: a poll group's namespaces with its bdev channels.
+//! * `group`: the poll group of a thread, polling each transport's side
+//!   of it; `conns`: a transport poll group's table of connections.
 //!
 //! Steady state allocates nothing per command: slots, their in-capsule
 //! buffers and the transport's queues are sized at Connect; larger
 //! transfers borrow a shared buffer, allocated once.
 
 pub(crate) mod close;
+pub(crate) mod conns;
 pub(crate) mod dispatch;
 pub(crate) mod exec_io;
 pub(crate) mod fused;
+pub(crate) mod group;
 pub(crate) mod pool;
 pub(crate) mod qpair;
 pub(crate) mod respond;

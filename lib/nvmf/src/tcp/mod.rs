@@ -1,9 +1,12 @@
 //! The NVMe/TCP transport (TP 8000): how commands, data and responses
-//! move over TCP. What they mean is the core's (`core/`).
+//! move over TCP. What they mean is the core's (`core/`); this folder is
+//! the transport seam's TCP implementation (`transport/`).
 //!
+//! * `TRANSPORT`: the registry entry (`-t TCP`); `TcpTransport` the
+//!   created transport (listeners, accept).
 //! * `acceptor`: the listening sockets, polled on the app thread.
-//! * `group`: a poll group per reactor core (a lightweight thread): its
-//!   connections in one epoll set, their service, keep alive checks.
+//! * `group`: the TCP side of a poll group: its connections in one epoll
+//!   set.
 //! * `qpair`: one connection's transport half: the receive state machine
 //!   (ICReq, capsules, H2CData, digests, TermReq) and the SGL rules;
 //!   `respond` (responses, C2HData, R2T, the send queue flush); `conn`
@@ -21,16 +24,94 @@ pub(crate) mod respond;
 pub use conn::Sock;
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::Arc;
+
+use bdevkit_nvme_spec::discovery::DiscoveryLogEntry;
+use parking_lot::Mutex;
 
 use crate::addr::ListenAddr;
 use crate::core::qpair::Qpair;
 use crate::core::view::Env;
 use crate::error::{Error, Result};
-use crate::opts::TRTYPE_TCP;
+use crate::opts::{TransportOpts, TRTYPE_TCP};
 use crate::service::Target;
+use crate::transport::{Accepted, Transport, TransportDef, TransportPollGroup};
+use acceptor::Acceptor;
 use qpair::TcpQpair;
+
+/// The TCP transport's registry entry.
+pub(crate) static TRANSPORT: TransportDef = TransportDef {
+    name: TRTYPE_TCP,
+    opts_init: TransportOpts::default,
+    create,
+    listener_discover,
+};
+
+fn create(o: &TransportOpts) -> Result<Arc<dyn Transport>> {
+    if o.sock_priority != 0 {
+        return Err(Error::NotSupported("sock_priority"));
+    }
+    let t = TcpTransport {
+        acceptor: Mutex::new(Acceptor::new()?),
+    };
+    Ok(Arc::new(t))
+}
+
+fn listener_discover(
+    subtype: u8,
+    subnqn: &str,
+    l: &ListenAddr,
+    portid: u16,
+) -> Option<DiscoveryLogEntry> {
+    DiscoveryLogEntry::tcp(
+        subtype,
+        subnqn,
+        l.adrfam.code(),
+        &l.traddr,
+        &l.trsvcid,
+        portid,
+    )
+    .ok()
+}
+
+/// A created TCP transport: its listening sockets.
+#[derive(Debug)]
+pub(crate) struct TcpTransport {
+    acceptor: Mutex<Acceptor>,
+}
+
+impl Transport for TcpTransport {
+    fn listen(&self, addr: &ListenAddr) -> Result<()> {
+        self.acceptor.lock().listen(addr)
+    }
+
+    fn stop_listen(&self, addr: &ListenAddr) {
+        self.acceptor.lock().unlisten(addr);
+    }
+
+    fn accept_fd(&self) -> Option<RawFd> {
+        Some(self.acceptor.lock().fd())
+    }
+
+    fn accept(&self, new_qpair: &mut dyn FnMut(Accepted)) -> usize {
+        let conns = self.acceptor.lock().accept();
+        let n = conns.len();
+        for c in conns {
+            new_qpair(Box::new(c));
+        }
+        n
+    }
+
+    fn poll_group_create(&self) -> std::io::Result<Box<dyn TransportPollGroup>> {
+        Ok(Box::new(group::TcpPollGroup::new()?))
+    }
+
+    fn shutdown(&self) {
+        self.acceptor.lock().close_all();
+    }
+}
 
 /// One target-side NVMe/TCP connection over any byte stream, driven by
 /// hand: the protocol core without sockets or poll groups, for tests and
@@ -61,9 +142,9 @@ impl<S: Sock + 'static> Connection<S> {
         let core = Arc::clone(&target.0.core);
         let (opts, pool) = {
             let st = core.state.lock();
-            match (&st.transport, &st.pool) {
-                (Some(o), Some(p)) => (o.clone(), Arc::clone(p)),
-                _ => return Err(Error::NoTransport(TRTYPE_TCP.into())),
+            match st.transport(TRTYPE_TCP) {
+                Some(r) => (r.opts.clone(), Arc::clone(&r.pool)),
+                None => return Err(Error::NoTransport(TRTYPE_TCP.into())),
             }
         };
         let env = Env::new(core, t.handle(), t.name().to_string());
