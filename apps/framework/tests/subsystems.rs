@@ -105,8 +105,9 @@ mod tests {
         assert_eq!(
             call(&app, "framework_get_subsystems", None),
             Ok(json!([
-                {"subsystem": "bdev", "depends_on": []},
-                {"subsystem": "nvmf", "depends_on": ["bdev"]}
+                {"subsystem": "keyring", "depends_on": []},
+                {"subsystem": "bdev", "depends_on": ["keyring"]},
+                {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}
             ]))
         );
         assert_eq!(
