@@ -421,6 +421,7 @@ impl NvmeCtrlr {
             p["hdgst"] = json!(o.digests.header);
             p["ddgst"] = json!(o.digests.data);
         }
+        p["multipath_opts"] = json!(crate::options::MultipathOpts::of(&self.policy));
         json!({"method": "bdev_nvme_attach_controller", "params": p})
     }
 

@@ -396,8 +396,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     ))
                 }
             };
-            let policy = match p.multipath_opts.as_ref().map(multipath_opts) {
-                None => None,
+            // SPDK: the module options' policy, `multipath_opts` keys over it.
+            let base = crate::options(&m)
+                .map(|o| o.default_policy())
+                .unwrap_or_default();
+            let policy = match p.multipath_opts.as_ref().map(|v| multipath_opts(v, base)) {
+                None => Some(base),
                 Some(Ok(p)) => Some(p),
                 Some(Err(e)) => return resp.err(e),
             };
@@ -511,7 +515,11 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             Err(Error::NotPermitted(msg)) => {
                 resp.err(RpcError::new(-1, format!("Operation not permitted: {msg}")));
             }
-            Err(Error::InvalidArg(msg)) => resp.err(RpcError::invalid_params(msg)),
+            // SPDK: spdk_bdev_nvme_set_opts' -EINVAL.
+            Err(Error::InvalidArg(msg)) => {
+                tracing::error!(%msg, "bdev_nvme_set_options");
+                resp.err(RpcError::from_errno(libc::EINVAL));
+            }
             Err(e) => resp.err(RpcError::from_errno(e.errno())),
         },
     )?;
@@ -547,9 +555,10 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
     Ok(())
 }
 
-/// An attach's `multipath_opts` (`{policy, selector, min_io}`).
-fn multipath_opts(v: &Value) -> Result<Policy, RpcError> {
-    let o: crate::mp_rpc::MultipathOpts = serde_json::from_value(v.clone())
+/// An attach's `multipath_opts` (`{policy, selector, min_io}`), unset
+/// keys from `base`.
+fn multipath_opts(v: &Value, base: Policy) -> Result<Policy, RpcError> {
+    let o: crate::options::MultipathOpts = serde_json::from_value(v.clone())
         .map_err(|e| RpcError::new(-22, format!("multipath_opts: {e}")))?;
-    o.policy()
+    o.over(base)
 }
