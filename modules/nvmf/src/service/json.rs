@@ -120,7 +120,7 @@ impl Target {
             for n in s.namespaces.values() {
                 out.push(json!({
                     "method": "nvmf_subsystem_add_ns",
-                    "params": {"nqn": s.nqn, "namespace": n.config_json()}
+                    "params": {"nqn": s.nqn, "namespace": n.config_json(s.ana_reporting)}
                 }));
             }
         }
