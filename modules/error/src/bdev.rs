@@ -99,7 +99,12 @@ fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bde
     });
     link.bind(&eb);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
-    props.uuid = cfg.uuid;
+    // SPDK's when none is given: the part UUID of the whole base. (SPDK
+    // v26.05 overwrites a given one with it too; we keep what is given.)
+    props.uuid = Some(
+        cfg.uuid
+            .unwrap_or_else(|| vbdev::part_uuid(base.uuid(), 0, base.num_blocks())),
+    );
     let bdev = mgr.register_bdev(MODULE, props, Arc::clone(&eb))?;
     tracing::info!(bdev = %name, base = %base.name(), "error bdev created");
     link.catch_up();
