@@ -367,6 +367,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
                 return;
             };
+            // No TLS, no DH-HMAC-CHAP here: connecting without them
+            // would send in clear what was meant to be protected.
+            if p.psk.is_some() || p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
+                tracing::error!(ctrlr = %p.name, "psk and dhchap keys are not supported");
+                return resp.err(RpcError::from_errno(libc::ENOTSUP));
+            }
             if p.max_bdevs == Some(0) {
                 resp.err(RpcError::new(-22, "max_bdevs cannot be zero"));
                 return;
