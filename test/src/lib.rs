@@ -37,4 +37,4 @@ pub mod steady;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};
-pub use fixtures::{delete_malloc, malloc};
+pub use fixtures::{contents, delete_malloc, fill, malloc};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bdevkit::bdev::BdevManager;
 use bdevkit::thread::ThreadHandle;
-use bdevkit_nvme_spec::discovery::{self, build_discovery_log};
+use bdevkit_nvme_spec::discovery::{self, build_discovery_log, DiscoveryLogEntry};
 use bdevkit_nvme_spec::fabrics::{
     validate_nqn, Connect, ConnectData, ConnectInvalidParameter, ADMIN_QID, CNTLID_DYNAMIC,
     DISCOVERY_NQN,
@@ -60,6 +60,44 @@ pub(crate) struct TransportRecord {
     pub discover: DiscoverFn,
 }
 
+/// A discovery referral (`nvmf_discovery_add_referral`): an entry of the
+/// discovery log pointing at another port.
+#[derive(Debug, Clone)]
+pub(crate) struct Referral {
+    pub addr: ListenAddr,
+    /// The referred subsystem (the discovery NQN: another discovery service).
+    pub subnqn: String,
+    /// The entry's TREQ says a secure channel is required.
+    pub secure_channel: bool,
+    /// The discovery log entry of its transport (`addr.trtype`'s).
+    pub discover: DiscoverFn,
+}
+
+impl Referral {
+    /// Whether it names the same referral as `addr` and `subnqn` (SPDK
+    /// compares the transport id: address and subsystem).
+    pub fn is(&self, addr: &ListenAddr, subnqn: &str) -> bool {
+        self.addr.same(addr) && self.subnqn == subnqn
+    }
+
+    /// Its discovery log entry (SPDK's: port id 0, ASQSZ 0).
+    fn entry(&self) -> Option<DiscoveryLogEntry> {
+        let subtype = if self.subnqn == DISCOVERY_NQN {
+            discovery::subtype::DISCOVERY_REFERRAL
+        } else {
+            discovery::subtype::NVME
+        };
+        let mut e = (self.discover)(subtype, &self.subnqn, &self.addr, 0)?;
+        e.asqsz.set(0);
+        e.treq = if self.secure_channel {
+            discovery::treq::SECURE_CHANNEL_REQUIRED
+        } else {
+            discovery::treq::SECURE_CHANNEL_NOT_REQUIRED
+        };
+        Some(e)
+    }
+}
+
 /// Everything the control plane changes.
 #[derive(Debug)]
 pub(crate) struct TargetState {
@@ -72,6 +110,8 @@ pub(crate) struct TargetState {
     pub discovery_genctr: u64,
     pub ports: Vec<Port>,
     pub next_port_id: u16,
+    /// Discovery referrals, the newest first (SPDK's order).
+    pub referrals: Vec<Referral>,
 }
 
 impl TargetState {
@@ -192,6 +232,7 @@ impl Core {
             discovery_genctr: 0,
             ports: Vec::new(),
             next_port_id: 0,
+            referrals: Vec::new(),
         };
         state
             .subsystems
@@ -358,6 +399,8 @@ impl Core {
                 entries.push(e);
             }
         }
+        // Every host sees the referrals (SPDK's RPC adds them for any host).
+        entries.extend(st.referrals.iter().filter_map(Referral::entry));
         build_discovery_log(st.discovery_genctr, &entries)
     }
 }
@@ -502,5 +545,47 @@ mod tests {
         c.state.lock().conf.discovery_filter = filter::SVCID;
         let log = c.discovery_log(HOST, &addr(8009));
         assert_eq!(parse_discovery_log(&log).unwrap().entries.len(), 0);
+    }
+
+    /// Referrals follow the subsystems' entries, for every host: to
+    /// another discovery service (subtype 1) or to a subsystem (2).
+    #[test]
+    fn discovery_log_lists_referrals() {
+        let c = core();
+        {
+            let mut st = c.state.lock();
+            st.referrals.push(Referral {
+                addr: addr(4430),
+                subnqn: DISCOVERY_NQN.into(),
+                secure_channel: false,
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
+            st.referrals.push(Referral {
+                addr: addr(4431),
+                subnqn: SUB.into(),
+                secure_channel: true,
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
+        }
+        let log = c.discovery_log("nqn.2014-08.org.nvmexpress:uuid:other", &addr(8009));
+        let l = parse_discovery_log(&log).unwrap();
+        assert_eq!(l.entries.len(), 2);
+        let (a, b) = (&l.entries[0], &l.entries[1]);
+        assert_eq!(
+            (a.subtype, a.subnqn().as_ref(), a.trsvcid().as_ref()),
+            (
+                discovery::subtype::DISCOVERY_REFERRAL,
+                DISCOVERY_NQN,
+                "4430"
+            )
+        );
+        assert_eq!(a.treq, discovery::treq::SECURE_CHANNEL_NOT_REQUIRED);
+        assert_eq!(
+            (b.subtype, b.subnqn().as_ref()),
+            (discovery::subtype::NVME, SUB)
+        );
+        assert_eq!(b.treq, discovery::treq::SECURE_CHANNEL_REQUIRED);
+        assert!(c.state.lock().referrals[0].is(&addr(4430), DISCOVERY_NQN));
+        assert!(!c.state.lock().referrals[0].is(&addr(4430), SUB));
     }
 }

@@ -1,7 +1,7 @@
 //! Queries (`nvmf_get_*`, `nvmf_subsystem_get_*`) and the `nvmf` section
 //! of `save_config`, in SPDK's shapes and order: target settings, the
-//! transports, then subsystems, hosts, namespaces and listeners, so that
-//! replaying the list rebuilds the target.
+//! transports, the discovery referrals, then subsystems, hosts,
+//! namespaces and listeners, so that replaying the list rebuilds the target.
 
 use std::sync::Arc;
 
@@ -86,6 +86,7 @@ impl Target {
     /// The `nvmf` subsystem's config entries (`framework_get_config nvmf`).
     #[must_use]
     pub fn config_json(&self) -> Vec<Value> {
+        let referrals = self.referrals_config_json();
         let st = self.0.core.state.lock();
         let mut out = vec![
             st.conf.set_config_json(),
@@ -105,6 +106,8 @@ impl Target {
         for t in &st.transports {
             out.push(json!({"method": "nvmf_create_transport", "params": t.opts.to_json()}));
         }
+        // SPDK writes the referrals after the transports.
+        out.extend(referrals);
         let nvm = || st.subsystems.iter().filter(|s| !s.discovery);
         out.extend(nvm().map(|s| s.create_config_json()));
         for s in nvm() {
@@ -119,7 +122,7 @@ impl Target {
             for n in s.namespaces.values() {
                 out.push(json!({
                     "method": "nvmf_subsystem_add_ns",
-                    "params": {"nqn": s.nqn, "namespace": n.config_json()}
+                    "params": {"nqn": s.nqn, "namespace": n.config_json(s.ana_reporting)}
                 }));
             }
         }

@@ -49,10 +49,9 @@ pub(crate) static TRANSPORT: TransportDef = TransportDef {
     listener_discover,
 };
 
-fn create(o: &TransportOpts) -> Result<Arc<dyn Transport>> {
-    if o.sock_priority != 0 {
-        return Err(Error::NotSupported("sock_priority"));
-    }
+/// `sock_priority` is accepted and reported, not applied (`opts.rs`
+/// warns).
+fn create(_: &TransportOpts) -> Result<Arc<dyn Transport>> {
     let t = TcpTransport {
         acceptor: Mutex::new(Acceptor::new()?),
     };

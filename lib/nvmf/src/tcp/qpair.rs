@@ -15,7 +15,7 @@ use bdevkit_nvme_spec::tcp::{
 };
 use bdevkit_nvme_spec::{Cqe, Status};
 
-use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_SIZE};
+use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_PRE_CONNECT, RBUF_SIZE};
 use crate::core::dispatch::{common_xfer, direction};
 use crate::core::qpair::{QpInner, QpTransport, Qpair, Sent, Xfer};
 use crate::core::slot::{Slot, SlotState};
@@ -171,7 +171,7 @@ impl<S: Sock> TcpQpair<S> {
                 ..RecvConfig::new(Role::Controller)
             },
             txcfg: TxConfig::default(),
-            rx: RxBuf::new(RBUF_SIZE),
+            rx: RxBuf::new(RBUF_PRE_CONNECT),
             rxs: RxState::Header,
             tx: TxQueue::with_capacity(8),
             retired: Vec::with_capacity(8),
@@ -203,6 +203,7 @@ impl<S: Sock + 'static> QpTransport for TcpQpair<S> {
     }
 
     fn connected(&mut self, entries: usize) {
+        self.rx.grow(RBUF_SIZE);
         self.tx.reserve(2 * entries + 4);
         self.retired.reserve(2 * entries + 4);
     }
