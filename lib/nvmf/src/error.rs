@@ -13,7 +13,7 @@ pub enum Error {
     /// A transport of that type exists already.
     #[error("transport type '{0}' already exists")]
     TransportExists(String),
-    /// No transport of that type (only TCP exists).
+    /// No transport of that type is implemented (not in the registry).
     #[error("invalid transport type '{0}'")]
     InvalidTransport(String),
     /// The transport named by a listener was not created.
@@ -113,6 +113,9 @@ pub enum Error {
     /// The host is not on the list.
     #[error("no host {0}")]
     NoHost(String),
+    /// No such discovery referral.
+    #[error("no referral {0}")]
+    NoReferral(String),
     /// The target is not started (no poll groups yet) or is stopping.
     #[error("the nvmf target is not running")]
     NotRunning,
@@ -150,6 +153,7 @@ impl Error {
             | Error::NoNamespace(_)
             | Error::NoListener(_)
             | Error::NoHost(_) => libc::ENODEV,
+            Error::NoReferral(_) => libc::ENOENT,
             Error::TooManySubsystems(_) | Error::NamespacesFull => libc::ENOSPC,
             Error::NotSupported(_) => libc::ENOTSUP,
             Error::OpenBdev { source, .. } | Error::PollGroups(source) => source.errno(),

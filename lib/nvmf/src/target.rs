@@ -1,8 +1,9 @@
-//! The target's state and the rules that only need it: transports,
-//! subsystems, hosts, the Connect checks (SPDK's `nvmf_ctrlr_cmd_connect`
-//! order and status codes), and the discovery log page. Reaching the poll
-//! groups (namespace channels, queue pairs) is `service.rs`'s job, above
-//! this file and the transport.
+//! The target's state and the rules that only need it: transports (their
+//! options and buffer pools), subsystems, hosts, the Connect checks
+//! (SPDK's `nvmf_ctrlr_cmd_connect` order and status codes), and the
+//! discovery log page. Reaching the poll groups (namespace channels,
+//! queue pairs) and the transports themselves is `service/`'s job, above
+//! this file.
 
 use std::sync::Arc;
 
@@ -16,11 +17,11 @@ use bdevkit_nvme_spec::fabrics::{
 use bdevkit_nvme_spec::Status;
 use parking_lot::Mutex;
 
-use crate::addr::ListenAddr;
+use crate::addr::{DiscoverFn, ListenAddr};
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, CtrlParams, DeathCause};
 use crate::opts::{filter, TargetConf, TransportOpts};
 use crate::subsystem::{Namespace, Subsystem};
-use crate::tcp::pool::BufPool;
 
 /// Byte offsets of Connect fields, for Connect Invalid Parameters
 /// (SPDK's `offsetof` of the command and data structures).
@@ -47,19 +48,70 @@ pub(crate) struct Port {
     pub id: u16,
 }
 
+/// A created transport as the target's state knows it.
+#[derive(Debug)]
+pub(crate) struct TransportRecord {
+    /// Its type (the registry's spelling).
+    pub name: &'static str,
+    pub opts: TransportOpts,
+    /// Its shared data buffers.
+    pub pool: Arc<BufPool>,
+    /// Its listeners' discovery log entries.
+    pub discover: DiscoverFn,
+}
+
+/// A discovery referral (`nvmf_discovery_add_referral`): an entry of the
+/// discovery log pointing at another port.
+#[derive(Debug, Clone)]
+pub(crate) struct Referral {
+    pub addr: ListenAddr,
+    /// The referred subsystem (the discovery NQN: another discovery service).
+    pub subnqn: String,
+    /// The entry's TREQ says a secure channel is required.
+    pub secure_channel: bool,
+    /// The discovery log entry of its transport (`addr.trtype`'s).
+    pub discover: DiscoverFn,
+}
+
+impl Referral {
+    /// Whether it names the same referral as `addr` and `subnqn` (SPDK
+    /// compares the transport id: address and subsystem).
+    pub fn is(&self, addr: &ListenAddr, subnqn: &str) -> bool {
+        self.addr.same(addr) && self.subnqn == subnqn
+    }
+
+    /// Its discovery log entry (SPDK's: port id 0, ASQSZ 0).
+    fn entry(&self) -> Option<DiscoveryLogEntry> {
+        let subtype = if self.subnqn == DISCOVERY_NQN {
+            discovery::subtype::DISCOVERY_REFERRAL
+        } else {
+            discovery::subtype::NVME
+        };
+        let mut e = (self.discover)(subtype, &self.subnqn, &self.addr, 0)?;
+        e.asqsz.set(0);
+        e.treq = if self.secure_channel {
+            discovery::treq::SECURE_CHANNEL_REQUIRED
+        } else {
+            discovery::treq::SECURE_CHANNEL_NOT_REQUIRED
+        };
+        Some(e)
+    }
+}
+
 /// Everything the control plane changes.
 #[derive(Debug)]
 pub(crate) struct TargetState {
     pub conf: TargetConf,
-    pub transport: Option<TransportOpts>,
-    /// The transport's shared data buffers.
-    pub pool: Option<Arc<BufPool>>,
+    /// The transports created, in creation order (one per type).
+    pub transports: Vec<TransportRecord>,
     /// The discovery subsystem first, then the NVM subsystems in creation order.
     pub subsystems: Vec<Subsystem>,
     pub next_subsys_id: u32,
     pub discovery_genctr: u64,
     pub ports: Vec<Port>,
     pub next_port_id: u16,
+    /// Discovery referrals, the newest first (SPDK's order).
+    pub referrals: Vec<Referral>,
 }
 
 impl TargetState {
@@ -94,9 +146,19 @@ impl TargetState {
         self.subsystems.iter_mut().find(|s| s.id == id)
     }
 
-    /// The transport's options, or defaults (no transport: nothing connects).
-    pub fn opts(&self) -> TransportOpts {
-        self.transport.clone().unwrap_or_default()
+    /// The transport of type `trtype` (any case), if created.
+    pub fn transport(&self, trtype: &str) -> Option<&TransportRecord> {
+        self.transports
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(trtype))
+    }
+
+    /// The options of transport `trtype`, or defaults (no transport:
+    /// nothing connects through it).
+    pub fn opts_for(&self, trtype: &str) -> TransportOpts {
+        self.transport(trtype)
+            .map(|t| t.opts.clone())
+            .unwrap_or_default()
     }
 
     /// The discovery log changed: bump the generation counter and tell the
@@ -164,13 +226,13 @@ impl Core {
     pub fn new(mgr: BdevManager) -> Core {
         let mut state = TargetState {
             conf: TargetConf::default(),
-            transport: None,
-            pool: None,
+            transports: Vec::new(),
             subsystems: Vec::new(),
             next_subsys_id: 1,
             discovery_genctr: 0,
             ports: Vec::new(),
             next_port_id: 0,
+            referrals: Vec::new(),
         };
         state
             .subsystems
@@ -193,7 +255,7 @@ impl Core {
         let subnqn = data.subnqn();
         let hostnqn = data.hostnqn();
         let mut st = self.state.lock();
-        let opts = st.opts();
+        let opts = st.opts_for(via.trtype);
         let discovery_nqn = subnqn == DISCOVERY_NQN;
         let Some(sub) = st.subsystems.iter_mut().find(|s| s.nqn == subnqn) else {
             tracing::info!(%subnqn, %hostnqn, "connect to an unknown subsystem");
@@ -301,7 +363,6 @@ impl Core {
     pub fn discovery_log(&self, hostnqn: &str, via: &ListenAddr) -> Vec<u8> {
         let st = self.state.lock();
         let filt = st.conf.discovery_filter;
-        let asqsz = u16::try_from(st.opts().max_aq_depth).unwrap_or(u16::MAX);
         let matches = |l: &ListenAddr| {
             (filt & filter::ADDRESS == 0
                 || (l.adrfam == via.adrfam && l.traddr.eq_ignore_ascii_case(&via.traddr)))
@@ -313,23 +374,21 @@ impl Core {
                 continue;
             }
             for l in s.listeners.iter().filter(|l| matches(l)) {
+                // A listener's transport exists (listeners need one).
+                let Some(t) = st.transport(l.trtype) else {
+                    continue;
+                };
                 let portid = st.ports.iter().find(|p| p.addr.same(l)).map_or(0, |p| p.id);
                 let subtype = if s.discovery {
                     discovery::subtype::CURRENT_DISCOVERY
                 } else {
                     discovery::subtype::NVME
                 };
-                let Ok(mut e) = DiscoveryLogEntry::tcp(
-                    subtype,
-                    &s.nqn,
-                    l.adrfam.code(),
-                    &l.traddr,
-                    &l.trsvcid,
-                    portid,
-                ) else {
+                let Some(mut e) = (t.discover)(subtype, &s.nqn, l, portid) else {
                     continue;
                 };
-                e.asqsz.set(asqsz);
+                e.asqsz
+                    .set(u16::try_from(t.opts.max_aq_depth).unwrap_or(u16::MAX));
                 e.treq = discovery::treq::SECURE_CHANNEL_NOT_REQUIRED;
                 if s.discovery {
                     e.eflags.set(
@@ -340,6 +399,8 @@ impl Core {
                 entries.push(e);
             }
         }
+        // Every host sees the referrals (SPDK's RPC adds them for any host).
+        entries.extend(st.referrals.iter().filter_map(Referral::entry));
         build_discovery_log(st.discovery_genctr, &entries)
     }
 }
@@ -361,7 +422,12 @@ mod tests {
         let c = Core::new(BdevManager::default());
         {
             let mut st = c.state.lock();
-            st.transport = Some(TransportOpts::default());
+            st.transports.push(TransportRecord {
+                name: crate::opts::TRTYPE_TCP,
+                opts: TransportOpts::default(),
+                pool: BufPool::new(4096, 1, 0),
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
             let mut s = Subsystem::new(1, SUB, false);
             s.listeners.push(addr(4420));
             st.subsystems.push(s);
@@ -479,5 +545,47 @@ mod tests {
         c.state.lock().conf.discovery_filter = filter::SVCID;
         let log = c.discovery_log(HOST, &addr(8009));
         assert_eq!(parse_discovery_log(&log).unwrap().entries.len(), 0);
+    }
+
+    /// Referrals follow the subsystems' entries, for every host: to
+    /// another discovery service (subtype 1) or to a subsystem (2).
+    #[test]
+    fn discovery_log_lists_referrals() {
+        let c = core();
+        {
+            let mut st = c.state.lock();
+            st.referrals.push(Referral {
+                addr: addr(4430),
+                subnqn: DISCOVERY_NQN.into(),
+                secure_channel: false,
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
+            st.referrals.push(Referral {
+                addr: addr(4431),
+                subnqn: SUB.into(),
+                secure_channel: true,
+                discover: crate::tcp::TRANSPORT.listener_discover,
+            });
+        }
+        let log = c.discovery_log("nqn.2014-08.org.nvmexpress:uuid:other", &addr(8009));
+        let l = parse_discovery_log(&log).unwrap();
+        assert_eq!(l.entries.len(), 2);
+        let (a, b) = (&l.entries[0], &l.entries[1]);
+        assert_eq!(
+            (a.subtype, a.subnqn().as_ref(), a.trsvcid().as_ref()),
+            (
+                discovery::subtype::DISCOVERY_REFERRAL,
+                DISCOVERY_NQN,
+                "4430"
+            )
+        );
+        assert_eq!(a.treq, discovery::treq::SECURE_CHANNEL_NOT_REQUIRED);
+        assert_eq!(
+            (b.subtype, b.subnqn().as_ref()),
+            (discovery::subtype::NVME, SUB)
+        );
+        assert_eq!(b.treq, discovery::treq::SECURE_CHANNEL_REQUIRED);
+        assert!(c.state.lock().referrals[0].is(&addr(4430), DISCOVERY_NQN));
+        assert!(!c.state.lock().referrals[0].is(&addr(4430), SUB));
     }
 }
