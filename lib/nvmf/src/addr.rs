@@ -76,6 +76,9 @@ pub struct ListenAddr {
     pub trsvcid: String,
     /// The socket address.
     pub sock: SocketAddr,
+    /// A listener that takes TLS connections only (`secure_channel`);
+    /// not part of the address (`same` ignores it).
+    pub secure_channel: bool,
 }
 
 impl ListenAddr {
@@ -112,6 +115,7 @@ impl ListenAddr {
             traddr: p.traddr.clone(),
             trsvcid,
             sock: SocketAddr::new(ip, port),
+            secure_channel: false,
         })
     }
 
@@ -128,6 +132,7 @@ impl ListenAddr {
             traddr: sock.ip().to_string(),
             trsvcid: sock.port().to_string(),
             sock,
+            secure_channel: false,
         }
     }
 

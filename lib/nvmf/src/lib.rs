@@ -75,6 +75,7 @@ mod service;
 mod subsystem;
 mod target;
 pub mod tcp;
+mod tls;
 mod transport;
 
 pub use crate::core::pool::BufferStats;

@@ -220,6 +220,8 @@ fn invalid_data(offset: u16) -> Refused {
 pub(crate) struct Core {
     pub state: Mutex<TargetState>,
     pub mgr: BdevManager,
+    /// Host PSKs and the TLS server config of `secure_channel` listeners.
+    pub tls: crate::tls::TlsKeys,
 }
 
 impl Core {
@@ -240,6 +242,7 @@ impl Core {
         Core {
             state: Mutex::new(state),
             mgr,
+            tls: crate::tls::TlsKeys::default(),
         }
     }
 
@@ -389,7 +392,11 @@ impl Core {
                 };
                 e.asqsz
                     .set(u16::try_from(t.opts.max_aq_depth).unwrap_or(u16::MAX));
-                e.treq = discovery::treq::SECURE_CHANNEL_NOT_REQUIRED;
+                e.treq = if l.secure_channel {
+                    discovery::treq::SECURE_CHANNEL_REQUIRED
+                } else {
+                    discovery::treq::SECURE_CHANNEL_NOT_REQUIRED
+                };
                 if s.discovery {
                     e.eflags.set(
                         discovery::eflags::DUPLICATE_INFO

@@ -28,6 +28,8 @@
 use std::collections::VecDeque;
 use std::io::{self, Read as _, Write as _};
 use std::net::TcpStream;
+
+use bdevkit_nvme_tls::Stream;
 use std::os::fd::{AsRawFd, RawFd};
 
 use bdevkit_nvme_spec::sgl::SglDescriptor;
@@ -111,7 +113,7 @@ struct Payload {
 pub struct TcpQueue {
     qid: u16,
     depth: u16,
-    sock: Option<TcpStream>,
+    sock: Option<Stream<TcpStream>>,
     tx: TxConfig,
     rx: RecvConfig,
     maxh2cdata: u32,
@@ -154,12 +156,15 @@ impl TcpQueue {
     pub(crate) fn new(
         qid: u16,
         depth: u16,
-        sock: TcpStream,
+        sock: Stream<TcpStream>,
         max_data: usize,
         conn: Connecting,
     ) -> Result<Self> {
-        sock.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
-        sock.set_nonblocking(true)
+        sock.get_ref()
+            .set_nodelay(true)
+            .map_err(io_err("TCP_NODELAY"))?;
+        sock.get_ref()
+            .set_nonblocking(true)
             .map_err(io_err("nonblocking socket"))?;
         let mut q = TcpQueue {
             qid,
@@ -240,13 +245,15 @@ impl TcpQueue {
     /// Closes the connection: every command in flight completes with
     /// Transient Transport Error.
     fn close(&mut self, why: &str) {
-        if let Some(s) = self.sock.take() {
+        if let Some(mut s) = self.sock.take() {
             if why == CLEARED {
                 tracing::debug!(qid = self.qid, "NVMe/TCP connection closed");
             } else {
                 tracing::warn!(qid = self.qid, reason = why, "NVMe/TCP connection closed");
             }
-            let _ = s.shutdown(std::net::Shutdown::Both);
+            // TLS: close_notify, if the socket takes it now.
+            let _ = s.close_notify();
+            let _ = s.get_ref().shutdown(std::net::Shutdown::Both);
             self.dead_reason = Some(why.to_string());
         }
         self.conn = None;

@@ -194,6 +194,9 @@ impl<T: QpTransport> QpInner<T> {
         c: &bdevkit_nvme_spec::fabrics::Connect,
         cd: &ConnectData,
     ) {
+        if let Some(st) = self.secure_refusal(cd) {
+            return self.respond(slot, st, 0, 0);
+        }
         let r = env.core.connect(&self.via, c, cd, &env.thread);
         let (ctrlr, view, opts) = match r {
             Err((st, dw0)) => return self.respond(slot, st, dw0, 0),
@@ -271,6 +274,31 @@ impl<T: QpTransport> QpInner<T> {
         });
         let dw0 = ConnectResponse { cntlid, authreq: 0 }.to_dword();
         self.respond(slot, Status::SUCCESS, dw0, 0);
+    }
+
+    /// A Connect over a secure channel names the host and subsystem its
+    /// PSK authenticated, or is refused (Connect Invalid Host); so is a
+    /// plain connection on a secure listener (the transport lets none
+    /// through).
+    fn secure_refusal(&self, cd: &ConnectData) -> Option<Status> {
+        let id = self.tp.secure_identity();
+        if id.is_none() && !self.via.secure_channel {
+            return None;
+        }
+        let (hostnqn, subnqn) = (cd.hostnqn(), cd.subnqn());
+        match id {
+            Some((h, s)) if h == hostnqn && s == subnqn => None,
+            other => {
+                tracing::warn!(
+                    peer = %self.peer,
+                    %hostnqn,
+                    %subnqn,
+                    tls_identity = ?other,
+                    "connect refused: its NQNs are not those of the TLS PSK identity"
+                );
+                Some(Status::CONNECT_INVALID_HOST.with_dnr())
+            }
+        }
     }
 
     fn admin(&mut self, env: &Env, slot: u16) {

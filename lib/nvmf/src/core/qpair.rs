@@ -126,6 +126,13 @@ pub(crate) trait QpTransport: Sized + 'static {
     /// [`Slot::data_mut`] from 0); once it is all in, the transport calls
     /// [`QpInner::on_data_received`]. `false`: nothing was asked.
     fn fetch_data(&mut self, s: &mut Slot<Self::Req>, slot: u16) -> bool;
+
+    /// The (host NQN, subsystem NQN) that the connection's secure channel
+    /// authenticated (NVMe/TCP: the TLS PSK identity), `None` on a plain
+    /// connection: a Connect must name exactly these.
+    fn secure_identity(&self) -> Option<(String, String)> {
+        None
+    }
 }
 
 /// Where a connection is.

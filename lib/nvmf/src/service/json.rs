@@ -112,9 +112,13 @@ impl Target {
         out.extend(nvm().map(|s| s.create_config_json()));
         for s in nvm() {
             for h in &s.hosts {
+                let mut params = json!({"nqn": s.nqn, "host": h});
+                if let Some(k) = s.host_psk(h) {
+                    params["psk"] = json!(k);
+                }
                 out.push(json!({
                     "method": "nvmf_subsystem_add_host",
-                    "params": {"nqn": s.nqn, "host": h}
+                    "params": params
                 }));
             }
         }
@@ -133,7 +137,7 @@ impl Target {
                     "params": {
                         "nqn": s.nqn,
                         "listen_address": l.to_json(),
-                        "secure_channel": false,
+                        "secure_channel": l.secure_channel,
                     }
                 }));
             }

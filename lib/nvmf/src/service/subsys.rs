@@ -222,6 +222,9 @@ impl Target {
                     let id = s.id;
                     let i = st.subsystems.iter().position(|s| s.id == id).unwrap_or(0);
                     let s = st.subsystems.remove(i);
+                    for (h, _) in &s.host_psks {
+                        self.0.core.tls.remove(h, &s.nqn);
+                    }
                     for l in &s.listeners {
                         self.release_port(&mut st.ports, l);
                     }
@@ -270,16 +273,23 @@ impl Target {
 
     fn listen_params(p: &ListenerParams) -> Result<ListenAddr> {
         check_tgt(p.tgt_name.as_deref())?;
-        if p.secure_channel == Some(true) {
-            return Err(Error::NotSupported("secure_channel"));
-        }
-        if p.sock_impl.as_deref().is_some_and(|s| s != "posix") {
-            return Err(Error::NotSupported("sock_impl other than posix"));
+        let secure = p.secure_channel == Some(true);
+        // SPDK's names: `posix` for plain listeners, `ssl` for secure ones
+        // (a secure listener without sock_impl is `ssl`).
+        let want = if secure { "ssl" } else { "posix" };
+        if p.sock_impl.as_deref().is_some_and(|s| s != want) {
+            return Err(Error::NotSupported(if secure {
+                "secure_channel with a sock_impl other than ssl"
+            } else {
+                "sock_impl other than posix (ssl needs secure_channel)"
+            }));
         }
         if p.ana_state.as_deref().is_some_and(|s| s != "optimized") {
             return Err(Error::NotSupported("ana_state"));
         }
-        ListenAddr::from_params(&p.listen_address)
+        let mut a = ListenAddr::from_params(&p.listen_address)?;
+        a.secure_channel = secure;
+        Ok(a)
     }
 
     /// `nvmf_subsystem_add_listener`: binds the socket the first time an
@@ -296,7 +306,13 @@ impl Target {
         if sub.listeners.iter().any(|l| l.same(&addr)) {
             return Err(Error::ListenerExists(addr.to_string()));
         }
+        if addr.secure_channel && sub.allow_any_host {
+            return Err(Error::SecureAnyHost);
+        }
         if let Some(port) = st.ports.iter_mut().find(|x| x.addr.same(&addr)) {
+            if port.addr.secure_channel != addr.secure_channel {
+                return Err(Error::SecureMismatch(addr.to_string()));
+            }
             port.users += 1;
         } else {
             match self.live(addr.trtype) {
@@ -367,8 +383,9 @@ impl Target {
         );
     }
 
-    /// `nvmf_subsystem_add_host`.
-    pub fn add_host(&self, nqn: &str, host: &str) -> Result<()> {
+    /// `nvmf_subsystem_add_host`; `psk`: the name of the host's TLS PSK
+    /// in the keyring (its retained PSK is derived now, as SPDK's).
+    pub fn add_host(&self, nqn: &str, host: &str, psk: Option<&str>) -> Result<()> {
         validate_nqn(host).map_err(|source| Error::InvalidNqn {
             nqn: host.into(),
             source,
@@ -382,6 +399,10 @@ impl Target {
         }
         if s.hosts.iter().any(|h| h == host) {
             return Err(Error::HostExists(host.into()));
+        }
+        if let Some(k) = psk {
+            self.0.core.tls.insert(&self.0.core.mgr, host, nqn, k)?;
+            s.host_psks.push((host.into(), k.into()));
         }
         s.hosts.push(host.into());
         st.discovery_changed();
@@ -401,6 +422,10 @@ impl Target {
             .position(|h| h == host)
             .ok_or_else(|| Error::NoHost(host.into()))?;
         s.hosts.remove(i);
+        if let Some(j) = s.host_psks.iter().position(|(h, _)| h == host) {
+            s.host_psks.remove(j);
+            self.0.core.tls.remove(host, nqn);
+        }
         let gone = revoked(s);
         st.discovery_changed();
         drop(st);

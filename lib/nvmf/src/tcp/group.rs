@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
+use bdevkit_nvme_tls::{Stream, TlsConn};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 
@@ -31,7 +32,7 @@ const EVENTS: usize = 256;
 pub(crate) struct TcpPollGroup {
     poll: RefCell<mio::Poll>,
     events: RefCell<Events>,
-    conns: Conns<TcpQpair<TcpStream>>,
+    conns: Conns<TcpQpair<Stream<TcpStream>>>,
 }
 
 impl TcpPollGroup {
@@ -63,6 +64,23 @@ impl TransportPollGroup for TcpPollGroup {
         }
         let _ = stream.set_nodelay(true);
         let fd = stream.as_raw_fd();
+        // A secure listener's connections start with the TLS handshake
+        // (before the ICReq); a plain ICReq fails it, and a ClientHello
+        // on a plain listener fails the ICReq: both are refused.
+        let stream = if via.secure_channel {
+            let Some(cfg) = env.core.tls.server() else {
+                return;
+            };
+            match TlsConn::accept(cfg, stream) {
+                Ok(t) => Stream::Tls(Box::new(t)),
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "cannot start TLS");
+                    return;
+                }
+            }
+        } else {
+            Stream::Plain(stream)
+        };
         let idx = self.conns.reserve();
         let r = self.poll.borrow().registry().register(
             &mut SourceFd(&fd),
@@ -75,7 +93,11 @@ impl TransportPollGroup for TcpPollGroup {
             return;
         }
         tracing::debug!(%peer, listener = %via, group = %env.name, "connection accepted");
-        let tp = TcpQpair::new(stream, opts);
+        let mut tp = TcpQpair::new(stream, opts);
+        tp.identity = |s| {
+            let id = s.tls()?.identity()?;
+            Some((id.hostnqn().to_owned(), id.subnqn().to_owned()))
+        };
         let q = Qpair::new(tp, peer, via, opts.clone(), bufs);
         self.conns.set(idx, q);
     }

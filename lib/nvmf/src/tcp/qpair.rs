@@ -159,6 +159,8 @@ pub(crate) struct TcpQpair<S: Sock> {
     pub can_read: bool,
     /// A send found the socket full.
     pub tx_blocked: bool,
+    /// What the stream's secure channel authenticated (TLS identity).
+    pub identity: fn(&S) -> Option<(String, String)>,
 }
 
 impl<S: Sock> TcpQpair<S> {
@@ -180,12 +182,17 @@ impl<S: Sock> TcpQpair<S> {
             c2h_success: opts.c2h_success,
             can_read: true,
             tx_blocked: false,
+            identity: |_| None,
         }
     }
 }
 
 impl<S: Sock + 'static> QpTransport for TcpQpair<S> {
     type Req = TcpReq;
+
+    fn secure_identity(&self) -> Option<(String, String)> {
+        (self.identity)(&self.sock)
+    }
 
     #[inline]
     fn receive(q: &mut QpInner<Self>, me: &Rc<Qpair<Self>>, env: &Env) -> bool {
@@ -321,7 +328,13 @@ impl<S: Sock + 'static> QpInner<TcpQpair<S>> {
                     return true;
                 }
                 Err(e) => {
-                    tracing::debug!(peer = %self.peer, error = %e, "recv failed");
+                    if e.get_ref()
+                        .is_some_and(|i| i.is::<bdevkit_nvme_tls::Error>())
+                    {
+                        tracing::warn!(peer = %self.peer, error = %e, "TLS refused");
+                    } else {
+                        tracing::debug!(peer = %self.peer, error = %e, "recv failed");
+                    }
                     self.begin_close("recv error", false);
                     return true;
                 }
