@@ -415,7 +415,10 @@ mod tests {
     const SUB: &str = "nqn.2016-06.io.spdk:cnode1";
 
     fn addr(port: u16) -> ListenAddr {
-        ListenAddr::of_socket(format!("127.0.0.1:{port}").parse().unwrap())
+        ListenAddr::of_socket(
+            crate::opts::TRTYPE_TCP,
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        )
     }
 
     fn core() -> Core {
