@@ -19,8 +19,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use bdevkit_nvme_spec::opcode::DataTransfer;
 use bdevkit_nvme_spec::discovery::DiscoveryLogEntry;
+use bdevkit_nvme_spec::opcode::DataTransfer;
 use bdevkit_nvme_spec::sgl::SglType;
 use bdevkit_nvme_spec::{Cqe, Sqe, Status};
 use mio::{Events, Token, Waker};

@@ -133,7 +133,9 @@ fn a_second_transport_serves_connect_identify_and_io_through_the_core() {
     let io = LoopHost::connect(&via);
     assert_eq!(connect(&io, 1, cntlid), cntlid);
     let a = vec![0xa5u8; BLOCK];
-    let b: Vec<u8> = (0..4 * BLOCK).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let b: Vec<u8> = (0..4 * BLOCK)
+        .map(|i| u8::try_from(i % 251).unwrap())
+        .collect();
     let len = |d: &[u8]| u32::try_from(d.len()).unwrap();
     let w = rw(true, 1, 0, 1, &SglDescriptor::offset_data_block(0, len(&a)));
     assert!(io.call(w, &a, &[]).cqe.status().is_success());
