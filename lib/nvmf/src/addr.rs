@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::opts::TRTYPE_TCP;
 
 /// A transport's discovery log entry for a listener (SPDK's
 /// `listener_discover`): subtype, subsystem NQN, the listener, its port
@@ -119,11 +118,12 @@ impl ListenAddr {
         })
     }
 
-    /// The address of a TCP socket (a connected peer, or a listener).
+    /// The address of an IP socket of transport `trtype` (the registry's
+    /// spelling): a connected peer, or a listener.
     #[must_use]
-    pub fn of_socket(sock: SocketAddr) -> ListenAddr {
+    pub fn of_socket(trtype: &'static str, sock: SocketAddr) -> ListenAddr {
         ListenAddr {
-            trtype: TRTYPE_TCP,
+            trtype,
             adrfam: if sock.is_ipv4() {
                 AdrFam::Ipv4
             } else {

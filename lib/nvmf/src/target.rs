@@ -421,8 +421,18 @@ mod tests {
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
     const SUB: &str = "nqn.2016-06.io.spdk:cnode1";
 
+    /// The TCP transport's discovery entries, as the registry has them.
+    fn discover() -> DiscoverFn {
+        crate::transport::find(crate::opts::TRTYPE_TCP)
+            .unwrap()
+            .listener_discover
+    }
+
     fn addr(port: u16) -> ListenAddr {
-        ListenAddr::of_socket(format!("127.0.0.1:{port}").parse().unwrap())
+        ListenAddr::of_socket(
+            crate::opts::TRTYPE_TCP,
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        )
     }
 
     fn core() -> Core {
@@ -433,7 +443,7 @@ mod tests {
                 name: crate::opts::TRTYPE_TCP,
                 opts: TransportOpts::default(),
                 pool: BufPool::new(4096, 1, 0),
-                discover: crate::tcp::TRANSPORT.listener_discover,
+                discover: discover(),
             });
             let mut s = Subsystem::new(1, SUB, false);
             s.listeners.push(addr(4420));
@@ -565,13 +575,13 @@ mod tests {
                 addr: addr(4430),
                 subnqn: DISCOVERY_NQN.into(),
                 secure_channel: false,
-                discover: crate::tcp::TRANSPORT.listener_discover,
+                discover: discover(),
             });
             st.referrals.push(Referral {
                 addr: addr(4431),
                 subnqn: SUB.into(),
                 secure_channel: true,
-                discover: crate::tcp::TRANSPORT.listener_discover,
+                discover: discover(),
             });
         }
         let log = c.discovery_log("nqn.2014-08.org.nvmexpress:uuid:other", &addr(8009));

@@ -131,6 +131,7 @@ impl Acceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::opts::TRTYPE_TCP;
 
     /// The kernel's cap on listen backlogs.
     fn somaxconn() -> Option<usize> {
@@ -150,8 +151,11 @@ mod tests {
             return;
         }
         let mut a = Acceptor::new().unwrap();
-        a.listen(&ListenAddr::of_socket("127.0.0.1:0".parse().unwrap()))
-            .unwrap();
+        a.listen(&ListenAddr::of_socket(
+            TRTYPE_TCP,
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .unwrap();
         let at = a.listeners[0].1.local_addr().unwrap();
         // Nothing accepts meanwhile: every connection waits in the
         // listen queue. One past the backlog would not connect (the

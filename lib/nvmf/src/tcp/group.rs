@@ -21,7 +21,7 @@ use crate::core::conns::Conns;
 use crate::core::pool::GroupBufs;
 use crate::core::qpair::Qpair;
 use crate::core::view::Env;
-use crate::opts::TransportOpts;
+use crate::opts::{TransportOpts, TRTYPE_TCP};
 use crate::transport::{Accepted, QpairSet, TransportPollGroup};
 
 /// Socket events taken per poll.
@@ -56,7 +56,7 @@ impl TransportPollGroup for TcpPollGroup {
         };
         let Accept { stream, via } = *a;
         let peer = match stream.peer_addr() {
-            Ok(p) => ListenAddr::of_socket(p),
+            Ok(p) => ListenAddr::of_socket(TRTYPE_TCP, p),
             Err(_) => return,
         };
         if stream.set_nonblocking(true).is_err() {

@@ -151,8 +151,8 @@ impl<S: Sock + 'static> Connection<S> {
         let tp = TcpQpair::new(sock, &opts);
         let q = Qpair::new(
             tp,
-            ListenAddr::of_socket(peer),
-            ListenAddr::of_socket(via),
+            ListenAddr::of_socket(TRTYPE_TCP, peer),
+            ListenAddr::of_socket(TRTYPE_TCP, via),
             opts,
             bufs,
         );

@@ -31,6 +31,8 @@
 //! A new transport is a folder with these four implemented, and one line
 //! in `TRANSPORTS`.
 
+#[cfg(test)]
+mod loopback;
 mod registry;
 
 use std::any::Any;

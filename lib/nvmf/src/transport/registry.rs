@@ -9,7 +9,12 @@ use crate::error::{Error, Result};
 use crate::opts::{CreateTransportParams, TransportOpts};
 
 /// The transport types (a new transport adds its definition here).
-pub(crate) static TRANSPORTS: &[&TransportDef] = &[&crate::tcp::TRANSPORT];
+pub(crate) static TRANSPORTS: &[&TransportDef] = &[
+    &crate::tcp::TRANSPORT,
+    // The seam's proof: a loopback transport, for tests only.
+    #[cfg(test)]
+    &super::loopback::TRANSPORT,
+];
 
 /// The type `trtype` names (any case).
 pub(crate) fn find(trtype: &str) -> Option<&'static TransportDef> {
