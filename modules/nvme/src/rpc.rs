@@ -392,7 +392,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             let mut tcp = tcp;
             if let Some(name) = &p.psk {
                 match (tcp.as_mut(), tls_psk(&m, name)) {
-                    (Some(o), Ok(k)) => o.psk = Some((name.clone(), k)),
+                    (Some(o), Ok(k)) => o.psk = Some(Box::new((name.clone(), k))),
                     (None, _) => {
                         tracing::error!(ctrlr = %p.name, "psk is for NVMe/TCP only");
                         return resp.err(RpcError::from_errno(libc::EINVAL));

@@ -221,10 +221,16 @@ fn secure_listener_and_psk_refusals_are_spdks() {
     let p = d.join("keys.json");
     std::fs::write(&p, cfg.to_string()).unwrap();
     let tgt = Daemon::start(&["-m", "0x1", "--json", p.to_str().unwrap()]);
-    tgt.ok("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
-    tgt.ok(
-        "nvmf_create_subsystem",
-        Some(json!({"nqn": NQN, "allow_any_host": true})),
+    assert_eq!(
+        tgt.ok("nvmf_create_transport", Some(json!({"trtype": "TCP"}))),
+        true
+    );
+    assert_eq!(
+        tgt.ok(
+            "nvmf_create_subsystem",
+            Some(json!({"nqn": NQN, "allow_any_host": true})),
+        ),
+        true
     );
     let port = free_port();
     let addr = json!({"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": port.to_string()});
@@ -249,9 +255,12 @@ fn secure_listener_and_psk_refusals_are_spdks() {
         "dh",
         "DHHC-1:00:ia6zGodOr5SEG0rhK/9MPp9DAsMZ3/+M4FpTsb6FMZ+yKBZ3:",
     );
-    tgt.ok(
-        "keyring_file_add_key",
-        Some(json!({"name": "dh", "path": dh})),
+    assert_eq!(
+        tgt.ok(
+            "keyring_file_add_key",
+            Some(json!({"name": "dh", "path": dh})),
+        ),
+        true
     );
     let e = tgt
         .call(
@@ -269,9 +278,12 @@ fn secure_listener_and_psk_refusals_are_spdks() {
         .find(|s| s["nqn"] == NQN)
         .unwrap();
     assert_eq!(sub["hosts"], json!([]));
-    tgt.ok(
-        "nvmf_subsystem_add_host",
-        Some(json!({"nqn": NQN, "host": HOST, "psk": "key0"})),
+    assert_eq!(
+        tgt.ok(
+            "nvmf_subsystem_add_host",
+            Some(json!({"nqn": NQN, "host": HOST, "psk": "key0"})),
+        ),
+        true
     );
     let subs = tgt.ok("nvmf_get_subsystems", None);
     let sub = subs

@@ -61,7 +61,7 @@ pub struct TcpOptions {
     pub max_data_bytes: usize,
     /// TLS 1.3 with this PSK on every queue (the handshake comes before
     /// the ICReq), and its keyring name (saved configs show the name).
-    pub psk: Option<(String, TlsPsk)>,
+    pub psk: Option<Box<(String, TlsPsk)>>,
 }
 
 impl TcpOptions {
@@ -94,8 +94,6 @@ pub struct TcpTransport {
     cntlid: AtomicU16,
     /// In-capsule data the I/O queues take (from Identify Controller).
     io_in_capsule: AtomicUsize,
-    /// The TLS client config of every queue, with a PSK.
-    tls: Option<ClientConfig>,
 }
 
 /// A host identifier: 16 random bytes (the host NQN's UUID when derived).
@@ -125,13 +123,12 @@ impl TcpTransport {
             }
             None => uuid_nqn(&hostid),
         };
-        let tls = match &opts.psk {
-            Some((name, psk)) => Some(
-                ClientConfig::new(psk, &hostnqn, &opts.subnqn)
-                    .map_err(|e| Error::InvalidArg(format!("TLS PSK {name}: {e}")))?,
-            ),
-            None => None,
-        };
+        // A PSK that cannot make an identity and a config fails the
+        // attach, not each queue later.
+        if let Some((name, psk)) = opts.psk.as_deref() {
+            ClientConfig::new(psk, &hostnqn, &opts.subnqn)
+                .map_err(|e| Error::InvalidArg(format!("TLS PSK {name}: {e}")))?;
+        }
         Ok(TcpTransport {
             opts,
             paths: Paths::new(first),
@@ -139,7 +136,6 @@ impl TcpTransport {
             hostnqn,
             cntlid: AtomicU16::new(CNTLID_DYNAMIC),
             io_in_capsule: AtomicUsize::new(0),
-            tls,
         })
     }
 
@@ -224,11 +220,15 @@ impl TcpTransport {
         .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
         sock.set_nonblocking(true)
             .map_err(Error::sys("nonblocking socket"))?;
-        let sock = match &self.tls {
-            // The handshake moves on in the queue's polls, before the ICReq.
-            Some(cfg) => Stream::Tls(Box::new(
-                TlsConn::connect(cfg, sock).map_err(|e| Error::InvalidArg(e.to_string()))?,
-            )),
+        let sock = match self.opts.psk.as_deref() {
+            // The handshake moves on in the queue's polls, before the
+            // ICReq. A config per connection (made at connect time only:
+            // it keeps the transport small).
+            Some((_, psk)) => {
+                let tls = |e: bdevkit_nvme_tls::Error| Error::InvalidArg(e.to_string());
+                let cfg = ClientConfig::new(psk, &self.hostnqn, &self.opts.subnqn).map_err(tls)?;
+                Stream::Tls(Box::new(TlsConn::connect(&cfg, sock).map_err(tls)?))
+            }
             None => Stream::Plain(sock),
         };
         let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
