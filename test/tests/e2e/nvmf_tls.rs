@@ -15,15 +15,18 @@ use std::time::{Duration, Instant};
 
 use bdevkit_nvme_auth::TlsPsk;
 use bdevkit_nvme_spec::tcp::{build_ic_req, Digests};
+use bdevkit_nvme_spec::Status;
 use bdevkit_nvme_tls::{ClientConfig, Handshake, TlsConn};
 use bdevkit_test::daemon::{temp_dir, Daemon};
-use bdevkit_test::nvmf::free_port;
+use bdevkit_test::nvmf::{free_port, Host};
 use serde_json::{json, Value};
 
 use crate::nvmf_loss::{assert_clean, perform_tests, start_bdevperf};
 
 const NQN: &str = "nqn.2016-06.io.bdevkit:tls1";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+/// A second allowed host, without a PSK.
+const HOST2: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf7";
 /// The configured PSK (SPDK's test key, SHA-256 retained-PSK hash).
 const KEY: &str = "NVMeTLSkey-1:01:MDAxMTIyMzM0NDU1NjY3Nzg4OTlhYWJiY2NkZGVlZmZwJEiQ:";
 /// Another valid key, for the wrong-PSK cases.
@@ -62,6 +65,7 @@ fn target_config(dir: &Path, key: &Path, secure: u16, plain: Option<u16>) -> Pat
             "params": {"nqn": NQN, "namespace": {"bdev_name": "Malloc0"}}}),
         json!({"method": "nvmf_subsystem_add_host",
             "params": {"nqn": NQN, "host": HOST, "psk": "key0"}}),
+        json!({"method": "nvmf_subsystem_add_host", "params": {"nqn": NQN, "host": HOST2}}),
         listener(secure, true),
     ];
     nvmf.extend(plain.map(|p| listener(p, false)));
@@ -122,21 +126,34 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
     false
 }
 
-/// A TLS handshake as `hostnqn` with `key` on `port`: its error text, or
-/// `None` when it succeeded.
-fn handshake(port: u16, key: &str, hostnqn: &str) -> Option<String> {
+/// A TLS handshake as `hostnqn` with `key` on `port`: the connection,
+/// or the error's text.
+fn tls(port: u16, key: &str, hostnqn: &str) -> Result<TlsConn<TcpStream>, String> {
     let cfg = ClientConfig::new(&TlsPsk::parse(key).unwrap(), hostnqn, NQN).unwrap();
     let mut c = TlsConn::connect(&cfg, connect(port)).unwrap();
     let end = Instant::now() + GUARD;
     loop {
         match c.handshake() {
-            Ok(Handshake::Done) => return None,
+            Ok(Handshake::Done) => return Ok(c),
             Ok(Handshake::WouldBlock) => {
                 assert!(Instant::now() < end, "handshake with our target hung");
             }
-            Err(e) => return Some(e.to_string()),
+            Err(e) => return Err(e.to_string()),
         }
     }
+}
+
+/// [`tls`]'s error text, `None` when the handshake succeeded.
+fn handshake(port: u16, key: &str, hostnqn: &str) -> Option<String> {
+    tls(port, key, hostnqn).err()
+}
+
+/// Over a TLS connection as [`HOST`]: ICReq, then an admin Connect as
+/// `hostnqn`; its status.
+fn connect_over_tls(port: u16, hostnqn: &str) -> Status {
+    let mut h = Host::new(tls(port, KEY, HOST).unwrap());
+    h.icreq(Digests::default()).unwrap();
+    h.connect(0, 32, 0, 0xffff, NQN, hostnqn).unwrap().status()
 }
 
 fn icreq() -> Vec<u8> {
@@ -187,6 +204,10 @@ fn our_initiator_verifies_through_our_target_over_tls_and_bad_tls_is_refused() {
     handshake(plain, KEY, HOST).expect("TLS on a plain listener is refused");
     // The right key does the handshake.
     assert_eq!(handshake(secure, KEY, HOST), None);
+    // The Connect must name the identity's host: another allowed host
+    // is refused over HOST's channel, HOST itself connects.
+    assert!(connect_over_tls(secure, HOST2).is(Status::CONNECT_INVALID_HOST));
+    assert!(connect_over_tls(secure, HOST).is(Status::SUCCESS));
 
     // The target lives on, the good host is unaffected.
     verify_with_our_initiator(&host_cfg, "TLS verify after the bad hosts");
