@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `bdev_lvol_create_lvstore` | store uuid | -32603 decode; -22 "Invalid clear_method parameter"; checks: `-errno` (-22 name/cluster size, -17 name taken, -19 no bdev, -1 claimed); later: -32602 + strerror |
 //! | `bdev_lvol_rename_lvstore` | `true` | -2 "Lvol store NAME not found"; -32602 + strerror (-17 name taken) |
-//! | `bdev_lvol_delete_lvstore`, `bdev_lvol_grow_lvstore` | `true` | -22 uuid and lvs_name both or neither; -19 no store; -32602 + strerror |
+//! | `bdev_lvol_delete_lvstore`, `bdev_lvol_grow_lvstore` | `true` | -32603 no params; -22 uuid and lvs_name both or neither; -19 no store; -32602 + strerror |
 //! | `bdev_lvol_get_lvstores` | array | -22, -19 as above |
 //! | `bdev_lvol_create` | lvol uuid (bdev name) | -22, -19 store; -22 "Invalid clean_method option"; -22 name, -17 taken; -32602 + strerror (ENOSPC) |
 //! | `bdev_lvol_delete` | `true` | -19 no lvol; -32603 + strerror |
@@ -230,7 +230,16 @@ fn register_stores(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrp
     )?;
     for method in ["bdev_lvol_delete_lvstore", "bdev_lvol_grow_lvstore"] {
         let m = mgr.clone();
-        reg.register_decoded(method, RUNTIME, move |p: LvsParams, resp| {
+        // SPDK decodes these params with no defaults for a missing object:
+        // no params at all is a decode failure, `{}` is EINVAL below.
+        reg.register(method, RUNTIME, move |params, resp| {
+            let p = match params {
+                None | Some(Value::Null) => Err(()),
+                some => jsonrpc::decode_params::<LvsParams>(some).map_err(drop),
+            };
+            let Ok(p) = p else {
+                return resp.err(RpcError::decode_failed());
+            };
             let r = match LvsRef::from_params(p.uuid, p.lvs_name) {
                 Ok(r) => r,
                 Err(e) => return resp.err(RpcError::from_errno(e.errno())),

@@ -83,6 +83,11 @@ impl Spdk {
         }
     }
 
+    /// Its RPC socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
