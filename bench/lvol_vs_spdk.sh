@@ -59,7 +59,7 @@ iops() {
     else
         out=$("$SPERF" -m 0x1 "${MEM[@]}" --json "$W/$2.json" -q 128 -o 4096 -w "$3" -t "$4" 2>&1)
     fi
-    echo "$out" | awk '/^ *Total/ {v=$(NF-6)} END {print v}'
+    echo "$out" | awk '/Total +:/ {v=$(NF-6)} END {print v}'
 }
 
 # compare LABEL CONFIG WORKLOAD SECS: alternating runs, medians, ratio.
