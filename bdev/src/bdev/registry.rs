@@ -207,6 +207,44 @@ impl BdevManager {
         self.0.reg.lock().names.get(name).cloned()
     }
 
+    /// Adds `alias` to `bdev` (SPDK's `spdk_bdev_alias_add`): `InvalidArg`
+    /// when it is empty or longer than [`MAX_BDEV_NAME_LEN`], `Exists` when
+    /// any bdev has that name or alias, `NotFound` when `bdev` is not
+    /// registered here.
+    pub fn alias_add(&self, bdev: &Bdev, alias: &str) -> Result<(), BdevError> {
+        if alias.is_empty() || alias.len() > MAX_BDEV_NAME_LEN {
+            return Err(BdevError::InvalidArg(format!(
+                "alias of {} bytes: must be 1 to {MAX_BDEV_NAME_LEN}",
+                alias.len()
+            )));
+        }
+        let mut reg = self.0.reg.lock();
+        if !reg.bdevs.contains(bdev) {
+            return Err(BdevError::NotFound(bdev.name().to_string()));
+        }
+        if reg.names.contains_key(alias) {
+            return Err(BdevError::Exists(alias.to_string()));
+        }
+        reg.names.insert(alias.to_string(), bdev.clone());
+        bdev.0.aliases.write().push(alias.to_string());
+        Ok(())
+    }
+
+    /// Removes `alias` from `bdev` (SPDK's `spdk_bdev_alias_del`):
+    /// `NotFound` when `bdev` has no such alias.
+    pub fn alias_del(&self, bdev: &Bdev, alias: &str) -> Result<(), BdevError> {
+        let mut reg = self.0.reg.lock();
+        let mut aliases = bdev.0.aliases.write();
+        let Some(pos) = aliases.iter().position(|a| a == alias) else {
+            return Err(BdevError::NotFound(alias.to_string()));
+        };
+        aliases.remove(pos);
+        if reg.names.get(alias).is_some_and(|b| b == bdev) {
+            reg.names.remove(alias);
+        }
+        Ok(())
+    }
+
     /// Every registered bdev, in registration order.
     #[must_use]
     pub fn bdevs(&self) -> Vec<Bdev> {

@@ -16,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use futures::future::try_join_all;
+use futures::channel::oneshot;
+use futures::future::{select, try_join_all, Either};
 
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
@@ -89,10 +90,28 @@ impl<D: BlobDevice> Store<D> {
                     cluster,
                 })
             };
-            let lock = entry.lock.lock().await;
+            let lock = match entry.lock.try_lock() {
+                Some(g) => g,
+                None => {
+                    // Whoever holds the lock may commit ours: wait for the
+                    // lock or the end of a commit, whichever comes first.
+                    let (tx, rx) = oneshot::channel();
+                    entry.commit_waiters.borrow_mut().push(tx);
+                    let locking = entry.lock.lock();
+                    futures::pin_mut!(locking);
+                    match select(locking, rx).await {
+                        Either::Left((g, _)) => g,
+                        Either::Right(_) => continue,
+                    }
+                }
+            };
             let batch = std::mem::take(&mut *entry.pending.borrow_mut());
             if !batch.is_empty() {
-                self.commit_allocations(entry, batch).await?;
+                let r = self.commit_allocations(entry, batch).await;
+                for w in std::mem::take(&mut *entry.commit_waiters.borrow_mut()) {
+                    let _ = w.send(());
+                }
+                r?;
             }
             drop(lock);
         }

@@ -356,6 +356,31 @@ impl<D: BlobDevice> Blobstore<D> {
         Ok(())
     }
 
+    /// Destroys the store (SPDK's `spdk_bs_destroy`): with no blob open and
+    /// nothing in flight, zeroes the super block, so that the device no
+    /// longer loads as a store. The blobs' clusters are left as they are
+    /// (delete the blobs first to clear them). The store answers
+    /// `Unloaded` after, whatever the outcome.
+    pub async fn destroy(&self) -> Result<()> {
+        {
+            let s = self.store.state.borrow();
+            if s.unloaded {
+                return Err(Error::Unloaded);
+            }
+            if s.ops > 0 || s.blobs.values().any(|b| b.open_refs.get() > 0) {
+                return Err(Error::StoreBusy);
+            }
+        }
+        let _op = self.store.op()?;
+        let _g = self.store.super_lock.lock().await;
+        let r = self
+            .store
+            .write_zeroes(0, self.store.geo.blocks_per_page)
+            .await;
+        self.store.state.borrow_mut().unloaded = true;
+        r
+    }
+
     /// Checks the in-memory state: every blob's pages and clusters marked
     /// used, inside their areas, and owned once. Errors name the conflict;
     /// the report counts leaks.

@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use futures::channel::oneshot;
 use futures::lock::Mutex;
 
 use crate::bitmap::BitVec;
@@ -53,6 +54,10 @@ pub(crate) struct BlobEntry {
     /// Thin allocations claimed and waiting to be committed: blob cluster
     /// index -> device cluster.
     pub pending: RefCell<BTreeMap<u64, u32>>,
+    /// Allocations waiting for `lock`, told when a commit is done (theirs
+    /// may have been in it): the lock is not fair, so an allocation that
+    /// another one committed must not wait for the lock to see it.
+    pub commit_waiters: RefCell<Vec<oneshot::Sender<()>>>,
 }
 
 impl BlobEntry {
@@ -64,6 +69,7 @@ impl BlobEntry {
             open_refs: Cell::new(0),
             deleting: Cell::new(false),
             pending: RefCell::new(BTreeMap::new()),
+            commit_waiters: RefCell::new(Vec::new()),
         }
     }
 

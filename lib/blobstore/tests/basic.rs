@@ -229,4 +229,25 @@ mod tests {
             check_invariants(&bs);
         });
     }
+
+    #[test]
+    fn destroy_zeroes_the_super_block() {
+        let dev = Rc::new(MemDevice::new(512, 16 << 11));
+        run(async {
+            let bs = Blobstore::init(dev.clone(), &opts()).await.unwrap();
+            let id = bs.create_blob(&BlobOptions::default()).await.unwrap();
+            let b = bs.open_blob(id).unwrap();
+            assert!(matches!(bs.destroy().await, Err(Error::StoreBusy)));
+            drop(b);
+            bs.destroy().await.unwrap();
+            assert!(matches!(bs.open_blob(id), Err(Error::Unloaded)));
+            let mut page = [1u8; 4096];
+            dev.peek(0, &mut page);
+            assert!(page.iter().all(|&x| x == 0));
+            assert!(matches!(
+                Blobstore::load(dev.clone(), &LoadOptions::default()).await,
+                Err(Error::BadSuper(_))
+            ));
+        });
+    }
 }

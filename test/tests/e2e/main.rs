@@ -10,6 +10,8 @@ mod errors;
 #[cfg(test)]
 mod lifecycle;
 #[cfg(test)]
+mod lvol_interop;
+#[cfg(test)]
 mod nvme_multipath;
 #[cfg(test)]
 mod nvmf_loss;
@@ -21,6 +23,8 @@ mod nvmf_tls;
 mod raid_sb;
 #[cfg(test)]
 mod readme;
+#[cfg(test)]
+mod ref_spdk;
 #[cfg(test)]
 mod spdk_configs;
 #[cfg(test)]

@@ -17,13 +17,13 @@
 //!   same config.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use bdevkit_jsonrpc::{Client, ClientError};
 use bdevkit_test::daemon::{temp_dir, Daemon};
 use bdevkit_test::nvmf::free_port;
 use serde_json::{json, Map, Value};
+
+use crate::ref_spdk::{spdk_tgt, Spdk};
 
 /// Where the fixtures' files were (`WORK` in make-spdk-configs.sh).
 const WORK: &str = "/tmp/bdevkit-spdk-configs";
@@ -314,96 +314,6 @@ fn spdk_saved_configs_load_with_their_bdevs_uuids_and_options() {
             log.contains(&format!("its config is ignored subsystem={s}")),
             "{s}:\n{log}"
         );
-    }
-}
-
-/// Where the reference SPDK build keeps `spdk_tgt`, if it is built.
-fn spdk_tgt() -> Option<PathBuf> {
-    let root = std::env::var_os("SPDK_REF_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
-        })?;
-    let p = root.join("build/bin/spdk_tgt");
-    p.is_file().then_some(p)
-}
-
-/// A running `spdk_tgt`, killed on drop.
-struct Spdk {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Spdk {
-    /// `spdk_tgt --json config` on a socket in `dir`; waits until it
-    /// answers (SPDK answers only once the config is loaded).
-    fn start(exe: &Path, dir: &Path, name: &str, config: &Path) -> Spdk {
-        let socket = dir.join(format!("{name}.sock"));
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(exe)
-            .current_dir(dir)
-            .args([
-                "--no-huge",
-                "-s",
-                "1024",
-                "-m",
-                "0x1",
-                "--disable-cpumask-locks",
-                "-r",
-            ])
-            .arg(&socket)
-            .arg("--json")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spdk_tgt starts");
-        let mut s = Spdk { child, socket, log };
-        let start = Instant::now();
-        loop {
-            if let Some(st) = s.child.try_wait().unwrap() {
-                panic!(
-                    "spdk_tgt {name} exited ({st}) loading our config:\n{}",
-                    s.log()
-                );
-            }
-            if let Ok(mut c) = Client::connect_unix(&s.socket) {
-                c.set_timeout(Some(Duration::from_secs(30)));
-                if c.call("spdk_get_version", None).is_ok() {
-                    return s;
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "spdk_tgt {name} did not come up:\n{}",
-                s.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn ok(&self, method: &str, params: Option<Value>) -> Value {
-        let mut c = Client::connect_unix(&self.socket).unwrap();
-        c.set_timeout(Some(Duration::from_secs(30)));
-        match c.call(method, params) {
-            Ok(v) => v,
-            Err(ClientError::Rpc(e)) => panic!("spdk_tgt {method}: {e:?}\n{}", self.log()),
-            Err(e) => panic!("spdk_tgt {method}: {e:?}\n{}", self.log()),
-        }
-    }
-}
-
-impl Drop for Spdk {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

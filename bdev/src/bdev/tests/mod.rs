@@ -457,6 +457,39 @@ fn claims_exclusive_and_shared() {
 }
 
 #[test]
+fn aliases_are_added_and_removed_at_runtime() {
+    let env = Env::new("0x1", BdevOptions::default());
+    env.run(|mgr| async move {
+        let (a, _) = disk(&mgr, BdevProps::new("al0", "Test", 512, 8), RW);
+        let (b, _) = disk(&mgr, BdevProps::new("al1", "Test", 512, 8), RW);
+        mgr.alias_add(&a, "lvs/x").unwrap();
+        assert_eq!(mgr.get("lvs/x").unwrap(), a);
+        assert!(a.has_name("lvs/x"));
+        // Taken by a name, an alias or a UUID string.
+        assert!(matches!(mgr.alias_add(&b, "lvs/x"), Err(Error::Exists(_))));
+        assert!(matches!(mgr.alias_add(&b, "al0"), Err(Error::Exists(_))));
+        let u = a.uuid().to_string();
+        assert!(matches!(mgr.alias_add(&b, &u), Err(Error::Exists(_))));
+        assert!(matches!(mgr.alias_add(&b, ""), Err(Error::InvalidArg(_))));
+        let long = "x".repeat(MAX_BDEV_NAME_LEN + 1);
+        assert!(matches!(
+            mgr.alias_add(&b, &long),
+            Err(Error::InvalidArg(_))
+        ));
+        // Another bdev's alias is not ours to remove.
+        assert!(matches!(
+            mgr.alias_del(&b, "lvs/x"),
+            Err(Error::NotFound(_))
+        ));
+        mgr.alias_del(&a, "lvs/x").unwrap();
+        assert!(mgr.get("lvs/x").is_none());
+        assert!(!a.aliases().contains(&"lvs/x".to_string()));
+        mgr.alias_add(&b, "lvs/x").unwrap();
+        assert_eq!(mgr.get("lvs/x").unwrap(), b);
+    });
+}
+
+#[test]
 fn hot_remove_delivers_event_and_destructs_after_close() {
     let env = Env::new("0x3", BdevOptions::default());
     let events = Arc::new(AtomicUsize::new(0));

@@ -1,0 +1,107 @@
+//! The `lvol` module: logical volume stores on any bdev, in SPDK's on-disk
+//! format (an lvstore made by SPDK v26.05 loads here and the other way
+//! round), each logical volume a bdev.
+//!
+//! # The model
+//!
+//! An **lvol store** is a blobstore (`bdevkit-blobstore`) of type
+//! `LVOLSTORE` on a base bdev, which it claims; its super blob holds the
+//! store's name and UUID. Each **lvol** is a blob with a name and a UUID;
+//! it is registered as a bdev named by its UUID with the alias
+//! `lvs_name/lvol_name`. A thick lvol owns its clusters from creation; a
+//! thin one gets each cluster on its first write, reads zeros where it has
+//! none, and gives a cluster back when it is unmapped whole.
+//!
+//! `bdev_lvol_create_lvstore` makes a store; a bdev that carries one is
+//! found by examine, claimed and its lvols registered, with no
+//! configuration at all: the store is its own configuration, so
+//! `save_config` writes nothing for this module (as SPDK's). The base's
+//! removal (or the app's shutdown) unregisters the lvols and unloads the
+//! store cleanly; a store that was not unloaded (kill -9, power loss) is
+//! recovered at the next load.
+//!
+//! # Threads
+//!
+//! Each store has a **metadata thread**, the one that created or loaded it
+//! (the app thread): it owns the blobstore, runs every control operation
+//! and every cluster allocation (`md.rs`, `control.rs`). The I/O path runs
+//! on every thread with a channel of its own (`io.rs`): it translates an
+//! I/O cluster by cluster with the lvol's cluster table — an atomic per
+//! cluster the metadata thread fills in once a mapping is on disk — and
+//! sends it on this thread's channel of the base. It asks the metadata
+//! thread by message only for a cluster not allocated yet (writes to it
+//! wait, nothing else does) or one to give back.
+//!
+//! # Not here (yet)
+//!
+//! Snapshots and clones (part 2): stores with them load, the lvols with a
+//! parent are listed but not served as bdevs; `bdev_lvol_delete` of a
+//! snapshot with clones answers EPERM. Seek data/hole. Metadata pages
+//! other than 4 KiB.
+//!
+//! RPCs: see [`rpc`]. `doc/lvol.md` has examples and the differences from
+//! SPDK.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+// Layers, each file importing only from those before it: `error`,
+// `lvs` (the store core, generic over the device), `dev` (the bdev as the
+// blobstore's device), `table` (cluster tables), `io` (the lvol bdev and
+// its I/O path), `md` (the metadata thread), `control` (operations on
+// it), `module` (examine, the store list, the operations' entry points),
+// `rpc`.
+mod control;
+mod dev;
+pub mod error;
+mod io;
+pub mod lvs;
+mod md;
+mod module;
+pub mod rpc;
+pub mod table;
+
+use bdevkit::bdev::module::BdevManager;
+use std::sync::Arc;
+
+pub use dev::BdevDev;
+pub use error::{LvolError, Result};
+pub use io::{LvolBdev, LvolChannel};
+pub use lvs::{LvolMeta, LvolOptions, LvsCore, LvsOptions, Parent};
+pub use module::{
+    create_lvol, create_lvstore, delete_lvol, delete_lvstore, get_lvols, get_lvstores,
+    grow_lvstore, rename_lvol, rename_lvstore, resize_lvol, set_read_only, store_clear_method,
+    CreateLvstore, LvolModule, LvsRef,
+};
+
+/// Module name (also the RPC infix).
+pub const MODULE: &str = "lvol";
+/// `product_name` of lvol bdevs.
+pub const PRODUCT_NAME: &str = "Logical Volume";
+
+/// Adds the lvol module to `mgr`.
+pub fn register(mgr: &BdevManager) {
+    mgr.register_module(Arc::new(LvolModule::default()));
+}
+
+/// What an app links of this module: [`register`], the RPC methods of
+/// [`rpc`] and its log flags (`log_set_flag`).
+pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
+    bdevkit_jsonrpc::MethodRegistry,
+    bdevkit_jsonrpc::Error,
+> = bdevkit::bdev::module::ModuleDef {
+    name: MODULE,
+    register,
+    register_rpcs: rpc::register_rpcs,
+    log_flags: &[
+        bdevkit::bdev::module::LogFlag {
+            name: "vbdev_lvol",
+            targets: &["bdevkit_lvol"],
+            aliases: &["lvol", "lvol_rpc"],
+        },
+        bdevkit::bdev::module::LogFlag {
+            name: "blob",
+            targets: &["bdevkit_blobstore"],
+            aliases: &[],
+        },
+    ],
+};

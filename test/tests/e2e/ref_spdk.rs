@@ -1,0 +1,130 @@
+//! The reference SPDK build, for tests that check against it: where its
+//! programs are, and a running `spdk_tgt`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bdevkit_jsonrpc::{Client, ClientError};
+use serde_json::Value;
+
+/// The reference build's program `build/<rel>` (`bin/spdk_tgt`,
+/// `bin/spdk_dd`), if it is built (SPDK_REF_DIR, else
+/// `~/.cache/bdevkit-ref-spdk`).
+pub fn program(rel: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("SPDK_REF_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
+        })?;
+    let p = root.join("build").join(rel);
+    p.is_file().then_some(p)
+}
+
+/// Where the reference SPDK build keeps `spdk_tgt`, if it is built.
+pub fn spdk_tgt() -> Option<PathBuf> {
+    program("bin/spdk_tgt")
+}
+
+/// A running `spdk_tgt`, killed (SIGKILL) on drop.
+pub struct Spdk {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Spdk {
+    /// `spdk_tgt --json config` on a socket in `dir`; waits until it
+    /// answers (SPDK answers only once the config is loaded).
+    pub fn start(exe: &Path, dir: &Path, name: &str, config: &Path) -> Spdk {
+        let socket = dir.join(format!("{name}.sock"));
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(exe)
+            .current_dir(dir)
+            .args([
+                "--no-huge",
+                "-s",
+                "1024",
+                "-m",
+                "0x1",
+                "--disable-cpumask-locks",
+                "-r",
+            ])
+            .arg(&socket)
+            .arg("--json")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spdk_tgt starts");
+        let mut s = Spdk { child, socket, log };
+        let start = Instant::now();
+        loop {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                panic!(
+                    "spdk_tgt {name} exited ({st}) loading our config:\n{}",
+                    s.log()
+                );
+            }
+            if let Ok(mut c) = Client::connect_unix(&s.socket) {
+                c.set_timeout(Some(Duration::from_secs(30)));
+                if c.call("spdk_get_version", None).is_ok() {
+                    return s;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "spdk_tgt {name} did not come up:\n{}",
+                s.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Its RPC socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Calls `method`, panicking (with the log) on an error.
+    pub fn ok(&self, method: &str, params: Option<Value>) -> Value {
+        let mut c = Client::connect_unix(&self.socket).unwrap();
+        c.set_timeout(Some(Duration::from_secs(30)));
+        match c.call(method, params) {
+            Ok(v) => v,
+            Err(ClientError::Rpc(e)) => panic!("spdk_tgt {method}: {e:?}\n{}", self.log()),
+            Err(e) => panic!("spdk_tgt {method}: {e:?}\n{}", self.log()),
+        }
+    }
+
+    /// SIGINT (SPDK's clean shutdown), then wait for the exit.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status();
+        let start = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "spdk_tgt did not stop:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Spdk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
