@@ -72,6 +72,7 @@
 
 mod blk;
 mod chain;
+mod control;
 mod ctrlr;
 mod error;
 mod memory;

@@ -14,7 +14,8 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::blk::BlkInfo;
-use crate::ctrlr::{Controller, Parts};
+use crate::control::Parts;
+use crate::ctrlr::Controller;
 use crate::error::{Error, Result};
 use crate::queue::Coalescing;
 use crate::session::in_flight;
