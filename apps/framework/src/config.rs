@@ -291,7 +291,8 @@ pub struct LoadOptions {
     /// Log error answers and carry on (`--json-ignore-init-errors`).
     pub ignore_errors: bool,
     /// Subsystems this application has; others are skipped with a notice.
-    /// Default: `bdev`, the framework's own (an app adds those it links).
+    /// Default: `keyring` and `bdev`, the framework's own (an app adds
+    /// those it links).
     pub subsystems: Vec<String>,
 }
 
@@ -299,7 +300,10 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             ignore_errors: false,
-            subsystems: vec![crate::BDEV_SUBSYSTEM.to_string()],
+            subsystems: crate::BUILTIN_SUBSYSTEMS
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         }
     }
 }

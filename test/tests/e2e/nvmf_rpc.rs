@@ -367,7 +367,11 @@ fn nvmf_methods_with_spdks_client() {
     let subs = ok(&exe, &d, &["framework_get_subsystems"]);
     assert_eq!(
         subs,
-        json!([{"subsystem": "bdev", "depends_on": []}, {"subsystem": "nvmf", "depends_on": ["bdev"]}])
+        json!([
+            {"subsystem": "keyring", "depends_on": []},
+            {"subsystem": "bdev", "depends_on": ["keyring"]},
+            {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}
+        ])
     );
 }
 
