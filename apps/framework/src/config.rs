@@ -370,10 +370,7 @@ impl Walk {
                 return self.finish(Ok(()));
             };
             if self.entry == 0 && !self.opts.subsystems.contains(&sub.name) {
-                tracing::info!(
-                    subsystem = %sub.name,
-                    "subsystem not in this application; skipping its config"
-                );
+                self.skip_notice(sub);
                 self.sub += 1;
                 continue;
             }
@@ -404,6 +401,31 @@ impl Walk {
                 Step::Skip => continue,
                 Step::Run(calls, batch) => return self.dispatch(calls, batch),
             }
+        }
+    }
+
+    /// The config of a subsystem this application does not have is
+    /// skipped (SPDK's loader does the same); settings in it are lost, so
+    /// they are named once, in the STARTUP pass (doc/rpc.md lists what
+    /// spdk_tgt writes there).
+    fn skip_notice(&self, sub: &SubsystemConfig) {
+        let methods: Vec<&str> = sub
+            .entries
+            .iter()
+            .flat_map(|e| match e {
+                ConfigEntry::Call(c) => std::slice::from_ref(c),
+                ConfigEntry::Batch(b) => b.as_slice(),
+            })
+            .map(|c| c.method.as_str())
+            .collect();
+        if methods.is_empty() || self.registry.state() != STARTUP {
+            tracing::info!(subsystem = %sub.name, "subsystem not in this application; skipping its config");
+        } else {
+            tracing::warn!(
+                subsystem = %sub.name,
+                ?methods,
+                "subsystem not in this application; its config is ignored"
+            );
         }
     }
 

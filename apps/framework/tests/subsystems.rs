@@ -102,7 +102,11 @@ mod tests {
             ]))
         );
         assert_eq!(
-            call(&app, "framework_get_config", Some(json!({"name": "keyring"}))),
+            call(
+                &app,
+                "framework_get_config",
+                Some(json!({"name": "keyring"}))
+            ),
             Ok(json!([]))
         );
         let e = call(&app, "framework_get_config", Some(json!({"name": "nvmf"}))).unwrap_err();

@@ -92,6 +92,12 @@ impl Bdev {
         self.0.shared.hist.lock().config.is_some()
     }
 
+    /// The options of the latency histogram kept, if one is.
+    #[must_use]
+    pub fn histogram_options(&self) -> Option<HistogramOptions> {
+        self.0.shared.hist.lock().config.map(|c| c.opts)
+    }
+
     /// The latency histogram (ticks, [`crate::clock::tick_rate`]) summed
     /// over every channel, live or gone, since it was enabled; `done` gets
     /// it on the calling thread. `HistogramDisabled` when none is kept.

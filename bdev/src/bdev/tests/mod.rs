@@ -791,6 +791,17 @@ fn histograms_count_completions_per_type_and_survive_channels() {
         };
         wait_res(enable(&b, Some(reads))).await.unwrap();
         assert!(b.histogram_enabled());
+        // Saved as SPDK saves it: name, enable, opc.
+        let saved: Vec<_> = mgr
+            .config_json()
+            .into_iter()
+            .filter(|e| e["method"] == "bdev_enable_histogram")
+            .collect();
+        assert_eq!(
+            saved,
+            [serde_json::json!({"method": "bdev_enable_histogram",
+                    "params": {"name": "h0", "enable": true, "opc": "read"}})]
+        );
         let desc = mgr.open("h0", true, |_| {}).unwrap();
         let ch = desc.get_io_channel().unwrap();
         for i in 0..10 {
