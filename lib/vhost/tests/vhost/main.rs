@@ -6,3 +6,5 @@
 mod common;
 #[cfg(test)]
 mod data;
+#[cfg(test)]
+mod fuzz;
