@@ -13,7 +13,7 @@ pub enum Error {
     /// A transport of that type exists already.
     #[error("transport type '{0}' already exists")]
     TransportExists(String),
-    /// No transport of that type (only TCP exists).
+    /// No transport of that type is implemented (not in the registry).
     #[error("invalid transport type '{0}'")]
     InvalidTransport(String),
     /// The transport named by a listener was not created.

@@ -1,4 +1,4 @@
-//! Target-wide settings, the transport, subsystems, hosts and listeners.
+//! Target-wide settings, transports, subsystems, hosts and listeners.
 
 use std::sync::Arc;
 
@@ -6,13 +6,14 @@ use bdevkit_nvme_spec::fabrics::validate_nqn;
 
 use super::Target;
 use crate::addr::ListenAddr;
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, DeathCause};
 use crate::error::{Error, Result};
-use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts, TRTYPE_TCP};
+use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts};
 use crate::params::{CreateSubsystemParams, ListenerParams, TARGET_NAME};
 use crate::subsystem::{valid_model, valid_serial, Subsystem};
-use crate::target::Port;
-use crate::tcp::pool::BufPool;
+use crate::target::{Port, TransportRecord};
+use crate::transport;
 
 /// Checks `tgt_name` (only the default target exists).
 pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {
@@ -83,22 +84,47 @@ impl Target {
         self.0.core.state.lock().conf.crdt = crdt;
     }
 
-    /// `nvmf_create_transport`.
+    /// `nvmf_create_transport`: the registry's type `trtype` names makes
+    /// the transport; it listens where subsystems add listeners of its
+    /// type. Call on the app thread (its accept poller runs there).
     pub fn create_transport(&self, p: &CreateTransportParams) -> Result<()> {
         check_tgt(p.tgt_name.as_deref())?;
         let o = TransportOpts::from_params(p)?;
+        let def =
+            transport::find(o.trtype).ok_or_else(|| Error::InvalidTransport(p.trtype.clone()))?;
         let cache = o.cache_size(self.group_count())?;
-        let mut st = self.0.core.state.lock();
-        if st.transport.is_some() {
-            return Err(Error::TransportExists(TRTYPE_TCP.into()));
+        let t = (def.create)(&o)?;
+        let live = {
+            let mut st = self.0.core.state.lock();
+            if st.transport(def.name).is_some() {
+                return Err(Error::TransportExists(def.name.into()));
+            }
+            tracing::info!(?o, cache, "{} transport created", def.name);
+            let pool = BufPool::new(
+                o.max_io_size as usize,
+                o.num_shared_buffers as usize,
+                cache as usize,
+            );
+            st.transports.push(TransportRecord {
+                name: def.name,
+                opts: o.clone(),
+                pool: Arc::clone(&pool),
+                discover: def.listener_discover,
+            });
+            let live = super::Live {
+                trtype: def.name,
+                t,
+                opts: o,
+                pool,
+            };
+            self.0.transports.lock().push(live.clone());
+            live
+        };
+        if self.0.running.load(std::sync::atomic::Ordering::Acquire) {
+            if let Some(thread) = bdevkit::thread::Thread::current() {
+                self.start_accepting(&thread, live);
+            }
         }
-        tracing::info!(?o, cache, "TCP transport created");
-        st.pool = Some(BufPool::new(
-            o.max_io_size as usize,
-            o.num_shared_buffers as usize,
-            cache as usize,
-        ));
-        st.transport = Some(o);
         Ok(())
     }
 
@@ -235,8 +261,8 @@ impl Target {
             ports[i].users -= 1;
             if ports[i].users == 0 {
                 ports.remove(i);
-                if let Some(a) = self.0.acceptor.lock().as_mut() {
-                    a.unlisten(addr);
+                if let Some(l) = self.live(addr.trtype) {
+                    l.t.stop_listen(addr);
                 }
             }
         }
@@ -261,8 +287,8 @@ impl Target {
     pub fn add_listener(&self, p: &ListenerParams) -> Result<()> {
         let addr = Self::listen_params(p)?;
         let mut st = self.0.core.state.lock();
-        if st.transport.is_none() {
-            return Err(Error::NoTransport(TRTYPE_TCP.into()));
+        if st.transport(addr.trtype).is_none() {
+            return Err(Error::NoTransport(addr.trtype.into()));
         }
         let sub = st
             .find(&p.nqn)
@@ -273,9 +299,11 @@ impl Target {
         if let Some(port) = st.ports.iter_mut().find(|x| x.addr.same(&addr)) {
             port.users += 1;
         } else {
-            match self.0.acceptor.lock().as_mut() {
-                Some(a) => a.listen(&addr)?,
-                None => return Err(Error::NotRunning),
+            match self.live(addr.trtype) {
+                Some(l) if self.0.running.load(std::sync::atomic::Ordering::Acquire) => {
+                    l.t.listen(&addr)?;
+                }
+                _ => return Err(Error::NotRunning),
             }
             let id = st.next_port_id;
             st.next_port_id = st.next_port_id.wrapping_add(1);
@@ -303,8 +331,8 @@ impl Target {
             let addr = ListenAddr::from_params(&p.listen_address)?;
             check_tgt(p.tgt_name.as_deref())?;
             let mut st = self.0.core.state.lock();
-            if st.transport.is_none() {
-                return Err(Error::NoTransport(TRTYPE_TCP.into()));
+            if st.transport(addr.trtype).is_none() {
+                return Err(Error::NoTransport(addr.trtype.into()));
             }
             let s = st
                 .find_mut(&p.nqn)
