@@ -2,12 +2,15 @@
 //! on a unix socket (default `/var/tmp/bdevkit.sock`, mode 0600), so that
 //! `spdk-rpc -s <socket>` and `bdev_rpc` configure it; replays `--json`
 //! config files; exports bdevs over NVMe/TCP (the `nvmf` subsystem, SPDK's
-//! nvmf target RPCs); stops cleanly on SIGINT/SIGTERM or
+//! nvmf target RPCs) and to QEMU VMs over vhost-user-blk (the `vhost_blk`
+//! subsystem, SPDK's vhost RPCs; sockets in the `-S` directory); stops cleanly on SIGINT/SIGTERM or
 //! `spdk_kill_instance`.
 #![forbid(unsafe_code)]
 
 mod nvmf;
+mod vhost;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bdevkit_app::{default_modules, App, AppOptions, CommonArgs, ErrorChain, DEFAULT_RPC_SOCKET};
@@ -25,6 +28,11 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// Directory of the vhost-user sockets (SPDK vhost's `-S`; default:
+    /// the working directory).
+    #[arg(short = 'S', long = "vhost-sock-dir", value_name = "PATH")]
+    vhost_sock_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -38,8 +46,11 @@ fn main() -> ExitCode {
         pid = std::process::id(),
         "bdev_tgt starting"
     );
+    if let Some(dir) = cli.vhost_sock_dir.clone() {
+        let _ = vhost::SOCKET_DIR.set(dir);
+    }
     let opts = AppOptions {
-        subsystems: vec![nvmf::NVMF],
+        subsystems: vec![nvmf::NVMF, vhost::VHOST_BLK],
         ..AppOptions::default()
     };
     let app = match App::start_with(&cli.common, &default_modules(), opts) {

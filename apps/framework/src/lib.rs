@@ -99,7 +99,7 @@ pub const BUILTIN_SUBSYSTEMS: &[&str] = &[KEYRING_SUBSYSTEM, BDEV_SUBSYSTEM];
 /// The subsystems this framework knows, in initialisation order (each
 /// after those it depends on). `keyring` and `bdev` are the framework's own; an app links
 /// each other one with a [`SubsystemDef`] of that name in
-/// [`AppOptions::subsystems`] (bdev_tgt links `nvmf`, bdevperf none). For
+/// [`AppOptions::subsystems`] (bdev_tgt links `nvmf` and `vhost_blk`, bdevperf none). For
 /// the subsystems an app has, in this order, `framework_get_subsystems`
 /// lists them with these dependencies, `framework_get_config` answers their
 /// config (`null` for one without a config writer, as SPDK), and config
@@ -118,6 +118,10 @@ pub const SUBSYSTEMS: &[Subsystem] = &[
     Subsystem {
         name: "nvmf",
         depends_on: &[BDEV_SUBSYSTEM, KEYRING_SUBSYSTEM],
+    },
+    Subsystem {
+        name: "vhost_blk",
+        depends_on: &[BDEV_SUBSYSTEM],
     },
 ];
 

@@ -79,7 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_has_keyring_then_bdev_then_nvmf() {
+    fn the_table_has_keyring_then_bdev_then_nvmf_and_vhost_blk() {
         let names: Vec<_> = SUBSYSTEMS.iter().map(|s| (s.name, s.depends_on)).collect();
         assert_eq!(
             names,
@@ -87,6 +87,7 @@ mod tests {
                 ("keyring", &[][..]),
                 ("bdev", &["keyring"][..]),
                 ("nvmf", &["bdev", "keyring"][..]),
+                ("vhost_blk", &["bdev"][..]),
             ]
         );
     }

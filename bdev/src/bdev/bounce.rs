@@ -33,7 +33,7 @@ pub(crate) fn bounce(core: &ChannelCore, io: &mut BdevIo) -> bool {
     ) {
         // SAFETY: the segments belong to the live `io` (the rules in
         // io.rs) and the bounce buffer is a different allocation.
-        unsafe { segments::copy_from(&i.iovs, &mut buf.as_mut_slice()[..len]) };
+        unsafe { segments::copy_from(&i.iovs, &mut buf.as_mut_slice()[..len], i.ext_data) };
     }
     i.saved_iovs.clear();
     i.saved_iovs.extend_from_slice(&i.iovs);
@@ -59,7 +59,7 @@ pub(crate) fn unbounce(core: &ChannelCore, io: &mut BdevIo) {
         // SAFETY: the saved segments are the I/O's own (live, see io.rs);
         // a read's data is never read-only memory (checked), and nothing
         // else borrows it while the bdev layer holds the I/O.
-        unsafe { segments::copy_to(&i.saved_iovs, &buf.as_slice()[..len]) };
+        unsafe { segments::copy_to(&i.saved_iovs, &buf.as_slice()[..len], i.ext_data) };
     }
     i.iovs.clear();
     i.iovs.extend_from_slice(&i.saved_iovs);

@@ -28,7 +28,10 @@
 //!   mirror, split children): an I/O that has lent its memory is not freed,
 //!   rebuilt or handed back to its consumer while a borrower exists — it is
 //!   parked instead (`Lend`) and released when the last borrower goes;
-//! * the thread's zero buffer, kept by the pool for the thread's life.
+//! * the thread's zero buffer, kept by the pool for the thread's life;
+//! * registered external memory ([`crate::dma::ExtMem`], guest memory)
+//!   kept alive by the I/O (`Bufs::Ext`) or its parent or lender; with
+//!   `ext_data` set its bytes are only copied racily, never sliced.
 //!
 //! All I/Os that share memory live on one thread (`BdevIo` is `!Send`), and
 //! mutable access to an I/O's data is refused when another I/O shares it
@@ -50,7 +53,7 @@ use super::shared::BdevShared;
 use super::split::{FitCaps, SplitCursor, SplitLimits};
 use super::stats::IoStat;
 use super::types::{IoStatus, IoType, NvmeCmd};
-use crate::dma::DmaBuf;
+use crate::dma::{DmaBuf, ExtMem};
 use crate::thread::{current_thread_id, IoChannel, IoDevice, Poller, Thread};
 
 /// Something that consumes completed I/Os: the zero-allocation way for a
@@ -92,6 +95,8 @@ pub(crate) enum Bufs {
     None,
     One(DmaBuf),
     Many(Vec<DmaBuf>),
+    /// External memory the segments describe (kept alive, not owned).
+    Ext(Arc<ExtMem>),
 }
 
 /// Where an I/O is in its life.
@@ -167,6 +172,9 @@ pub(crate) struct IoInner {
     /// zero buffer, or its `lender`'s memory, which other I/Os read too):
     /// modules may not write it. Always set while `lender` is.
     pub(crate) ro_data: bool,
+    /// The segments may describe external memory: racy copies only (a
+    /// stale `true` only costs racy copies).
+    pub(crate) ext_data: bool,
     pub(crate) ch: Option<IoChannel<ChannelCore>>,
     pub(crate) thread_id: u64,
     pub(crate) submit_tick: u64,
@@ -198,6 +206,7 @@ impl IoInner {
             lend: None,
             lender: None,
             ro_data: false,
+            ext_data: false,
             ch: None,
             thread_id: 0,
             submit_tick: 0,
@@ -384,6 +393,7 @@ impl Drop for BdevIo {
 fn recycle(mut inner: Box<IoInner>) {
     inner.iovs.clear();
     inner.aux_iovs.clear();
+    inner.ext_data = false;
     inner.state = IoState::Building;
     if let Some(ch) = inner.ch.take() {
         ch.mgmt.pool.put(inner);
@@ -442,6 +452,7 @@ impl BdevIo {
         }
         i.iovs.clear();
         i.aux_iovs.clear();
+        i.ext_data = false;
         i
     }
 

@@ -6,11 +6,13 @@
 //! consumer that keeps a queue depth busy.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::io::{replace_field, BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
 use super::segments::IoVec;
 use super::types::{IoStatus, IoType, NvmeCmd};
-use crate::dma::DmaBuf;
+use crate::dma::{DmaBuf, ExtMem};
+use crate::error::Error;
 
 impl BdevIo {
     #[inline(always)]
@@ -75,6 +77,70 @@ impl BdevIo {
         let i = self.set_request(IoType::Write, offset_blocks, num_blocks);
         Self::set_bufs(i, bufs);
         self
+    }
+
+    /// Read `num_blocks` at `offset_blocks` into external memory (zero
+    /// copy: a VM's guest memory): the data segments are added next with
+    /// [`BdevIo::push_ext_segment`], in order. The I/O keeps `mem` alive
+    /// until its segments are dropped.
+    #[inline]
+    pub fn read_ext(
+        &mut self,
+        offset_blocks: u64,
+        num_blocks: u64,
+        mem: &Arc<ExtMem>,
+    ) -> &mut Self {
+        self.set_ext(IoType::Read, offset_blocks, num_blocks, mem)
+    }
+
+    /// Write `num_blocks` at `offset_blocks` from external memory; the
+    /// segments follow with [`BdevIo::push_ext_segment`].
+    #[inline]
+    pub fn write_ext(
+        &mut self,
+        offset_blocks: u64,
+        num_blocks: u64,
+        mem: &Arc<ExtMem>,
+    ) -> &mut Self {
+        self.set_ext(IoType::Write, offset_blocks, num_blocks, mem)
+    }
+
+    #[inline]
+    fn set_ext(
+        &mut self,
+        io_type: IoType,
+        offset_blocks: u64,
+        num_blocks: u64,
+        mem: &Arc<ExtMem>,
+    ) -> &mut Self {
+        let i = self.set_request(io_type, offset_blocks, num_blocks);
+        match &i.bufs {
+            Bufs::Ext(m) if Arc::ptr_eq(m, mem) => {}
+            _ => replace_field(&mut i.bufs, Bufs::Ext(Arc::clone(mem))),
+        }
+        i.ext_data = true;
+        self
+    }
+
+    /// Appends the data segment `[addr, addr + len)` to a request built
+    /// with [`BdevIo::read_ext`] or [`BdevIo::write_ext`]. Fails (and adds
+    /// nothing) when the range is empty or not inside one region of that
+    /// request's memory, or the I/O is not one such request being built.
+    #[inline]
+    pub fn push_ext_segment(&mut self, addr: usize, len: usize) -> Result<(), Error> {
+        let i = self.inner_mut();
+        match &i.bufs {
+            Bufs::Ext(m)
+                if i.state != IoState::Submitted && i.ext_data && m.contains(addr, len) =>
+            {
+                i.iovs.push(IoVec {
+                    base: addr as *mut u8,
+                    len,
+                });
+                Ok(())
+            }
+            _ => Err(ext_segment_refused(addr, len)),
+        }
     }
 
     /// Compare the blocks with `buf`; [`IoStatus::Miscompare`] on difference.
@@ -290,7 +356,7 @@ impl BdevIo {
             i.iovs.clear();
         }
         match taken {
-            Bufs::None => Vec::new(),
+            Bufs::None | Bufs::Ext(_) => Vec::new(),
             Bufs::One(b) => vec![b],
             Bufs::Many(v) => v,
         }
@@ -314,4 +380,11 @@ impl BdevIo {
             }
         }
     }
+}
+
+#[cold]
+fn ext_segment_refused(addr: usize, len: usize) -> Error {
+    Error::InvalidArg(format!(
+        "segment {addr:#x}+{len} is not inside the request's external memory"
+    ))
 }

@@ -136,7 +136,10 @@ fn next_children(core: &ChannelCore, key: usize, from_submit: bool) {
         ci.io_type = pi.io_type;
         match p.kind {
             // A view of the parent's memory, read-only where the parent's is.
-            SplitKind::Data => ci.ro_data = pi.ro_data,
+            SplitKind::Data => {
+                ci.ro_data = pi.ro_data;
+                ci.ext_data = pi.ext_data;
+            }
             SplitKind::Range => {
                 ci.src_offset_blocks = pi.src_offset_blocks + (off - pi.offset_blocks);
             }

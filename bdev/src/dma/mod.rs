@@ -6,11 +6,14 @@
 //! driver) install a [`MemoryRegistrar`] with [`add_registrar`]; it is told
 //! about every live buffer, those allocated before it was added included.
 //! [`SharedMem`] is the memory of a RAM disk, which every thread reads and
-//! writes at once.
+//! writes at once. [`ExtMem`] is memory the bdev layer did not allocate (a
+//! VM's guest memory) registered for I/O buffers to describe.
 
-mod racy;
+mod ext;
+pub(crate) mod racy;
 mod shared_mem;
 
+pub use ext::ExtMem;
 pub use shared_mem::SharedMem;
 
 use std::alloc::{self, Layout};

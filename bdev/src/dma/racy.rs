@@ -1,5 +1,6 @@
-//! Copies between a buffer and memory other threads may write at the same
-//! time ([`super::SharedMem`]), without undefined behaviour.
+//! Copies between a buffer and memory other threads (or processes) may
+//! write at the same time ([`super::SharedMem`], [`super::ExtMem`]),
+//! without undefined behaviour.
 //!
 //! Rust's memory model makes a data race undefined even through raw
 //! pointers, so these copies are not Rust loads and stores: on x86_64 they
@@ -9,7 +10,7 @@
 //! written whole, so two overlapping copies at once leave a mix of their
 //! bytes, exactly as two overlapping I/Os do on a device. Elsewhere the same
 //! guarantee comes from relaxed atomic byte accesses (slower, and correct).
-//! This file is the only code that touches such memory.
+//! This file is the only code that reads or writes such memory's bytes.
 
 /// Copies `len` bytes from `src` to `dst`.
 ///
@@ -18,7 +19,7 @@
 /// `src` is valid for reads and `dst` for writes of `len` bytes for the
 /// whole call; the two ranges do not overlap. Either may be memory other
 /// threads access at the same time *only* through this module.
-pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
+pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let bulk = len & !(BLOCK - 1);
@@ -114,7 +115,7 @@ unsafe fn copy_blocks(dst: *mut u8, src: *const u8, len: usize) {
 ///
 /// `dst` is valid for writes of `len` bytes for the whole call, and other
 /// threads access it at the same time only through this module.
-pub(super) unsafe fn fill(dst: *mut u8, byte: u8, len: usize) {
+pub(crate) unsafe fn fill(dst: *mut u8, byte: u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's promise; `rep stosb` stores al to rcx bytes at
     // rdi, forward.

@@ -99,6 +99,45 @@ impl SharedMem {
         true
     }
 
+    /// Copies `len` bytes at `off` to `dst`. False if out of range.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of `len` bytes for the call and is not
+    /// this memory; others access it meanwhile only through raw accesses
+    /// (an I/O's segments: see `bdev::segments`).
+    pub(crate) unsafe fn read_raw(&self, off: usize, dst: *mut u8, len: usize) -> bool {
+        if !self.check(off, len) {
+            return false;
+        }
+        // SAFETY: the source lies inside the allocation (checked); the
+        // destination is the caller's promise.
+        unsafe { racy::copy(dst, self.at(off), len) };
+        true
+    }
+
+    /// Copies `len` bytes at `src` to `off` (streamed past the cache where
+    /// that suits, as [`SharedMem::write`]). False if out of range.
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for reads of `len` bytes for the call and is not
+    /// this memory; others access it meanwhile only through raw accesses.
+    pub(crate) unsafe fn write_raw(&self, off: usize, src: *const u8, len: usize) -> bool {
+        if !self.check(off, len) {
+            return false;
+        }
+        let dst = self.at(off);
+        // SAFETY: the destination lies inside the allocation (checked);
+        // the source is the caller's promise.
+        unsafe {
+            if !racy::stream(dst, src, len) {
+                racy::copy(dst, src, len);
+            }
+        }
+        true
+    }
+
     /// Asks the CPU to start loading `[off, off + len)` into its caches
     /// (a hint: no effect on contents, nothing if out of range). A module
     /// that copies the range a little later finds it in cache.

@@ -121,15 +121,7 @@ impl MallocBdev {
         };
         match io.io_type() {
             IoType::Read => ok(read_into(&self.mem, io, off)),
-            IoType::Write => {
-                let mut pos = off;
-                let mut good = true;
-                io.for_each_segment(|seg| {
-                    good &= self.mem.write(pos, seg);
-                    pos += seg.len();
-                });
-                ok(good)
-            }
+            IoType::Write => ok(io.write_to_shared(&self.mem, off)),
             IoType::Unmap | IoType::WriteZeroes => ok(self.mem.fill(off, len, 0)),
             IoType::Flush | IoType::Reset => IoStatus::Success,
             IoType::Compare => {
@@ -188,16 +180,11 @@ impl Drop for MallocChannel {
     }
 }
 
-/// Copies the bytes at `off` into `io`'s segments.
+/// Copies the bytes at `off` into `io`'s segments (racy copies on both
+/// sides: guest memory of a VM is read into directly).
 fn read_into(mem: &SharedMem, io: &mut BdevIo, off: usize) -> bool {
-    let mut pos = off;
-    let mut good = true;
     // A read's data is always writable; false would mean nothing was read.
-    let writable = io.for_each_segment_mut(|seg| {
-        good &= mem.read(pos, seg);
-        pos += seg.len();
-    });
-    good && writable
+    io.read_from_shared(mem, off)
 }
 
 impl BdevOps for MallocBdev {

@@ -31,3 +31,5 @@ mod spdk_configs;
 mod spdk_rpc;
 #[cfg(test)]
 mod vbdev_rpc;
+#[cfg(test)]
+mod vhost_rpc;

@@ -370,7 +370,8 @@ fn nvmf_methods_with_spdks_client() {
         json!([
             {"subsystem": "keyring", "depends_on": []},
             {"subsystem": "bdev", "depends_on": ["keyring"]},
-            {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}
+            {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]},
+            {"subsystem": "vhost_blk", "depends_on": ["bdev"]}
         ])
     );
 }

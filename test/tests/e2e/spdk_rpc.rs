@@ -189,7 +189,8 @@ fn create_get_resize_delete_and_field_types() {
         json!([
             {"subsystem": "keyring", "depends_on": []},
             {"subsystem": "bdev", "depends_on": ["keyring"]},
-            {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}
+            {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]},
+            {"subsystem": "vhost_blk", "depends_on": ["bdev"]}
         ])
     );
     let r = rpc_ok(&exe, &d, &["framework_get_reactors"]);

@@ -6,6 +6,7 @@ use crate::bdev::io::{BdevIo, IoState, Role};
 use crate::bdev::segments::{self, IoVec};
 use crate::bdev::types::IoStatus;
 use crate::bdev::{complete, route};
+use crate::dma::SharedMem;
 use crate::thread::Thread;
 
 mod sealed {
@@ -86,13 +87,31 @@ pub trait ModuleIo: sealed::Sealed + Sized {
     /// Whether the I/O's data equals `data` (compare I/O).
     fn iovs_equal(&self, data: &[u8]) -> bool;
 
-    /// Calls `f` with each data segment, in order.
+    /// Calls `f` with each data segment, in order. The data of an I/O
+    /// over external memory (a VM's guest memory, which another process
+    /// writes at will) comes in pieces of at most 4 KiB copied through the
+    /// stack instead: `f` sees the same bytes in the same order, in more
+    /// calls.
     fn for_each_segment(&self, f: impl FnMut(&[u8]));
 
     /// Calls `f` with each data segment as a mutable slice, in order;
-    /// false (and no call) when the data is not writable.
+    /// false (and no call) when the data is not writable. External memory
+    /// comes in pieces as with [`ModuleIo::for_each_segment`], each copied
+    /// back after `f`.
     #[must_use]
     fn for_each_segment_mut(&mut self, f: impl FnMut(&mut [u8])) -> bool;
+
+    /// Copies the I/O's data (its segments, in order) into `mem` at byte
+    /// `off` (a RAM disk's write); false when that runs past `mem` (some
+    /// bytes may have been copied). Racy copies on both sides: zero copy
+    /// for external memory too.
+    fn write_to_shared(&self, mem: &SharedMem, off: usize) -> bool;
+
+    /// Copies the bytes of `mem` at `off` into the I/O's segments (a RAM
+    /// disk's read); false when the data is not writable or the range
+    /// runs past `mem`.
+    #[must_use]
+    fn read_from_shared(&mut self, mem: &SharedMem, off: usize) -> bool;
 
     /// For a bdev registered with
     /// [`BdevProps::module_checks_fit`](crate::bdev::BdevProps::module_checks_fit):
@@ -195,58 +214,65 @@ impl ModuleIo for BdevIo {
     }
 
     fn copy_from_iovs(&self, dst: &mut [u8]) -> usize {
-        // SAFETY: the segments of a live I/O (rules in io.rs); `dst` is a
-        // `&mut` the caller holds, so it is not memory they describe while
-        // `&self` keeps the I/O alive and unchanged.
-        unsafe { segments::copy_from(&self.inner().iovs, dst) }
+        let i = self.inner();
+        // SAFETY: the segments of a live I/O (rules in io.rs; racy copies
+        // where they may be external memory); `dst` is a `&mut` the
+        // caller holds, so it is not memory they describe while `&self`
+        // keeps the I/O alive and unchanged.
+        unsafe { segments::copy_from(&i.iovs, dst, i.ext_data) }
     }
 
     fn copy_from_aux_iovs(&self, dst: &mut [u8]) -> usize {
+        let i = self.inner();
         // SAFETY: as in `copy_from_iovs`.
-        unsafe { segments::copy_from(&self.inner().aux_iovs, dst) }
+        unsafe { segments::copy_from(&i.aux_iovs, dst, i.ext_data) }
     }
 
     fn copy_to_iovs(&mut self, src: &[u8]) -> usize {
         if !self.data_writable() {
             return 0;
         }
+        let i = self.inner();
         // SAFETY: the data is writable (no other I/O shares it), `&mut
         // self` makes this the only access through this I/O, and `src` is
         // a shared slice the caller holds, which cannot be the writable
-        // memory of this I/O.
-        unsafe { segments::copy_to(&self.inner().iovs, src) }
+        // memory of this I/O (racy copies where it may be external).
+        unsafe { segments::copy_to(&i.iovs, src, i.ext_data) }
     }
 
     fn zero_iovs(&mut self) -> bool {
         if !self.data_writable() {
             return false;
         }
-        for v in &self.inner().iovs {
-            // SAFETY: as in `copy_to_iovs`.
-            unsafe { segments::segment_mut(v) }.fill(0);
-        }
+        let i = self.inner();
+        // SAFETY: as in `copy_to_iovs`.
+        unsafe { segments::fill(&i.iovs, 0, i.ext_data) };
         true
     }
 
     fn iovs_equal(&self, data: &[u8]) -> bool {
         let mut off = 0;
-        for v in &self.inner().iovs {
+        let mut equal = true;
+        self.for_each_segment(|seg| {
             if off >= data.len() {
-                break;
+                return;
             }
-            // SAFETY: as in `copy_from_iovs`.
-            let seg = unsafe { segments::segment(v) };
             let n = seg.len().min(data.len() - off);
-            if seg[..n] != data[off..off + n] {
-                return false;
-            }
+            equal &= seg[..n] == data[off..off + n];
             off += n;
-        }
-        true
+        });
+        equal
     }
 
     fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
-        for v in &self.inner().iovs {
+        let i = self.inner();
+        if i.ext_data {
+            // SAFETY: as in `copy_from_iovs`; pieces copied through the
+            // stack, no reference to external memory.
+            unsafe { segments::for_each_piece(&i.iovs, &mut f) };
+            return;
+        }
+        for v in &i.iovs {
             // SAFETY: as in `copy_from_iovs`; the slice lives for one call
             // of `f`, during which `&self` keeps the I/O borrowed, so no
             // writable access to it can happen.
@@ -258,13 +284,46 @@ impl ModuleIo for BdevIo {
         if !self.data_writable() {
             return false;
         }
-        for v in &self.inner().iovs {
+        let i = self.inner();
+        if i.ext_data {
+            // SAFETY: as in `copy_to_iovs`; pieces copied through the
+            // stack and back.
+            unsafe { segments::for_each_piece_mut(&i.iovs, &mut f) };
+            return true;
+        }
+        for v in &i.iovs {
             // SAFETY: as in `copy_to_iovs`; the slice lives for one call of
             // `f`, and segments of one I/O do not overlap (they come from
             // distinct buffers or disjoint parts of a parent's).
             f(unsafe { segments::segment_mut(v) });
         }
         true
+    }
+
+    fn write_to_shared(&self, mem: &SharedMem, off: usize) -> bool {
+        let mut pos = off;
+        self.inner().iovs.iter().all(|v| {
+            // SAFETY: the segments of a live I/O (rules in io.rs), read
+            // with racy copies into `mem`, whose bytes are never
+            // referenced; `&self` keeps the I/O alive.
+            let ok = unsafe { mem.write_raw(pos, v.base, v.len) };
+            pos = pos.wrapping_add(v.len);
+            ok
+        })
+    }
+
+    fn read_from_shared(&mut self, mem: &SharedMem, off: usize) -> bool {
+        if !self.data_writable() {
+            return false;
+        }
+        let mut pos = off;
+        self.inner().iovs.iter().all(|v| {
+            // SAFETY: as in `copy_to_iovs`: writable segments of a live
+            // I/O, written with racy copies from `mem`.
+            let ok = unsafe { mem.read_raw(pos, v.base, v.len) };
+            pos = pos.wrapping_add(v.len);
+            ok
+        })
     }
 
     #[inline]
@@ -342,4 +401,5 @@ fn copy_request(child: &mut crate::bdev::io::IoInner, p: &crate::bdev::io::IoInn
     child.aux_iovs.extend_from_slice(&p.aux_iovs);
     child.nvme_cmd = p.nvme_cmd;
     child.tag = p.tag;
+    child.ext_data = p.ext_data;
 }

@@ -1323,6 +1323,7 @@ fn register_rejects_duplicates_and_unregister_all_orders_stacks() {
     });
 }
 
+mod ext_mem;
 mod module_fit;
 mod soundness;
 
