@@ -62,6 +62,7 @@ mod disk;
 mod error;
 mod file;
 pub mod group;
+pub mod ring;
 pub mod rpc;
 pub mod slots;
 mod sys;
@@ -71,5 +72,5 @@ pub use error::{Error, Result};
 pub use file::{choose_block_size, open, props, size, Backing, Geometry, Kind};
 pub use sys::{
     blockdev_geometry, clear_nonblock, eventfd, eventfd_drain, eventfd_signal, fallocate,
-    fdatasync, seek_data, seek_hole,
+    fdatasync, seek_data, seek_hole, supports_nowait, yield_cpu,
 };
