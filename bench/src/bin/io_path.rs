@@ -1,10 +1,12 @@
 //! Fixed-count I/O loop on one bdev, one core, polling:
-//! `io_path [null|malloc|uring|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
+//! `io_path [null|malloc|passthru|error|uring|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
 //! ns per I/O. Run it under callgrind with two counts and divide the
 //! difference in instructions by the difference in I/Os for a repeatable
 //! per-I/O cost (`bench/callgrind_io_path.sh`).
 //!
-//! Kinds: `null` and `malloc` bdevs; `uring`, a uring bdev over a file in
+//! Kinds: `null` and `malloc` bdevs; `passthru` and `error`, those virtual
+//! bdevs over a null bdev (what the stacking costs: the difference to
+//! `null`); `uring`, a uring bdev over a file in
 //! `/dev/shm` (`IO_PATH_FILE` names another; the kernel's share of the
 //! work is not counted by callgrind, so the count is the module's ring
 //! code, the bdev layer and the loop); `nvme`, the nvme module over an
@@ -103,6 +105,8 @@ fn main() {
     let mgr = BdevManager::default();
     bdevkit_null::register(&mgr);
     bdevkit_malloc::register(&mgr);
+    bdevkit_passthru::register(&mgr);
+    bdevkit_error::register(&mgr);
     bdevkit_uring::register(&mgr);
     bdevkit_nvme::register(&mgr);
     let blocks = 65536;
@@ -175,27 +179,39 @@ fn create(
         .expect("app thread");
         return ("B".into(), temp);
     }
-    if kind == "null" || kind == "malloc" {
+    if matches!(kind, "null" | "malloc" | "passthru" | "error") {
         let k = kind.to_string();
-        app.run_sync(move || {
-            if k == "malloc" {
-                bdevkit_malloc::create(
-                    &m,
-                    bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks),
-                )
-                .expect("malloc");
-            } else {
-                bdevkit_null::create(&m, bdevkit_null::NullCreateParams::new("B", 4096, blocks))
-                    .expect("null");
-            }
-        })
-        .expect("app thread");
-        return ("B".into(), None);
+        let name = app
+            .run_sync(move || match k.as_str() {
+                "malloc" => {
+                    let p = bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks);
+                    bdevkit_malloc::create(&m, p).expect("malloc");
+                    "B".to_string()
+                }
+                other => {
+                    let p = bdevkit_null::NullCreateParams::new("B", 4096, blocks);
+                    bdevkit_null::create(&m, p).expect("null");
+                    match other {
+                        "passthru" => {
+                            let p = bdevkit_passthru::PassthruCreateParams::new("B", "P");
+                            bdevkit_passthru::create(&m, p).expect("passthru")
+                        }
+                        "error" => {
+                            let p = bdevkit_error::ErrorCreateParams::new("B");
+                            bdevkit_error::create(&m, p).expect("error");
+                            "EE_B".to_string()
+                        }
+                        _ => "B".to_string(),
+                    }
+                }
+            })
+            .expect("app thread");
+        return (name, None);
     }
     let spin = match kind {
         "nvme" => false,
         "nvme-spin" => true,
-        k => panic!("unknown kind {k}: null, malloc, uring, nvme or nvme-spin"),
+        k => panic!("unknown kind {k}: null, malloc, passthru, error, uring, nvme or nvme-spin"),
     };
     let cpu = std::env::var("IO_PATH_EMU_CPU")
         .ok()
