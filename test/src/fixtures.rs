@@ -1,7 +1,8 @@
 //! Base bdevs for module tests: malloc bdevs (512-byte blocks) created and
 //! deleted in one call, the setup of a virtual bdev module tested over them
-//! ([`OverMalloc`]), a read left in flight ([`read_in_background`]), and a
-//! base removed under one ([`remove_base_under_read`]).
+//! ([`OverMalloc`]), a read left in flight ([`read_in_background`]), a
+//! base removed under one ([`remove_base_under_read`]), and a bdev filled
+//! with a pattern ([`fill`]) or read whole ([`contents`]).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -59,6 +60,59 @@ pub fn read_in_background(
     got
 }
 
+/// Writes blocks `from..from + blocks` of the 512-byte-block bdev `name`
+/// with [`crate::conformance::pattern`] (seeded by block ^ `seed`), in
+/// chunks of 64 blocks.
+///
+/// # Panics
+/// When the bdev cannot be opened or a write fails.
+pub async fn fill(mgr: &BdevManager, name: &str, from: u64, blocks: u64, seed: u64) {
+    let d = mgr
+        .open(name, true, |_| {})
+        .unwrap_or_else(|e| panic!("open {name}: {e}"));
+    let ch = d
+        .get_io_channel()
+        .expect("invariant: a channel on this thread");
+    let mut off = from;
+    while off < from + blocks {
+        let n = 64.min(from + blocks - off);
+        let len = usize::try_from(n * 512).expect("invariant: small chunk");
+        let data = crate::conformance::pattern(len, off ^ seed);
+        ch.write(off, n, data)
+            .await
+            .unwrap_or_else(|e| panic!("write {name} at {off}: {}", e.error));
+        off += n;
+    }
+}
+
+/// The first `blocks` 512-byte blocks of `name` (opened read-only), read
+/// in chunks of 64 blocks.
+///
+/// # Panics
+/// When the bdev cannot be opened or a read fails.
+pub async fn contents(mgr: &BdevManager, name: &str, blocks: u64) -> Vec<u8> {
+    let d = mgr
+        .open(name, false, |_| {})
+        .unwrap_or_else(|e| panic!("open {name}: {e}"));
+    let ch = d
+        .get_io_channel()
+        .expect("invariant: a channel on this thread");
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off < blocks {
+        let n = 64.min(blocks - off);
+        let len = usize::try_from(n * 512).expect("invariant: small chunk");
+        let buf = DmaBuf::new(len).expect("invariant: small buffer");
+        let b = ch
+            .read(off, n, buf)
+            .await
+            .unwrap_or_else(|e| panic!("read {name} at {off}: {}", e.error));
+        out.extend_from_slice(&b);
+        off += n;
+    }
+    out
+}
+
 /// Creates the malloc bdev `name` of `blocks` 512-byte blocks (the malloc
 /// module must be registered).
 ///
@@ -80,7 +134,7 @@ pub async fn delete_malloc(mgr: &BdevManager, name: &str) {
         let _ = tx.send(r.is_ok());
     });
     assert!(
-        wait_for(10, || rx.try_recv() == Ok(true)).await,
+        wait_for(60, || rx.try_recv() == Ok(true)).await,
         "delete {name}"
     );
 }
@@ -92,7 +146,7 @@ pub async fn delete_malloc(mgr: &BdevManager, name: &str) {
 /// channel exists, before the read (to have it held, say).
 ///
 /// # Panics
-/// When a step fails or takes longer than 5 s.
+/// When a step fails or takes longer than 60 s.
 pub async fn remove_base_under_read(
     mgr: &BdevManager,
     vbdev: &str,
@@ -111,14 +165,14 @@ pub async fn remove_base_under_read(
         let _ = tx.send(r.is_ok());
     });
     assert!(
-        wait_for(5, || read.get() == Some(expect)).await,
+        wait_for(60, || read.get() == Some(expect)).await,
         "read of {vbdev}: {:?}",
         read.get()
     );
     drop(ch);
     drop(desc);
     assert!(
-        wait_for(5, || rx.try_recv() == Ok(true)).await,
+        wait_for(60, || rx.try_recv() == Ok(true)).await,
         "delete {base}"
     );
     assert!(mgr.get(vbdev).is_none(), "{vbdev} still registered");

@@ -41,4 +41,6 @@ pub mod steady;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};
-pub use fixtures::{delete_malloc, malloc, read_in_background, remove_base_under_read, OverMalloc};
+pub use fixtures::{
+    contents, delete_malloc, fill, malloc, read_in_background, remove_base_under_read, OverMalloc,
+};

@@ -71,7 +71,7 @@ mod tests {
             abort.abort(7);
             let done = ch.submit_async(abort).unwrap().await;
             assert_eq!(done.status(), IoStatus::Success);
-            assert!(wait_for(5, || a.get() == Some(IoStatus::Aborted)).await);
+            assert!(wait_for(60, || a.get() == Some(IoStatus::Aborted)).await);
             assert!(b.get().is_none(), "only the target");
             ch.reset().await.unwrap();
             assert_eq!(b.get(), Some(IoStatus::Aborted));

@@ -48,7 +48,7 @@ mod tests {
                 Some((ClaimType::ExclusiveWrite, "error".to_string()))
             );
             conformance::run(&mgr, "EE_M0", Some(bdevkit_error::delete)).await;
-            assert!(wait_for(5, || mgr.get("M0").unwrap().claim().is_none()).await);
+            assert!(wait_for(60, || mgr.get("M0").unwrap().claim().is_none()).await);
         });
     }
 
@@ -140,7 +140,7 @@ mod tests {
                 assert_eq!(read_status(&ch, 0).await, IoStatus::Success, "QD 1 < 4");
             }
             let all: Vec<_> = (0..8).map(|i| read_in_background(&ch, i, 0)).collect();
-            assert!(wait_for(5, || all.iter().all(|c| c.get().is_some())).await);
+            assert!(wait_for(60, || all.iter().all(|c| c.get().is_some())).await);
             let failed = all
                 .iter()
                 .filter(|c| c.get() == Some(IoStatus::Failed))
@@ -161,7 +161,7 @@ mod tests {
             sleep_ms(20).await;
             assert!(a.get().is_none() && b.get().is_none(), "held");
             bdevkit_error::resume_pending(&mgr, "EE_M0").unwrap();
-            assert!(wait_for(5, || a.get().is_some() && b.get().is_some()).await);
+            assert!(wait_for(60, || a.get().is_some() && b.get().is_some()).await);
             assert_eq!(a.get(), Some(IoStatus::Success));
             assert_eq!(b.get(), Some(IoStatus::Success));
 

@@ -170,31 +170,25 @@ fn take_waiters(all: &mut Vec<(u64, DurableWaiter)>, gen: u64) -> Vec<DurableWai
 
 /// Writes `sb` at block 0 of the member behind `ch`, then flushes it.
 pub(crate) async fn write_copy(ch: &BdevChannel, sb: &Superblock) -> Result<(), String> {
-    let bdev = ch.bdev();
-    let bs = bdev.block_size();
-    let bytes = sb.encode(bs);
-    let blocks = sb.blocks(bs);
+    let bytes = sb.encode(ch.bdev().block_size());
     let mut buf = DmaBuf::new(bytes.len()).map_err(|e| e.to_string())?;
     buf.as_mut_slice().copy_from_slice(&bytes);
-    ch.write(0, blocks, buf)
-        .await
-        .map_err(|f| format!("write: {}", f.error))?;
-    if bdev.supports(IoType::Flush) {
-        ch.flush(0, blocks)
-            .await
-            .map_err(|e| format!("flush: {e}"))?;
-    }
-    Ok(())
+    put(ch, sb, buf).await
 }
 
 /// Zeroes the superblock blocks of the member behind `ch`
 /// (`bdev_raid_delete` with `clear_sb`).
 pub(crate) async fn clear_copy(ch: &BdevChannel, sb: &Superblock) -> Result<(), String> {
+    let bs = ch.bdev().block_size();
+    let len = usize::try_from(sb.blocks(bs) * u64::from(bs)).map_err(|e| e.to_string())?;
+    put(ch, sb, DmaBuf::new(len).map_err(|e| e.to_string())?).await
+}
+
+/// Writes `buf` over the superblock's blocks, then flushes them where the
+/// member has a flush.
+async fn put(ch: &BdevChannel, sb: &Superblock, buf: DmaBuf) -> Result<(), String> {
     let bdev = ch.bdev();
-    let bs = bdev.block_size();
-    let blocks = sb.blocks(bs);
-    let len = usize::try_from(blocks * u64::from(bs)).map_err(|e| e.to_string())?;
-    let buf = DmaBuf::new(len).map_err(|e| e.to_string())?;
+    let blocks = sb.blocks(bdev.block_size());
     ch.write(0, blocks, buf)
         .await
         .map_err(|f| format!("write: {}", f.error))?;

@@ -17,7 +17,6 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use bdevkit::bdev::BdevManager;
-    use bdevkit::dma::DmaBuf;
     use bdevkit_aio::AioCreateParams;
     use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
     use bdevkit_jsonrpc::MethodRegistry;
@@ -25,7 +24,7 @@ mod tests {
     use bdevkit_raid::{RaidCreateParams, RaidLevel, RaidState};
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
-    use bdevkit_test::{conformance, TestEnv};
+    use bdevkit_test::{conformance, contents, fill, TestEnv};
     use serde_json::{json, Value};
     use uuid::Uuid;
 
@@ -87,39 +86,6 @@ mod tests {
         bdevkit_raid::raid(mgr, name).map(|r| r.state())
     }
 
-    async fn fill(mgr: &BdevManager, name: &str, blocks: u64, seed: u64) {
-        let d = mgr.open(name, true, |_| {}).unwrap();
-        let ch = d.get_io_channel().unwrap();
-        let mut off = 0;
-        while off < blocks {
-            let n = 128.min(blocks - off);
-            let data = conformance::pattern(usize::try_from(n * 512).unwrap(), off ^ seed);
-            ch.write(off, n, data).await.unwrap();
-            off += n;
-        }
-    }
-
-    async fn contents(mgr: &BdevManager, name: &str, blocks: u64) -> Vec<u8> {
-        let d = mgr.open(name, false, |_| {}).unwrap();
-        let ch = d.get_io_channel().unwrap();
-        let mut out = Vec::new();
-        let mut off = 0;
-        while off < blocks {
-            let n = 128.min(blocks - off);
-            let b = ch
-                .read(
-                    off,
-                    n,
-                    DmaBuf::new(usize::try_from(n * 512).unwrap()).unwrap(),
-                )
-                .await
-                .unwrap();
-            out.extend_from_slice(&b);
-            off += n;
-        }
-        out
-    }
-
     /// Every read of the raid, spread over its mirrors (reads go
     /// round-robin), twice over: a stale member would show.
     async fn assert_reads(mgr: &BdevManager, name: &str, blocks: u64, expect: &[u8]) {
@@ -163,6 +129,15 @@ mod tests {
         }
     }
 
+    /// The `base_bdevs` of the saved `bdev_raid_create` are `want`.
+    fn assert_saved_members(entries: &[Value], want: &Value) {
+        let create = entries
+            .iter()
+            .find(|e| e["method"] == "bdev_raid_create")
+            .expect("a bdev_raid_create entry");
+        assert_eq!(&create["params"]["base_bdevs"], want, "{create}");
+    }
+
     fn saved(mgr: &BdevManager) -> Vec<Value> {
         mgr.config_json()
             .into_iter()
@@ -173,6 +148,23 @@ mod tests {
                     || m.starts_with("bdev_error_")
             })
             .collect()
+    }
+
+    /// `bdev_raid_add_base_bdev r1 <base>`, which must succeed.
+    async fn add_member(reg: &MethodRegistry, base: &str) {
+        let r = call(
+            reg,
+            "bdev_raid_add_base_bdev",
+            json!({"raid_bdev": "r1", "base_bdev": base}),
+        )
+        .await;
+        assert_eq!(r, Ok(json!(true)));
+    }
+
+    /// `bdev_raid_remove_base_bdev <name>`, which must succeed.
+    async fn remove_member(reg: &MethodRegistry, name: &str) {
+        let r = call(reg, "bdev_raid_remove_base_bdev", json!({"name": name})).await;
+        assert_eq!(r, Ok(json!(true)));
     }
 
     async fn slow_rebuild(reg: &MethodRegistry) {
@@ -203,29 +195,15 @@ mod tests {
             )
             .await
             .unwrap();
-            fill(&mgr, "r1", data, 7).await;
+            fill(&mgr, "r1", 0, data, 7).await;
             let expect = contents(&mgr, "r1", data).await;
             slow_rebuild(&reg).await;
-            let r = call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A1"})).await;
-            assert_eq!(r, Ok(json!(true)));
-            let r = call(
-                &reg,
-                "bdev_raid_add_base_bdev",
-                json!({"raid_bdev": "r1", "base_bdev": "A2"}),
-            )
-            .await;
-            assert_eq!(r, Ok(json!(true)));
+            remove_member(&reg, "A1").await;
+            add_member(&reg, "A2").await;
             let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
-            assert!(wait_for(10, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
+            assert!(wait_for(60, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
             let entries = saved(&mgr);
-            let create = entries
-                .iter()
-                .find(|e| e["method"] == "bdev_raid_create")
-                .unwrap();
-            assert_eq!(
-                create["params"]["base_bdevs"],
-                json!(["A0", "removed_base_bdev_1"])
-            );
+            assert_saved_members(&entries, &json!(["A0", "removed_base_bdev_1"]));
             let last = entries.last().unwrap();
             assert_eq!(
                 last,
@@ -265,24 +243,17 @@ mod tests {
             )
             .await
             .unwrap();
-            fill(&mgr, "r1", BLOCKS, 1).await;
+            fill(&mgr, "r1", 0, BLOCKS, 1).await;
             let mut inj =
                 ErrorInjectParams::new("EE_A1", InjectIoType::Write, InjectErrorType::Failure);
             inj.num = Some(u32::MAX);
             bdevkit_error::inject_error(&mgr, &inj).unwrap();
             // New data: A1 misses all of it.
-            fill(&mgr, "r1", BLOCKS, 2).await;
+            fill(&mgr, "r1", 0, BLOCKS, 2).await;
             assert_eq!(state(&mgr, "r1"), Some(RaidState::Degraded));
             let expect = contents(&mgr, "r1", BLOCKS).await;
             let entries = saved(&mgr);
-            let create = entries
-                .iter()
-                .find(|e| e["method"] == "bdev_raid_create")
-                .unwrap();
-            assert_eq!(
-                create["params"]["base_bdevs"],
-                json!(["A0", "removed_base_bdev_1"])
-            );
+            assert_saved_members(&entries, &json!(["A0", "removed_base_bdev_1"]));
             (entries, expect)
         });
         env().run(move |mgr| async move {
@@ -291,13 +262,7 @@ mod tests {
             assert_eq!(state(&mgr, "r1"), Some(RaidState::Degraded));
             assert_reads(&mgr, "r1", BLOCKS, &expect).await;
             // Added back by hand, it is rebuilt.
-            let r = call(
-                &reg,
-                "bdev_raid_add_base_bdev",
-                json!({"raid_bdev": "r1", "base_bdev": "EE_A1"}),
-            )
-            .await;
-            assert_eq!(r, Ok(json!(true)));
+            add_member(&reg, "EE_A1").await;
             assert!(rebuilt(&mgr, "r1").await);
             assert_reads(&mgr, "r1", BLOCKS, &expect).await;
         });
@@ -329,7 +294,7 @@ mod tests {
             assert_eq!(info["superblock"], true);
             assert_eq!(info["base_bdevs_list"][1]["data_offset"], SB_OFFSET);
             assert_eq!(info["base_bdevs_list"][1]["data_size"], BLOCKS - SB_OFFSET);
-            fill(&mgr, "r1", BLOCKS - SB_OFFSET, 3).await;
+            fill(&mgr, "r1", 0, BLOCKS - SB_OFFSET, 3).await;
             // Nothing in save_config: the superblock holds the raid.
             assert!(!mgr
                 .config_json()
@@ -352,14 +317,14 @@ mod tests {
         env().run(move |mgr| async move {
             aio(&mgr, &paths, 1);
             aio(&mgr, &paths, 0);
-            assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+            assert!(wait_for(60, || mgr.get("r1").is_some()).await);
             assert_eq!(state(&mgr, "r1"), Some(RaidState::Online));
             assert_eq!(mgr.get("r1").unwrap().uuid(), Uuid::from_u128(0x5eed));
             assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
             // Delete with clear_sb: examine no longer finds it.
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_raid::delete_with(&mgr, "r1", true, move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(10, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
         });
         for p in &f.paths {
             assert!(Superblock::decode(&std::fs::read(p).unwrap()[..512]).is_err());
@@ -382,10 +347,9 @@ mod tests {
                 bdevkit_raid::create(&mgr, sb_create(&["A0", "A1"]))
                     .await
                     .unwrap();
-                fill(&mgr, "r1", BLOCKS - SB_OFFSET, 1).await;
-                let r = call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A1"})).await;
-                assert_eq!(r, Ok(json!(true)));
-                fill(&mgr, "r1", BLOCKS - SB_OFFSET, 2).await;
+                fill(&mgr, "r1", 0, BLOCKS - SB_OFFSET, 1).await;
+                remove_member(&reg, "A1").await;
+                fill(&mgr, "r1", 0, BLOCKS - SB_OFFSET, 2).await;
                 contents(&mgr, "r1", BLOCKS - SB_OFFSET).await
             });
             let (a0, a1) = (sb_of(&f.paths[0]), sb_of(&f.paths[1]));
@@ -404,7 +368,7 @@ mod tests {
                     aio(&mgr, &paths, 0);
                     aio(&mgr, &paths, 1);
                 }
-                assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+                assert!(wait_for(60, || mgr.get("r1").is_some()).await);
                 // Reads never come from A1 before it is rebuilt.
                 assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
                 assert!(rebuilt(&mgr, "r1").await, "A1 rebuilt");
@@ -463,19 +427,12 @@ mod tests {
             bdevkit_raid::create(&mgr, sb_create(&["A0", "A1"]))
                 .await
                 .unwrap();
-            fill(&mgr, "r1", BLOCKS - SB_OFFSET, 9).await;
-            let r = call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "A1"})).await;
-            assert_eq!(r, Ok(json!(true)));
+            fill(&mgr, "r1", 0, BLOCKS - SB_OFFSET, 9).await;
+            remove_member(&reg, "A1").await;
             slow_rebuild(&reg).await;
-            let r = call(
-                &reg,
-                "bdev_raid_add_base_bdev",
-                json!({"raid_bdev": "r1", "base_bdev": "A2"}),
-            )
-            .await;
-            assert_eq!(r, Ok(json!(true)));
+            add_member(&reg, "A2").await;
             let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
-            assert!(wait_for(10, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
+            assert!(wait_for(60, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
             contents(&mgr, "r1", BLOCKS - SB_OFFSET).await
             // The runtime ends here, mid-rebuild.
         });
@@ -488,7 +445,7 @@ mod tests {
             // The target first: it must wait, not be trusted.
             aio(&mgr, &paths, 2);
             aio(&mgr, &paths, 0);
-            assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+            assert!(wait_for(60, || mgr.get("r1").is_some()).await);
             assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
             assert!(rebuilt(&mgr, "r1").await, "the rebuild finished");
         });

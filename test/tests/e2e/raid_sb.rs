@@ -137,24 +137,27 @@ fn aio_rpc(tgt: &Daemon, name: &str, file: &Path, i: usize) {
     let _ = tgt.ok("bdev_aio_create", Some(e["params"].clone()));
 }
 
-#[test]
-fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
-    let d = temp_dir();
-    let files: Vec<PathBuf> = (0..3)
+/// `n` member files of `size` bytes in `dir`.
+fn member_files(dir: &Path, n: usize, size: u64) -> Vec<PathBuf> {
+    (0..n)
         .map(|i| {
-            let p = d.path().join(format!("m{i}"));
-            std::fs::File::create(&p).unwrap().set_len(8 * MIB).unwrap();
+            let p = dir.join(format!("m{i}"));
+            std::fs::File::create(&p).unwrap().set_len(size).unwrap();
             p
         })
-        .collect();
-    // 7 MiB of data (8 MiB members, 1 MiB superblock area).
-    let blocks = 7 * MIB / 512;
-    let data = d.path().join("data.bin");
-    std::fs::write(&data, pattern("kill9", blocks)).unwrap();
-    let create = json!({"method": "bdev_raid_create", "params": {"name": "r1",
+        .collect()
+}
+
+/// Creates raid1 `name` with a superblock over aio bdevs `A0`, `A1` on
+/// `files[0..2]` and writes `blocks` blocks of `pattern(label, ..)` into
+/// it, with bdev_dd (which exits, cleanly, when done).
+fn make_array(dir: &Path, files: &[PathBuf], name: &str, label: &str, blocks: u64) {
+    let data = dir.join("data.bin");
+    std::fs::write(&data, pattern(label, blocks)).unwrap();
+    let create = json!({"method": "bdev_raid_create", "params": {"name": name,
         "raid_level": "raid1", "base_bdevs": ["A0", "A1"], "superblock": true}});
     let cfg = config(
-        d.path(),
+        dir,
         "make.json",
         vec![
             aio_entry("A0", &files[0], 0),
@@ -171,13 +174,22 @@ fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
             "--if",
             data.to_str().unwrap(),
             "--ob",
-            "r1",
+            name,
             "--bs",
             "65536",
         ],
         None,
     );
-    assert!(o.status.success(), "bdev_dd writing the raid: {}", text(&o));
+    assert!(o.status.success(), "bdev_dd writing {name}: {}", text(&o));
+}
+
+#[test]
+fn kill_9_mid_rebuild_reassembles_and_finishes_with_identical_members() {
+    let d = temp_dir();
+    let files = member_files(d.path(), 3, 8 * MIB);
+    // 7 MiB of data (8 MiB members, 1 MiB superblock area).
+    let blocks = 7 * MIB / 512;
+    make_array(d.path(), &files, "r1", "kill9", blocks);
 
     // bdev_tgt finds the array by examine; A1 out, A2 in, rebuilt slowly.
     let mut tgt = Daemon::start(&["-m", "0x1"]);
@@ -255,43 +267,9 @@ fn arrays_bdevkit_made_assemble_in_spdk() {
         return;
     };
     let d = temp_dir();
-    let files: Vec<PathBuf> = (0..2)
-        .map(|i| {
-            let p = d.path().join(format!("m{i}"));
-            std::fs::File::create(&p).unwrap().set_len(4 * MIB).unwrap();
-            p
-        })
-        .collect();
+    let files = member_files(d.path(), 2, 4 * MIB);
     let blocks = 3 * MIB / 512;
-    let data = d.path().join("data.bin");
-    std::fs::write(&data, pattern("bdevkit", blocks)).unwrap();
-    let create = json!({"method": "bdev_raid_create", "params": {"name": "ours",
-        "raid_level": "raid1", "base_bdevs": ["A0", "A1"], "superblock": true}});
-    let cfg = config(
-        d.path(),
-        "make.json",
-        vec![
-            aio_entry("A0", &files[0], 0),
-            aio_entry("A1", &files[1], 1),
-            create,
-        ],
-    );
-    let o = run(
-        &bin("bdev_dd"),
-        &[
-            "--interrupt-mode",
-            "--json",
-            cfg.to_str().unwrap(),
-            "--if",
-            data.to_str().unwrap(),
-            "--ob",
-            "ours",
-            "--bs",
-            "65536",
-        ],
-        None,
-    );
-    assert!(o.status.success(), "bdev_dd: {}", text(&o));
+    make_array(d.path(), &files, "ours", "bdevkit", blocks);
     // SPDK assembles it from the members alone.
     let cfg = config(
         d.path(),

@@ -39,7 +39,9 @@ mod forward;
 mod stacked;
 
 pub use crate::stacked_config;
-pub use base::{own_bdev, props_over, resize_own, unregister_own, BaseBdev, BaseEvents, BaseLink};
+pub use base::{
+    own_bdev, part_uuid, props_over, resize_own, unregister_own, BaseBdev, BaseEvents, BaseLink,
+};
 pub use configs::{VbdevConfig, VbdevConfigs, VbdevModule};
 pub use device::{DeviceChannel, DeviceOps, StackedWithDevice};
 pub use forward::{complete_parent, forward};
