@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::discovery::{DiscoveryArgs, Done, Ops};
 use crate::module::{attach, detach_paths, module};
-use crate::reconnect::Reconnect;
+use crate::reconnect::{Reconnect, ReconnectParams};
 use crate::{Error, Result};
 
 /// The discovery controllers' TCP port when `trsvcid` is not given (the
@@ -43,12 +43,8 @@ pub struct StartDiscoveryParams {
     pub wait_for_attach: bool,
     #[serde(default)]
     pub attach_timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub ctrlr_loss_timeout_sec: Option<i32>,
-    #[serde(default)]
-    pub reconnect_delay_sec: Option<u32>,
-    #[serde(default)]
-    pub fast_io_fail_timeout_sec: Option<u32>,
+    #[serde(flatten)]
+    pub reconnect: ReconnectParams,
 }
 
 /// `bdev_nvme_stop_discovery` params.
@@ -71,14 +67,12 @@ pub struct DiscoveryInfoParams {}
 /// -22 with the rule broken.
 pub fn reconnect_params(
     mgr: &BdevManager,
-    loss: Option<i32>,
-    delay: Option<u32>,
-    fast: Option<u32>,
+    p: &ReconnectParams,
 ) -> Result<Option<Reconnect>, RpcError> {
     let d = crate::options(mgr)
         .map(|o| o.reconnect())
         .unwrap_or_default();
-    Reconnect::from_params(d, loss, delay, fast).map_err(|e| RpcError::new(-22, e))
+    p.over(d).map_err(|e| RpcError::new(-22, e))
 }
 
 /// The service arguments of `p` (SPDK's checks and messages).
@@ -119,12 +113,7 @@ pub fn discovery_args(
             return Err(RpcError::new(-22, format!("Invalid hostnqn {n}: {e}")));
         }
     }
-    let reconnect = reconnect_params(
-        mgr,
-        p.ctrlr_loss_timeout_sec,
-        p.reconnect_delay_sec,
-        p.fast_io_fail_timeout_sec,
-    )?;
+    let reconnect = reconnect_params(mgr, &p.reconnect)?;
     let mut tcp = TcpOptions::new(&p.traddr, svcid, DISCOVERY_NQN);
     tcp.hostnqn.clone_from(&p.hostnqn);
     let timeout_ms = p.attach_timeout_ms.unwrap_or(0);

@@ -69,7 +69,7 @@ pub use module::{
 pub use multipath::{PathPolicy, Policy, Selector};
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
 pub use paths::PathSelector;
-pub use reconnect::Reconnect;
+pub use reconnect::{Reconnect, ReconnectParams};
 pub use rpc::register_rpcs;
 
 /// Module name.

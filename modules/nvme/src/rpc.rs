@@ -31,6 +31,7 @@ pub use crate::emu::{EmuCreateParams, EmuNsParams};
 use crate::multipath::Policy;
 use crate::options::{HotplugParams, NvmeOptions};
 use crate::paths::PathSelector;
+use crate::reconnect::ReconnectParams;
 use crate::Error;
 
 /// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
@@ -70,12 +71,8 @@ pub struct AttachParams {
     pub multipath: Option<String>,
     #[serde(default)]
     pub num_io_queues: Option<u32>,
-    #[serde(default)]
-    pub ctrlr_loss_timeout_sec: Option<i32>,
-    #[serde(default)]
-    pub reconnect_delay_sec: Option<u32>,
-    #[serde(default)]
-    pub fast_io_fail_timeout_sec: Option<u32>,
+    #[serde(flatten)]
+    pub reconnect: ReconnectParams,
     #[serde(default)]
     pub psk: Option<String>,
     #[serde(default)]
@@ -383,12 +380,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     return;
                 }
             }
-            let reconnect = match crate::discovery_rpc::reconnect_params(
-                &m,
-                p.ctrlr_loss_timeout_sec,
-                p.reconnect_delay_sec,
-                p.fast_io_fail_timeout_sec,
-            ) {
+            let reconnect = match crate::discovery_rpc::reconnect_params(&m, &p.reconnect) {
                 Ok(r) => r,
                 Err(e) => return resp.err(e),
             };
