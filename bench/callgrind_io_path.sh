@@ -8,7 +8,10 @@
 # register (the emulator's DoorbellSink::ring, which runs the inline
 # emulator's run_inline; on hardware a doorbell is one store), so the count
 # is the driver's and the module's; EMU=1 keeps it in.
-#   bench/callgrind_io_path.sh [null|malloc|nvme] [QD] [read|write]
+# For uring (a uring bdev over a file in /dev/shm) the kernel's work is not
+# counted (callgrind sees user space only): the count is the module's.
+# passthru and error are those virtual bdevs over a null bdev.
+#   bench/callgrind_io_path.sh [null|malloc|passthru|error|uring|nvme] [QD] [read|write]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-null}; qd=${2:-128}; rw=${3:-read}
@@ -18,7 +21,7 @@ toggle=(--toggle-collect='*emu::Shared as*DoorbellSink*::ring*' --collect-atstar
 [ "${EMU:-0}" = 1 ] && toggle=()
 count() {
     IO_PATH_INTERRUPT=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null "${toggle[@]}" \
-        target/release/io_path "$kind" "$qd" "$1" "$rw" 2>&1 |
+        "${CARGO_TARGET_DIR:-target}"/release/io_path "$kind" "$qd" "$1" "$rw" 2>&1 |
         awk '/Collected/{print $4}' | tr -d ,
 }
 a=$(count 200000); b=$(count 1200000)

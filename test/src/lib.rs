@@ -13,7 +13,9 @@
 //!   every test that needs it; a missing client fails unless opted out).
 //! * [`rpc`]: in-process RPC calls for module tests (a registry with the
 //!   methods a test needs, a call that waits on the reactor).
-//! * [`fixtures`]: malloc base bdevs created and deleted in one call.
+//! * [`fixtures`]: malloc base bdevs created and deleted in one call, a
+//!   virtual bdev module's setup over them, a read left in flight, a base
+//!   removed under it.
 //! * [`kernel`]: what the modules over kernel files (aio, uring) test the
 //!   same way: temporary files, a loop device, a tiny tmpfs, shared
 //!   scenarios and the per-I/O bench driver.
@@ -21,6 +23,7 @@
 //!   multi-segment buffers, read back and compared.
 //! * [`steady`]: a counting global allocator and the steady-state I/O
 //!   driver of the zero-allocation tests.
+//! * [`prelude`]: what a module's tests import, in one glob.
 //! * [`nvmf`]: an in-process NVMe/TCP target and a PDU-level test host.
 #![warn(missing_docs)]
 
@@ -30,6 +33,7 @@ pub mod env;
 pub mod fixtures;
 pub mod kernel;
 pub mod nvmf;
+pub mod prelude;
 pub mod rpc;
 pub mod sizes;
 pub mod spdk_rpc;
@@ -37,4 +41,6 @@ pub mod steady;
 pub mod verify;
 
 pub use env::{sleep_ms, TestEnv};
-pub use fixtures::{contents, delete_malloc, fill, malloc};
+pub use fixtures::{
+    contents, delete_malloc, fill, malloc, read_in_background, remove_base_under_read, OverMalloc,
+};

@@ -1,6 +1,7 @@
 //! In-process RPC calls for module tests: a registry holding the methods a
-//! test needs, and a call that waits for the answer on the reactor (or, from
-//! the test's own thread, blocking).
+//! test needs, a call that waits for the answer on the reactor (or, from
+//! the test's own thread, blocking), and a saved config's entries picked
+//! and replayed.
 
 use std::time::Duration;
 
@@ -65,6 +66,31 @@ pub async fn call(reg: &MethodRegistry, method: &str, params: Value) -> Result<V
             Ok(r) => return r,
             Err(std::sync::mpsc::TryRecvError::Empty) => sleep_ms(1).await,
             Err(e) => panic!("no answer to {method}: {e}"),
+        }
+    }
+}
+
+/// The entries of `mgr`'s saved config (`BdevManager::config_json`) whose
+/// method is one of `methods`, in their order.
+#[must_use]
+pub fn saved_entries(mgr: &BdevManager, methods: &[&str]) -> Vec<Value> {
+    mgr.config_json()
+        .into_iter()
+        .filter(|e| methods.iter().any(|m| e["method"] == *m))
+        .collect()
+}
+
+/// Calls every saved-config entry of `entries` through `reg`, the last
+/// first (a virtual bdev before its base: examine makes the order
+/// irrelevant, which this shows).
+///
+/// # Panics
+/// When an entry has no method or its call fails.
+pub async fn replay(reg: &MethodRegistry, entries: &[Value]) {
+    for e in entries.iter().rev() {
+        let method = e["method"].as_str().expect("an entry has a method");
+        if let Err(err) = call(reg, method, e["params"].clone()).await {
+            panic!("replay {e}: {err:?}");
         }
     }
 }

@@ -24,7 +24,7 @@ pub(crate) fn finish_timed(core: &ChannelCore, io: BdevIo) {
 }
 
 /// Completes a consumer I/O: statistics, then the consumer's callback.
-#[inline]
+#[inline(always)]
 pub(crate) fn finish(core: &ChannelCore, mut io: BdevIo) {
     let now = clock::poll_ticks();
     let i = io.inner_mut();

@@ -132,7 +132,7 @@ pub enum ResetMode {
 
 impl IoStat {
     /// Accounts one completed I/O.
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, io_type: IoType, bytes: u64, status: IoStatus, latency_ticks: u64) {
         match status {
             IoStatus::Success => match io_type {

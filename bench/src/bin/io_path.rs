@@ -1,10 +1,15 @@
 //! Fixed-count I/O loop on one bdev, one core, polling:
-//! `io_path [null|malloc|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
+//! `io_path [null|malloc|passthru|error|uring|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
 //! ns per I/O. Run it under callgrind with two counts and divide the
 //! difference in instructions by the difference in I/Os for a repeatable
 //! per-I/O cost (`bench/callgrind_io_path.sh`).
 //!
-//! Kinds: `null` and `malloc` bdevs; `nvme`, the nvme module over an
+//! Kinds: `null` and `malloc` bdevs; `passthru` and `error`, those virtual
+//! bdevs over a null bdev (what the stacking costs: the difference to
+//! `null`); `uring`, a uring bdev over a file in
+//! `/dev/shm` (`IO_PATH_FILE` names another; the kernel's share of the
+//! work is not counted by callgrind, so the count is the module's ring
+//! code, the bdev layer and the loop); `nvme`, the nvme module over an
 //! emulated controller with a null namespace that runs inline (inside the
 //! driver's doorbell writes, on the reactor's core: deterministic, and
 //! callgrind can leave the device's share out by toggling collection in
@@ -100,9 +105,12 @@ fn main() {
     let mgr = BdevManager::default();
     bdevkit_null::register(&mgr);
     bdevkit_malloc::register(&mgr);
+    bdevkit_passthru::register(&mgr);
+    bdevkit_error::register(&mgr);
+    bdevkit_uring::register(&mgr);
     bdevkit_nvme::register(&mgr);
     let blocks = 65536;
-    let name = create(&rt.app_thread(), &mgr, &kind, blocks);
+    let (name, temp) = create(&rt.app_thread(), &mgr, &kind, blocks);
     let (tx, rx) = mpsc::channel();
     let m = mgr.clone();
     let start = rt
@@ -131,6 +139,9 @@ fn main() {
         .expect("app thread");
     rx.recv().expect("done");
     let el = start.elapsed();
+    if let Some(f) = temp {
+        let _ = std::fs::remove_file(f);
+    }
     #[expect(clippy::cast_precision_loss, reason = "display")]
     let ns = el.as_nanos() as f64 / count as f64;
     println!(
@@ -140,30 +151,67 @@ fn main() {
     drop(rt);
 }
 
-/// Creates the bdev of `kind` with `blocks` 4 KiB blocks; its name.
-fn create(app: &ThreadHandle, mgr: &BdevManager, kind: &str, blocks: u64) -> String {
+/// Creates the bdev of `kind` with `blocks` 4 KiB blocks; its name, and
+/// the file made for it (to remove at the end).
+fn create(
+    app: &ThreadHandle,
+    mgr: &BdevManager,
+    kind: &str,
+    blocks: u64,
+) -> (String, Option<String>) {
     let m = mgr.clone();
-    if kind == "null" || kind == "malloc" {
-        let k = kind.to_string();
-        app.run_sync(move || {
-            if k == "malloc" {
-                bdevkit_malloc::create(
-                    &m,
-                    bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks),
-                )
-                .expect("malloc");
-            } else {
-                bdevkit_null::create(&m, bdevkit_null::NullCreateParams::new("B", 4096, blocks))
-                    .expect("null");
+    if kind == "uring" {
+        let (path, temp) = match std::env::var("IO_PATH_FILE") {
+            Ok(p) => (p, None),
+            Err(_) => {
+                let p = format!("/dev/shm/io_path-{}.img", std::process::id());
+                let f = std::fs::File::create(&p).expect("file in /dev/shm");
+                f.set_len(blocks * 4096).expect("file size");
+                (p.clone(), Some(p))
             }
+        };
+        let p = path.clone();
+        app.run_sync(move || {
+            let mut params = bdevkit_uring::UringCreateParams::new("B", p);
+            params.block_size = Some(4096);
+            bdevkit_uring::create(&m, params).expect("uring");
         })
         .expect("app thread");
-        return "B".into();
+        return ("B".into(), temp);
+    }
+    if matches!(kind, "null" | "malloc" | "passthru" | "error") {
+        let k = kind.to_string();
+        let name = app
+            .run_sync(move || match k.as_str() {
+                "malloc" => {
+                    let p = bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks);
+                    bdevkit_malloc::create(&m, p).expect("malloc");
+                    "B".to_string()
+                }
+                other => {
+                    let p = bdevkit_null::NullCreateParams::new("B", 4096, blocks);
+                    bdevkit_null::create(&m, p).expect("null");
+                    match other {
+                        "passthru" => {
+                            let p = bdevkit_passthru::PassthruCreateParams::new("B", "P");
+                            bdevkit_passthru::create(&m, p).expect("passthru")
+                        }
+                        "error" => {
+                            let p = bdevkit_error::ErrorCreateParams::new("B");
+                            bdevkit_error::create(&m, p).expect("error");
+                            "EE_B".to_string()
+                        }
+                        _ => "B".to_string(),
+                    }
+                }
+            })
+            .expect("app thread");
+        return (name, None);
     }
     let spin = match kind {
         "nvme" => false,
         "nvme-spin" => true,
-        k => panic!("unknown kind {k}: null, malloc, nvme or nvme-spin"),
+        k => panic!("unknown kind {k}: null, malloc, passthru, error, uring, nvme or nvme-spin"),
     };
     let cpu = std::env::var("IO_PATH_EMU_CPU")
         .ok()
@@ -201,5 +249,5 @@ fn create(app: &ThreadHandle, mgr: &BdevManager, kind: &str, blocks: u64) -> Str
         .recv_timeout(Duration::from_secs(60))
         .expect("attach finished")
         .expect("attach");
-    names.into_iter().next().expect("a namespace bdev")
+    (names.into_iter().next().expect("a namespace bdev"), None)
 }

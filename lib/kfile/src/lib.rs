@@ -1,5 +1,5 @@
-//! What the bdev modules over kernel files (`aio`, `uring`) share: a
-//! library, not a bdev module (no `register`, no RPCs).
+//! What the bdev modules over kernel files (`aio`, `uring`, `xnvme`)
+//! share: a library, not a bdev module (no `register`, no RPCs).
 //!
 //! # Model
 //!
@@ -18,22 +18,26 @@
 //! (the ownership rule is in [`slots`]), and what a completion means for
 //! it ([`slots::finish_all`]: done, or queued again for the rest). The
 //! thread's context, its FIFO of waiting I/Os, its poller and its eventfd
-//! form a [`group::Group`]. The module keeps everything that talks to its
-//! kernel interface (building, submitting and reaping requests: its
-//! [`group::Engine`]) and its error type, which wraps [`Error`] without
-//! changing its message or errno.
+//! form a [`group::Group`]. The io_uring ring, with its table, is here
+//! too, once for uring's file I/O and xnvme's NVMe passthrough
+//! ([`ring::Ring`]: it builds every entry from its slots, so its API is
+//! safe). The module keeps what is its own in talking to the kernel (its
+//! [`group::Engine`]: aio's AIO context; which ring a uring or xnvme bdev
+//! uses, and the NVMe commands xnvme builds) and its error type, which
+//! wraps [`Error`] without changing its message or errno.
 //!
 //! The few system calls std does not wrap are here too, safe to call:
 //! block device geometry, [`fallocate`] and [`fdatasync`] (blocking: for a
 //! helper thread), [`seek_data`] and [`seek_hole`] (what `bdev_dd
 //! --sparse` skips), and the eventfd a thread's context signals in interrupt
-//! mode ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`]). Their
-//! `unsafe` is in this crate's private `sys` module.
+//! mode ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`]), whether a
+//! file reads without blocking ([`supports_nowait`]), [`yield_cpu`]. Their
+//! `unsafe`, and the ring's, is in this crate's private `sys` module.
 //!
-//! Nothing here allocates, locks or makes a system call per I/O: the table
-//! is plain data, generic over how the module names a file (a descriptor,
-//! a registered-file index), so its methods inline into the module's I/O
-//! path.
+//! Nothing here allocates, locks or makes a system call per I/O (the ring
+//! makes one per poll): the table is plain data, generic over how the
+//! module names a file (a descriptor, a registered-file index), so its
+//! methods inline into the module's I/O path.
 //!
 //! # Example
 //!
@@ -62,6 +66,7 @@ mod disk;
 mod error;
 mod file;
 pub mod group;
+pub mod ring;
 pub mod rpc;
 pub mod slots;
 mod sys;
@@ -71,5 +76,5 @@ pub use error::{Error, Result};
 pub use file::{choose_block_size, open, props, size, Backing, Geometry, Kind};
 pub use sys::{
     blockdev_geometry, clear_nonblock, eventfd, eventfd_drain, eventfd_signal, fallocate,
-    fdatasync, seek_data, seek_hole,
+    fdatasync, seek_data, seek_hole, supports_nowait, yield_cpu,
 };

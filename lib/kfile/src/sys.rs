@@ -1,7 +1,11 @@
-//! The only unsafe code of the crate: the few file and eventfd system calls
-//! std does not wrap (block device ioctls, `fcntl`, `fallocate`,
-//! `fdatasync`, `lseek` with `SEEK_DATA`/`SEEK_HOLE`, eventfd). Each takes plain integers or pointers to live
+//! The only unsafe code of the crate: the io_uring ring ([`ring`]), and
+//! the few file and eventfd system calls std does not wrap (block device
+//! ioctls, `fcntl`, `fallocate`, `fdatasync`, `lseek` with
+//! `SEEK_DATA`/`SEEK_HOLE`, `preadv2(RWF_NOWAIT)`, eventfd,
+//! `sched_yield`). Each of those takes plain integers or pointers to live
 //! locals; none keeps a pointer past the call.
+
+pub(crate) mod ring;
 
 use std::fs::File;
 use std::io;
@@ -133,6 +137,32 @@ pub fn eventfd_signal(fd: RawFd) {
     let v: u64 = 1;
     // SAFETY: writes 8 bytes from a live local.
     let _ = unsafe { libc::write(fd, (&raw const v).cast(), 8) };
+}
+
+/// Whether the kernel can read `fd` without blocking (`FMODE_NOWAIT`):
+/// one `preadv2(RWF_NOWAIT)` of a block at offset 0, which never blocks
+/// (it fails with `EAGAIN` instead). io_uring serves files without it
+/// (tmpfs, for one) in io-wq worker threads.
+#[must_use]
+pub fn supports_nowait(fd: RawFd, block_size: u32) -> bool {
+    let len = block_size as usize;
+    let Ok(mut buf) = bdevkit::dma::DmaBuf::alloc(len, len.max(4096)) else {
+        return true;
+    };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over `buf`, which outlives this synchronous call.
+    let r = unsafe { libc::preadv2(fd, &raw const iov, 1, 0, libc::RWF_NOWAIT) };
+    !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP))
+}
+
+/// Gives the CPU to another runnable task on this CPU, if any (returns at
+/// once otherwise).
+pub fn yield_cpu() {
+    // SAFETY: sched_yield takes no arguments and cannot fail.
+    unsafe { libc::sched_yield() };
 }
 
 #[cfg(test)]

@@ -47,6 +47,12 @@ impl HashFn {
         }
     }
 
+    /// SPDK's names of every hash, weakest first: the digests that
+    /// `bdev_nvme_set_options` and `nvmf_set_config` allow by default.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        HashFn::ALL.into_iter().map(HashFn::name)
+    }
+
     /// From SPDK's name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<HashFn> {
@@ -157,6 +163,12 @@ impl DhGroup {
             DhGroup::Ffdhe6144 => "ffdhe6144",
             DhGroup::Ffdhe8192 => "ffdhe8192",
         }
+    }
+
+    /// SPDK's names of every group, weakest first: the groups that
+    /// `bdev_nvme_set_options` and `nvmf_set_config` allow by default.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        DhGroup::ALL.into_iter().map(DhGroup::name)
     }
 
     /// From SPDK's name.

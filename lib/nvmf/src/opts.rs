@@ -4,6 +4,7 @@
 //! TCP transport: `lib/nvmf/tcp.c`, `transport.c`; the nvmf event
 //! subsystem: `module/event/subsystems/nvmf`).
 
+use bdevkit_nvme_auth::{DhGroup, HashFn};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -536,16 +537,6 @@ const FILTER_NAMES: [&str; 8] = [
     "transport,address,svcid",
 ];
 
-const DIGESTS: [&str; 3] = ["sha256", "sha384", "sha512"];
-const DHGROUPS: [&str; 6] = [
-    "null",
-    "ffdhe2048",
-    "ffdhe3072",
-    "ffdhe4096",
-    "ffdhe6144",
-    "ffdhe8192",
-];
-
 /// Target-wide settings (STARTUP-time RPCs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetConf {
@@ -578,8 +569,8 @@ impl Default for TargetConf {
             discovery_filter: 0,
             admin_cmd_passthru: AdminCmdPassthru::default(),
             poll_groups_mask: None,
-            dhchap_digests: DIGESTS.iter().map(|s| (*s).to_string()).collect(),
-            dhchap_dhgroups: DHGROUPS.iter().map(|s| (*s).to_string()).collect(),
+            dhchap_digests: HashFn::names().map(String::from).collect(),
+            dhchap_dhgroups: DhGroup::names().map(String::from).collect(),
             dup_host_policy: "allow".into(),
         }
     }
@@ -640,10 +631,11 @@ impl TargetConf {
                 .collect())
         };
         if let Some(d) = &p.dhchap_digests {
-            next.dhchap_digests = check(d, &DIGESTS, "dhchap_digests")?;
+            next.dhchap_digests = check(d, &HashFn::names().collect::<Vec<_>>(), "dhchap_digests")?;
         }
         if let Some(g) = &p.dhchap_dhgroups {
-            next.dhchap_dhgroups = check(g, &DHGROUPS, "dhchap_dhgroups")?;
+            next.dhchap_dhgroups =
+                check(g, &DhGroup::names().collect::<Vec<_>>(), "dhchap_dhgroups")?;
         }
         if let Some(d) = &p.dup_host_policy {
             if d != "allow" && d != "restrict_per_listener" {

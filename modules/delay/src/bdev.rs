@@ -1,22 +1,20 @@
 //! The delay module, its bdev, its per-thread channel with the queue of
 //! held I/Os, and its I/O path.
 
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::rc::{Rc, Weak as RcWeak};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
+use bdevkit::bdev::module::vbdev::{self, DeviceOps, StackedBdev, StackedWithDevice, VbdevModule};
 use bdevkit::bdev::module::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoChannel,
-    IoCompletion, IoDevice, IoStatus, IoType, ModuleIo, Poller, PollerStatus, Result, Thread,
+    Bdev, BdevChannel, BdevIo, BdevManager, BoxError, Error, IoCompletion, IoStatus, IoType,
+    ModuleIo, Poller, PollerStatus, Result, Thread,
 };
 use bdevkit::clock;
 use serde_json::{json, Map, Value};
-use uuid::Uuid;
 
 use crate::rpc::{DelayCreateParams, LatencyType};
 use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
@@ -29,28 +27,9 @@ const QUEUE_CAPACITY: usize = 256;
 /// One I/O in a hundred gets the p99 latency.
 const P99_ONE_IN: u64 = 100;
 
-impl VbdevConfig for DelayCreateParams {
-    const MODULE: &'static str = MODULE;
-    const CREATE_METHOD: &'static str = "bdev_delay_create";
-    type Attached = Bdev;
-
-    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Bdev> {
-        attach(mgr, self, base)
-    }
-
-    fn base_name(&self) -> &str {
-        &self.base_bdev_name
-    }
-
-    fn name(&self) -> Cow<'_, str> {
-        Cow::Borrowed(&self.name)
-    }
-
-    /// Saved with the UUID the bdev got.
-    fn uuid_mut(&mut self) -> Option<&mut Option<Uuid>> {
-        Some(&mut self.uuid)
-    }
-}
+// One delay bdev per configuration, in SPDK's shape (`name`,
+// `base_bdev_name`, `uuid`), attached by `attach` below.
+vbdev::stacked_config!(DelayCreateParams, MODULE, "bdev_delay_create", attach);
 
 /// The delay module: its configurations in a [`VbdevModule`], whose
 /// `BdevModule` examines and emits the saved config.
@@ -113,29 +92,10 @@ fn attach(mgr: &BdevManager, cfg: &DelayCreateParams, base: &Bdev) -> Result<Bde
     latencies.set(LatencyType::P99Read, cfg.p99_read_latency);
     latencies.set(LatencyType::AvgWrite, cfg.avg_write_latency);
     latencies.set(LatencyType::P99Write, cfg.p99_write_latency);
-    let name = cfg.name.clone();
-    let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
-    props.uuid = Some(
-        cfg.uuid
-            .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
-    );
-    props.optimal_io_boundary = base.props().optimal_io_boundary;
-    let bdev = BaseBdev::register_over(mgr, base, MODULE, props, |base_bdev| {
-        Arc::new_cyclic(|weak: &Weak<DelayBdev>| {
-            let w = weak.clone();
-            DelayBdev {
-                name: name.clone(),
-                base: base_bdev,
-                mgr: mgr.clone(),
-                latencies,
-                device: IoDevice::register(format!("delay_{name}"), move || {
-                    let d = w.upgrade().ok_or("delay bdev is gone")?;
-                    DelayChannel::new(d)
-                }),
-            }
-        })
-    })?;
-    tracing::info!(bdev = %name, base = %base.name(), "delay bdev created");
+    let props = vbdev::props_mirroring(base, &cfg.name, PRODUCT_NAME, cfg.uuid, &NAMESPACE_UUID);
+    let delay = Delay { latencies };
+    let bdev = DelayBdev::register(mgr, base, MODULE, props, delay, DelayChannel::new)?;
+    tracing::info!(bdev = %cfg.name, base = %base.name(), "delay bdev created");
     Ok(bdev)
 }
 
@@ -173,68 +133,53 @@ impl Latencies {
     }
 }
 
-/// One delay bdev.
-pub struct DelayBdev {
-    name: String,
-    /// The open, claimed base (closed in `destruct`).
-    base: BaseBdev,
-    /// Held to unregister itself when the base goes (a cycle through the
-    /// registry that unregistering breaks).
-    mgr: BdevManager,
+/// One delay bdev: a stacked bdev with channels of its own (the reset
+/// reaches the I/O each thread holds back), whose base's events, channels
+/// and teardown are [`StackedWithDevice`]'s; the delay part is
+/// [`Delay`].
+pub type DelayBdev = StackedWithDevice<Delay>;
+
+/// What a delay bdev adds to a stacked bdev: its latencies.
+#[derive(Debug)]
+pub struct Delay {
     latencies: Latencies,
-    /// Per-thread state reachable from the control path (reset).
-    device: IoDevice<DelayChannel>,
 }
 
-impl std::fmt::Debug for DelayBdev {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DelayBdev")
-            .field("name", &self.name)
-            .field("base", &self.base.bdev().name())
-            .finish_non_exhaustive()
-    }
-}
-
-impl DelayBdev {
-    /// The base bdev.
-    #[must_use]
-    pub fn base(&self) -> &Bdev {
-        self.base.bdev()
-    }
-
+impl Delay {
     /// A latency in µs.
     #[must_use]
     pub fn latency_us(&self, t: LatencyType) -> u64 {
         self.latencies.us(t)
     }
+}
 
-    fn own_bdev(&self) -> Option<Bdev> {
-        vbdev::own_bdev(&self.mgr, &self.name, self)
-    }
+/// The I/O path: reads and writes are held for their latency (the p99 one
+/// for one in a hundred), a reset aborts what every thread holds and then
+/// resets the base (SPDK's order), an abort finds its target among the
+/// held I/Os or goes down; the rest goes down unchanged.
+impl DeviceOps for Delay {
+    type State = DelayChannel;
 
-    /// Serves one I/O on `ch`.
-    fn dispatch(&self, ch: &Rc<ChannelInner>, io: BdevIo) {
-        if self.base.is_removing() {
-            return io.complete_deferred(IoStatus::Aborted);
-        }
+    #[inline]
+    fn dispatch(bdev: &DelayBdev, ch: &DelayChannel, io: BdevIo) {
+        let ch = &ch.inner;
+        let held = |read: bool| {
+            let t = match (read, ch.p99()) {
+                (true, false) => LatencyType::AvgRead,
+                (true, true) => LatencyType::P99Read,
+                (false, false) => LatencyType::AvgWrite,
+                (false, true) => LatencyType::P99Write,
+            };
+            Some(bdev.latencies.ticks(t))
+        };
         match io.io_type() {
-            IoType::Read => {
-                let t = if ch.p99() {
-                    LatencyType::P99Read
-                } else {
-                    LatencyType::AvgRead
-                };
-                ch.forward(io, Some(self.latencies.ticks(t)));
-            }
-            IoType::Write => {
-                let t = if ch.p99() {
-                    LatencyType::P99Write
-                } else {
-                    LatencyType::AvgWrite
-                };
-                ch.forward(io, Some(self.latencies.ticks(t)));
-            }
-            IoType::Reset => self.reset(ch, io),
+            IoType::Read => ch.forward(io, held(true)),
+            IoType::Write => ch.forward(io, held(false)),
+            IoType::Reset => bdev.visit_then(
+                io,
+                |c| c.inner.abort_held(),
+                |c, reset| c.inner.forward(reset, None),
+            ),
             IoType::Abort => match ch.take_held(io.abort_target_tag()) {
                 Some(target) => {
                     target.complete_deferred(IoStatus::Aborted);
@@ -246,69 +191,14 @@ impl DelayBdev {
         }
     }
 
-    /// Aborts what every thread holds, then resets the base (SPDK's
-    /// order). The reset waits in this thread's channel meanwhile.
-    fn reset(&self, ch: &Rc<ChannelInner>, io: BdevIo) {
-        *ch.parked_reset.borrow_mut() = Some(io);
-        let device = self.device.clone();
-        self.device.for_each_channel(
-            |c| c.inner.abort_held(),
-            move || {
-                if let Ok(c) = device.get_channel() {
-                    let reset = c.inner.parked_reset.borrow_mut().take();
-                    if let Some(reset) = reset {
-                        c.inner.forward(reset, None);
-                    }
-                }
-            },
-        );
-    }
-}
-
-/// Unregistering on removal of the base and following its size.
-impl StackedBdev for DelayBdev {
-    fn vbdev_name(&self) -> &str {
-        &self.name
-    }
-
-    fn base(&self) -> &BaseBdev {
-        &self.base
-    }
-
-    fn manager(&self) -> &BdevManager {
-        &self.mgr
-    }
-}
-
-impl BdevOps for DelayBdev {
-    type Channel = IoChannel<DelayChannel>;
-
-    fn create_channel(&self) -> std::result::Result<IoChannel<DelayChannel>, BoxError> {
-        Ok(self.device.get_channel()?)
-    }
-
-    #[inline]
-    fn submit(&self, ch: &IoChannel<DelayChannel>, io: BdevIo) {
-        self.dispatch(&ch.inner, io);
-    }
-
-    fn io_type_supported(&self, io_type: IoType) -> bool {
-        self.base.bdev().supports(io_type)
-    }
-
-    /// Closes the base, then drops the `IoDevice`, on the thread that
-    /// opened the base.
-    fn destruct(&self, done: Done) {
-        self.base.close_with_device(self.device.clone(), done);
-    }
-
-    fn dump_info_json(&self) -> Value {
+    fn info_json(bdev: &DelayBdev) -> Value {
+        let s = bdev.stacked();
         let mut m = Map::new();
-        m.insert("name".into(), json!(self.name));
-        m.insert("base_bdev_name".into(), json!(self.base.bdev().name()));
+        m.insert("name".into(), json!(s.name()));
+        m.insert("base_bdev_name".into(), json!(s.base_bdev().name()));
         // SPDK writes the UUID whenever it is not null: always, since
         // every delay bdev has one (configured or derived from the base's).
-        if let Some(b) = self.own_bdev() {
+        if let Some(b) = s.own_bdev(bdev) {
             m.insert("uuid".into(), json!(b.uuid().to_string()));
         }
         for (k, t) in [
@@ -317,7 +207,7 @@ impl BdevOps for DelayBdev {
             ("avg_write_latency", LatencyType::AvgWrite),
             ("p99_write_latency", LatencyType::P99Write),
         ] {
-            m.insert(k.into(), json!(self.latencies.us(t)));
+            m.insert(k.into(), json!(bdev.latencies.us(t)));
         }
         json!({ "delay": m })
     }
@@ -355,7 +245,7 @@ impl Ord for Held {
     }
 }
 
-/// The per-thread channel of a delay bdev (also its `IoDevice` channel).
+/// The per-thread state of a delay bdev (in its io_device's channel).
 #[derive(Debug)]
 pub struct DelayChannel {
     inner: Rc<ChannelInner>,
@@ -375,7 +265,6 @@ struct ChannelInner {
     seq: Cell<u64>,
     rng: Xorshift,
     poller: RefCell<Option<Poller>>,
-    parked_reset: RefCell<Option<BdevIo>>,
 }
 
 impl std::fmt::Debug for ChannelInner {
@@ -388,7 +277,7 @@ impl std::fmt::Debug for ChannelInner {
 
 impl DelayChannel {
     fn new(bdev: Arc<DelayBdev>) -> std::result::Result<DelayChannel, BoxError> {
-        let base = bdev.base.channel()?;
+        let base = bdev.stacked().base().channel()?;
         let thread = Thread::try_current()?;
         let inner = Rc::new(ChannelInner {
             base,
@@ -396,7 +285,6 @@ impl DelayChannel {
             seq: Cell::new(0),
             rng: Xorshift::new(clock::ticks()),
             poller: RefCell::new(None),
-            parked_reset: RefCell::new(None),
         });
         let weak: RcWeak<ChannelInner> = Rc::downgrade(&inner);
         let poller = thread.register_poller("delay_complete", POLL_PERIOD_US, move |p| match weak

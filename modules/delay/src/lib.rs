@@ -27,7 +27,7 @@ pub mod rpc;
 use bdevkit::bdev::module::{BdevManager, Result};
 use uuid::Uuid;
 
-pub use bdev::{DelayBdev, DelayChannel, DelayModule};
+pub use bdev::{Delay, DelayBdev, DelayChannel, DelayModule};
 pub use rpc::{DelayCreateParams, DelayDeleteParams, DelayUpdateParams, LatencyType};
 
 /// Module name (also the RPC infix).

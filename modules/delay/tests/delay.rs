@@ -3,48 +3,21 @@
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-    use std::rc::Rc;
-
-    use bdevkit::bdev::{BdevChannel, BdevManager, IoStatus};
     use bdevkit::clock;
-    use bdevkit::dma::DmaBuf;
     use bdevkit_delay::{DelayBdev, DelayCreateParams, LatencyType};
-    use bdevkit_jsonrpc::RpcError;
-    use bdevkit_test::env::wait_for;
-    use bdevkit_test::rpc::{self, call, RegisterRpcs};
-    use bdevkit_test::{conformance, malloc, sleep_ms, TestEnv};
-    use serde_json::{json, Value};
+    use bdevkit_test::prelude::*;
 
-    fn env() -> TestEnv {
-        TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_delay::register])
-    }
-
-    /// The RPC methods the tests call.
-    const RPCS: &[RegisterRpcs] = &[
-        bdevkit_malloc::rpc::register_rpcs,
-        bdevkit_delay::rpc::register_rpcs,
-    ];
+    /// Malloc and delay, and their RPC methods.
+    const MODULES: OverMalloc = OverMalloc(bdevkit_delay::MODULE_DEF);
 
     fn setup(mgr: &BdevManager, us: u64) {
         malloc(mgr, "M0", 1024);
         bdevkit_delay::create(mgr, DelayCreateParams::new("D0", "M0", us)).unwrap();
     }
 
-    fn read_in_background(ch: &BdevChannel, off: u64, tag: u64) -> Rc<Cell<Option<IoStatus>>> {
-        let got = Rc::new(Cell::new(None));
-        let g = Rc::clone(&got);
-        let mut io = ch.alloc_io().unwrap();
-        io.read(off, 1, DmaBuf::new(512).unwrap())
-            .set_tag(tag)
-            .on_done_closure(move |io| g.set(Some(io.status())));
-        ch.submit(io).unwrap();
-        got
-    }
-
     #[test]
     fn conformance_on_malloc() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 4096);
             let mut p = DelayCreateParams::new("D0", "M0", 20);
             p.p99_read_latency = 200;
@@ -68,7 +41,7 @@ mod tests {
 
     #[test]
     fn completion_never_comes_before_the_latency() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr, 3000);
             let desc = mgr.open("D0", true, |_| {}).unwrap();
             let ch = desc.get_io_channel().unwrap();
@@ -85,7 +58,7 @@ mod tests {
 
     #[test]
     fn reset_and_abort_release_held_io() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             // Ten seconds: these reads only come back aborted.
             setup(&mgr, 10_000_000);
             let desc = mgr.open("D0", true, |_| {}).unwrap();
@@ -110,7 +83,7 @@ mod tests {
 
     #[test]
     fn p99_below_average_is_rejected() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 64);
             let mut p = DelayCreateParams::new("D0", "M0", 100);
             p.p99_write_latency = 99;
@@ -122,25 +95,16 @@ mod tests {
 
     #[test]
     fn removal_cascades_with_held_io_completing() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr, 2000);
-            let desc = mgr.open("D0", true, |_| {}).unwrap();
-            let ch = desc.get_io_channel().unwrap();
-            let held = read_in_background(&ch, 0, 1);
-            let (tx, rx) = std::sync::mpsc::channel();
-            bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
             // The read in flight still completes (it reached the base).
-            assert!(wait_for(60, || held.get() == Some(IoStatus::Success)).await);
-            drop(ch);
-            drop(desc);
-            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
-            assert!(mgr.get("D0").is_none());
+            remove_base_under_read(&mgr, "D0", "M0", || {}, IoStatus::Success).await;
         });
     }
 
     #[test]
     fn save_config_keeps_updated_latencies_and_replays() {
-        let entries = env().run(|mgr| async move {
+        let entries = MODULES.env().run(|mgr| async move {
             bdevkit_delay::create(&mgr, DelayCreateParams::new("D0", "M0", 10)).unwrap();
             assert!(mgr.get("D0").is_none(), "deferred");
             malloc(&mgr, "M0", 64);
@@ -153,13 +117,7 @@ mod tests {
                 500
             );
             let uuid = d.uuid().to_string();
-            let entries: Vec<Value> = mgr
-                .config_json()
-                .into_iter()
-                .filter(|e| {
-                    e["method"] == "bdev_delay_create" || e["method"] == "bdev_malloc_create"
-                })
-                .collect();
+            let entries = rpc::saved_entries(&mgr, &["bdev_delay_create", "bdev_malloc_create"]);
             let de = entries
                 .iter()
                 .find(|e| e["method"] == "bdev_delay_create")
@@ -172,13 +130,8 @@ mod tests {
             );
             entries
         });
-        env().run(move |mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
-            for e in entries.iter().rev() {
-                call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
-                    .await
-                    .unwrap();
-            }
+        MODULES.env().run(move |mgr| async move {
+            rpc::replay(&MODULES.registry(&mgr), &entries).await;
             let d = mgr.get("D0").unwrap().ops_as::<DelayBdev>().unwrap();
             assert_eq!(d.latency_us(LatencyType::P99Write), 500);
         });
@@ -186,8 +139,8 @@ mod tests {
 
     #[test]
     fn rpcs_and_their_errors() {
-        env().run(|mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
+        MODULES.env().run(|mgr| async move {
+            let reg = MODULES.registry(&mgr);
             malloc(&mgr, "M0", 64);
             let create = json!({"base_bdev_name": "M0", "name": "D0",
                 "avg_read_latency": 100, "p99_read_latency": 1000,

@@ -1,21 +1,23 @@
 //! The error module, its bdev, its per-thread state and its I/O path.
 //!
 //! Held (`pending`) I/Os live in per-thread queues. To reach them from the
-//! control path (resume, reset, removal) the bdev registers an `IoDevice`
-//! of its own: each thread's bdev channel wraps that device's channel, and
-//! `for_each_channel` visits them on their threads.
+//! control path (resume, reset, removal) the bdev is a
+//! [`StackedWithDevice`]: its channel on each thread is that of an
+//! io_device of its own, which `for_each_channel` visits on their threads.
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
+use bdevkit::bdev::module::vbdev::{
+    self, DeviceOps, StackedBdev, StackedWithDevice, VbdevConfig, VbdevModule,
+};
 use bdevkit::bdev::module::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoChannel,
-    IoCompletion, IoDevice, IoStatus, IoType, ModuleIo, Result,
+    Bdev, BdevChannel, BdevIo, BdevManager, BoxError, Error, IoCompletion, IoStatus, IoType,
+    ModuleIo, Result,
 };
 use serde_json::{json, Value};
 
@@ -72,7 +74,7 @@ pub(crate) fn delete(
     };
     module.configs().remove(name);
     // Held I/Os would keep the bdev's channels (and so the bdev) alive.
-    eb.abort_pending();
+    abort_pending(&eb);
     mgr.unregister(&bdev, move || done(Ok(())));
 }
 
@@ -89,21 +91,8 @@ fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bde
         cfg.uuid
             .unwrap_or_else(|| vbdev::part_uuid(base.uuid(), 0, base.num_blocks())),
     );
-    let bdev = BaseBdev::register_over(mgr, base, MODULE, props, |base_bdev| {
-        Arc::new_cyclic(|weak: &Weak<ErrorBdev>| {
-            let w = weak.clone();
-            ErrorBdev {
-                name: name.clone(),
-                base: base_bdev,
-                mgr: mgr.clone(),
-                slots: Default::default(),
-                device: IoDevice::register(format!("error_{name}"), move || {
-                    let eb = w.upgrade().ok_or("error bdev is gone")?;
-                    ErrorChannel::new(eb)
-                }),
-            }
-        })
-    })?;
+    let injections = Injections::default();
+    let bdev = ErrorBdev::register(mgr, base, MODULE, props, injections, ErrorChannel::new)?;
     tracing::info!(bdev = %name, base = %base.name(), "error bdev created");
     Ok(bdev)
 }
@@ -189,92 +178,93 @@ fn slot_index(t: IoType) -> Option<usize> {
 // The bdev
 // ---------------------------------------------------------------------------
 
-/// One error bdev (`EE_<base>`).
-pub struct ErrorBdev {
-    name: String,
-    /// The open, claimed base (closed in `destruct`).
-    base: BaseBdev,
-    /// Held to unregister itself when the base goes (a cycle through the
-    /// registry that unregistering breaks).
-    mgr: BdevManager,
+/// One error bdev (`EE_<base>`): a stacked bdev with channels of its own
+/// (resume, reset and removal reach the I/O each thread holds), whose
+/// base's events, channels and teardown are [`StackedWithDevice`]'s; the
+/// error part is [`Injections`].
+pub type ErrorBdev = StackedWithDevice<Injections>;
+
+/// What an error bdev adds to a stacked bdev: the armed injections, one
+/// per injectable I/O type.
+#[derive(Debug, Default)]
+pub struct Injections {
     slots: [InjectSlot; 4],
-    /// Per-thread state reachable from the control path.
-    device: IoDevice<ErrorChannel>,
 }
 
-impl std::fmt::Debug for ErrorBdev {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ErrorBdev")
-            .field("name", &self.name)
-            .field("base", &self.base.bdev().name())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ErrorBdev {
-    /// The base bdev.
-    #[must_use]
-    pub fn base(&self) -> &Bdev {
-        self.base.bdev()
-    }
-
-    pub(crate) fn inject(&self, p: &ErrorInjectParams) {
-        let slots: &[InjectSlot] = match p.io_type {
-            InjectIoType::Clear => {
-                for s in &self.slots {
-                    s.remaining.store(0, Ordering::Release);
-                }
-                tracing::info!(bdev = %self.name, "error injection cleared");
-                return;
-            }
-            InjectIoType::All => &self.slots,
-            InjectIoType::Read => &self.slots[0..1],
-            InjectIoType::Write => &self.slots[1..2],
-            InjectIoType::Unmap => &self.slots[2..3],
-            InjectIoType::Flush => &self.slots[3..4],
-        };
-        for s in slots {
-            s.arm(p);
-        }
-        tracing::info!(bdev = %self.name, io_type = ?p.io_type, error_type = ?p.error_type,
-            num = p.num.unwrap_or(1), "error injection armed");
-    }
-
-    pub(crate) fn resume_pending(&self) {
-        for s in &self.slots {
-            if s.kind.load(Ordering::Relaxed) == KIND_PENDING {
+/// Arms (or clears) injections as `p` says.
+pub(crate) fn inject(bdev: &ErrorBdev, p: &ErrorInjectParams) {
+    let name = bdev.stacked().name();
+    let slots: &[InjectSlot] = match p.io_type {
+        InjectIoType::Clear => {
+            for s in &bdev.slots {
                 s.remaining.store(0, Ordering::Release);
             }
+            tracing::info!(bdev = %name, "error injection cleared");
+            return;
         }
-        self.device.for_each_channel(
-            |ch| {
-                let held = std::mem::take(&mut *ch.inner.pending.borrow_mut());
-                for io in held {
-                    ch.inner.bdev.dispatch(&ch.inner, io);
+        InjectIoType::All => &bdev.slots,
+        InjectIoType::Read => &bdev.slots[0..1],
+        InjectIoType::Write => &bdev.slots[1..2],
+        InjectIoType::Unmap => &bdev.slots[2..3],
+        InjectIoType::Flush => &bdev.slots[3..4],
+    };
+    for s in slots {
+        s.arm(p);
+    }
+    tracing::info!(bdev = %name, io_type = ?p.io_type, error_type = ?p.error_type,
+        num = p.num.unwrap_or(1), "error injection armed");
+}
+
+/// Disarms `pending` injections and sends every held I/O down again, on
+/// each thread.
+pub(crate) fn resume_pending(bdev: &ErrorBdev) {
+    for s in &bdev.slots {
+        if s.kind.load(Ordering::Relaxed) == KIND_PENDING {
+            s.remaining.store(0, Ordering::Release);
+        }
+    }
+    bdev.device().for_each_channel(
+        |ch| {
+            let held = std::mem::take(&mut *ch.inner.pending.borrow_mut());
+            for io in held {
+                if ch.inner.bdev.stacked().base().is_removing() {
+                    io.complete_deferred(IoStatus::Aborted);
+                } else {
+                    Injections::dispatch(&ch.inner.bdev, ch, io);
                 }
-            },
-            || {},
-        );
-    }
+            }
+        },
+        || {},
+    );
+}
 
-    /// Aborts every held I/O, on each thread.
-    pub(crate) fn abort_pending(&self) {
-        self.device
-            .for_each_channel(|ch| ch.inner.abort_pending(), || {});
-    }
+/// Aborts every held I/O, on each thread.
+pub(crate) fn abort_pending(bdev: &ErrorBdev) {
+    bdev.device()
+        .for_each_channel(|ch| ch.inner.abort_pending(), || {});
+}
 
-    /// Serves one I/O: inject or forward.
-    fn dispatch(&self, ch: &Rc<ChannelInner>, mut io: BdevIo) {
-        if self.base.is_removing() {
-            return io.complete_deferred(IoStatus::Aborted);
-        }
+/// The I/O path: an I/O whose type has an armed injection gets it (a
+/// failure, an NVMe status, NOMEM, held until resumed, corrupted data),
+/// the rest goes down unchanged. A reset aborts the held I/Os of every
+/// thread, then succeeds (SPDK's: the base is not reset).
+impl DeviceOps for Injections {
+    type State = ErrorChannel;
+
+    #[inline]
+    fn dispatch(bdev: &ErrorBdev, ch: &ErrorChannel, mut io: BdevIo) {
+        let ch = &ch.inner;
         if io.io_type() == IoType::Reset {
-            return self.reset(ch, io);
+            return bdev.visit_then(
+                io,
+                |c| c.inner.abort_pending(),
+                |_, reset| reset.complete(IoStatus::Success),
+            );
         }
-        let slot = slot_index(io.io_type()).map(|i| &self.slots[i]);
+        let slot = slot_index(io.io_type()).map(|i| &bdev.slots[i]);
         let Some((slot, kind)) = slot.and_then(|s| s.take(ch.inflight.get()).map(|k| (s, k)))
         else {
-            return self.forward(ch, io, false);
+            return ch.forward(io, false);
         };
         match kind {
             KIND_FAILURE => io.complete_deferred(IoStatus::Failed),
@@ -290,7 +280,7 @@ impl ErrorBdev {
                 let value = slot.corrupt_value.load(Ordering::Relaxed);
                 if io.io_type() == IoType::Write {
                     corrupt(&mut io, off, value);
-                    self.forward(ch, io, false);
+                    ch.forward(io, false);
                 } else {
                     // Reads are corrupted on the way back (unmap and flush
                     // carry no data).
@@ -298,43 +288,20 @@ impl ErrorBdev {
                     let ctx = io.driver_ctx();
                     ctx[1] = off;
                     ctx[2] = u64::from(value);
-                    self.forward(ch, io, on_read);
+                    ch.forward(io, on_read);
                 }
             }
-            _ => self.forward(ch, io, false),
+            _ => ch.forward(io, false),
         }
     }
 
-    /// Sends `io` down as a child; `corrupt_read` corrupts the data on the
-    /// way back.
-    fn forward(&self, ch: &Rc<ChannelInner>, mut io: BdevIo, corrupt_read: bool) {
-        io.driver_ctx()[0] = u64::from(corrupt_read);
-        let submitted = vbdev::forward(&ch.base, io, |child| {
-            child.on_done(Rc::clone(ch) as Rc<dyn IoCompletion>);
-        });
-        // In flight until `io_done` (which never runs inside the submit).
-        if submitted {
-            ch.inflight.set(ch.inflight.get() + 1);
-        }
+    fn info_json(bdev: &ErrorBdev) -> Value {
+        json!({"error_disk": {"base_bdev": bdev.stacked().base_bdev().name()}})
     }
 
-    /// SPDK's reset of an error bdev: abort the held I/Os of every thread,
-    /// then succeed (the base is not reset).
-    fn reset(&self, ch: &Rc<ChannelInner>, io: BdevIo) {
-        *ch.parked_reset.borrow_mut() = Some(io);
-        let device = self.device.clone();
-        self.device.for_each_channel(
-            |c| c.inner.abort_pending(),
-            move || {
-                // Back on the resetting thread: its channel holds the reset.
-                if let Ok(c) = device.get_channel() {
-                    let reset = c.inner.parked_reset.borrow_mut().take();
-                    if let Some(reset) = reset {
-                        reset.complete(IoStatus::Success);
-                    }
-                }
-            },
-        );
+    /// Held I/Os are aborted: they would keep the bdev's channels alive.
+    fn base_going(bdev: &ErrorBdev) {
+        abort_pending(bdev);
     }
 }
 
@@ -367,8 +334,7 @@ fn corrupt(io: &mut BdevIo, offset: u64, value: u8) {
     }
 }
 
-/// The per-thread channel: the bdev layer's module channel for this bdev,
-/// also the error bdev's own `IoDevice` channel.
+/// The per-thread state of an error bdev (in its io_device's channel).
 #[derive(Debug)]
 pub struct ErrorChannel {
     inner: Rc<ChannelInner>,
@@ -380,7 +346,6 @@ struct ChannelInner {
     /// I/Os sent to the base and not back yet (for `queue_depth`).
     inflight: Cell<u64>,
     pending: RefCell<VecDeque<BdevIo>>,
-    parked_reset: RefCell<Option<BdevIo>>,
 }
 
 impl std::fmt::Debug for ChannelInner {
@@ -394,20 +359,32 @@ impl std::fmt::Debug for ChannelInner {
 
 impl ErrorChannel {
     fn new(bdev: Arc<ErrorBdev>) -> std::result::Result<ErrorChannel, BoxError> {
-        let base = bdev.base.channel()?;
+        let base = bdev.stacked().base().channel()?;
         Ok(ErrorChannel {
             inner: Rc::new(ChannelInner {
                 bdev,
                 base,
                 inflight: Cell::new(0),
                 pending: RefCell::new(VecDeque::new()),
-                parked_reset: RefCell::new(None),
             }),
         })
     }
 }
 
 impl ChannelInner {
+    /// Sends `io` down as a child; `corrupt_read` corrupts the data on the
+    /// way back.
+    fn forward(self: &Rc<Self>, mut io: BdevIo, corrupt_read: bool) {
+        io.driver_ctx()[0] = u64::from(corrupt_read);
+        let submitted = vbdev::forward(&self.base, io, |child| {
+            child.on_done(Rc::clone(self) as Rc<dyn IoCompletion>);
+        });
+        // In flight until `io_done` (which never runs inside the submit).
+        if submitted {
+            self.inflight.set(self.inflight.get() + 1);
+        }
+    }
+
     fn abort_pending(&self) {
         let held = std::mem::take(&mut *self.pending.borrow_mut());
         for io in held {
@@ -432,52 +409,5 @@ impl IoCompletion for ChannelInner {
             );
         }
         parent.complete_from(&child);
-    }
-}
-
-/// Unregistering on removal of the base and following its size.
-impl StackedBdev for ErrorBdev {
-    fn vbdev_name(&self) -> &str {
-        &self.name
-    }
-
-    fn base(&self) -> &BaseBdev {
-        &self.base
-    }
-
-    fn manager(&self) -> &BdevManager {
-        &self.mgr
-    }
-
-    /// Held I/Os are aborted: they would keep the bdev's channels alive.
-    fn base_going(&self) {
-        self.abort_pending();
-    }
-}
-
-impl BdevOps for ErrorBdev {
-    type Channel = IoChannel<ErrorChannel>;
-
-    fn create_channel(&self) -> std::result::Result<IoChannel<ErrorChannel>, BoxError> {
-        Ok(self.device.get_channel()?)
-    }
-
-    #[inline]
-    fn submit(&self, ch: &IoChannel<ErrorChannel>, io: BdevIo) {
-        self.dispatch(&ch.inner, io);
-    }
-
-    fn io_type_supported(&self, io_type: IoType) -> bool {
-        self.base.bdev().supports(io_type)
-    }
-
-    /// Closes the base, then drops the `IoDevice`, on the thread that
-    /// opened the base.
-    fn destruct(&self, done: Done) {
-        self.base.close_with_device(self.device.clone(), done);
-    }
-
-    fn dump_info_json(&self) -> Value {
-        json!({"error_disk": {"base_bdev": self.base.bdev().name()}})
     }
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use bdevkit::bdev::module::{BdevManager, Error, Result};
 
-pub use bdev::{ErrorBdev, ErrorChannel, ErrorModule};
+pub use bdev::{ErrorBdev, ErrorChannel, ErrorModule, Injections};
 pub use rpc::{
     ErrorCreateParams, ErrorDeleteParams, ErrorInjectParams, ErrorResumeParams, InjectErrorType,
     InjectIoType,
@@ -90,14 +90,14 @@ pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Sen
 /// bdev.
 pub fn inject_error(mgr: &BdevManager, params: &ErrorInjectParams) -> Result<()> {
     rpc::validate_inject(params)?;
-    error_bdev(mgr, &params.name)?.inject(params);
+    bdev::inject(&*error_bdev(mgr, &params.name)?, params);
     Ok(())
 }
 
 /// `bdev_error_resume_pending`: disarms `pending` injections and sends
 /// every held I/O of `name` down to the base.
 pub fn resume_pending(mgr: &BdevManager, name: &str) -> Result<()> {
-    error_bdev(mgr, name)?.resume_pending();
+    bdev::resume_pending(&*error_bdev(mgr, name)?);
     Ok(())
 }
 

@@ -3,28 +3,13 @@
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-    use std::rc::Rc;
-
-    use bdevkit::bdev::{BdevChannel, BdevManager, ClaimType, IoStatus};
-    use bdevkit::dma::DmaBuf;
+    use bdevkit::bdev::ClaimType;
     use bdevkit::Error;
     use bdevkit_error::{ErrorCreateParams, ErrorInjectParams, InjectErrorType, InjectIoType};
-    use bdevkit_jsonrpc::RpcError;
-    use bdevkit_test::env::wait_for;
-    use bdevkit_test::rpc::{self, call, RegisterRpcs};
-    use bdevkit_test::{conformance, malloc, sleep_ms, TestEnv};
-    use serde_json::{json, Value};
+    use bdevkit_test::prelude::*;
 
-    fn env() -> TestEnv {
-        TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_error::register])
-    }
-
-    /// The RPC methods the tests call.
-    const RPCS: &[RegisterRpcs] = &[
-        bdevkit_malloc::rpc::register_rpcs,
-        bdevkit_error::rpc::register_rpcs,
-    ];
+    /// Malloc and error, and their RPC methods.
+    const MODULES: OverMalloc = OverMalloc(bdevkit_error::MODULE_DEF);
 
     /// Malloc `M0` (512 x 256) and `EE_M0` on it.
     fn setup(mgr: &BdevManager) {
@@ -48,20 +33,9 @@ mod tests {
         }
     }
 
-    /// Submits a read whose completion sets the returned cell.
-    fn read_in_background(ch: &BdevChannel, off: u64) -> Rc<Cell<Option<IoStatus>>> {
-        let got = Rc::new(Cell::new(None));
-        let g = Rc::clone(&got);
-        let mut io = ch.alloc_io().unwrap();
-        io.read(off, 1, DmaBuf::new(512).unwrap())
-            .on_done_closure(move |io| g.set(Some(io.status())));
-        ch.submit(io).unwrap();
-        got
-    }
-
     #[test]
     fn conformance_on_malloc() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
             let ee = mgr.get("EE_M0").unwrap();
             assert_eq!(ee.product_name(), "Error Injection Disk");
@@ -80,7 +54,7 @@ mod tests {
 
     #[test]
     fn failure_nvme_and_nomem_injections() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
             let d = mgr.open("EE_M0", true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
@@ -119,7 +93,7 @@ mod tests {
 
     #[test]
     fn corrupt_data_on_write_and_read() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
             let d = mgr.open("EE_M0", true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
@@ -153,7 +127,7 @@ mod tests {
 
     #[test]
     fn queue_depth_gates_the_injection() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
             let d = mgr.open("EE_M0", true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
@@ -165,7 +139,7 @@ mod tests {
             for _ in 0..3 {
                 assert_eq!(read_status(&ch, 0).await, IoStatus::Success, "QD 1 < 4");
             }
-            let all: Vec<_> = (0..8).map(|i| read_in_background(&ch, i)).collect();
+            let all: Vec<_> = (0..8).map(|i| read_in_background(&ch, i, 0)).collect();
             assert!(wait_for(60, || all.iter().all(|c| c.get().is_some())).await);
             let failed = all
                 .iter()
@@ -177,13 +151,13 @@ mod tests {
 
     #[test]
     fn pending_io_resumes_or_aborts() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
             let d = mgr.open("EE_M0", true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
             inject(&mgr, InjectIoType::Read, InjectErrorType::Pending, 2);
-            let a = read_in_background(&ch, 0);
-            let b = read_in_background(&ch, 1);
+            let a = read_in_background(&ch, 0, 0);
+            let b = read_in_background(&ch, 1, 0);
             sleep_ms(20).await;
             assert!(a.get().is_none() && b.get().is_none(), "held");
             bdevkit_error::resume_pending(&mgr, "EE_M0").unwrap();
@@ -193,7 +167,7 @@ mod tests {
 
             // A reset aborts what is held.
             inject(&mgr, InjectIoType::Read, InjectErrorType::Pending, 1);
-            let c = read_in_background(&ch, 2);
+            let c = read_in_background(&ch, 2, 0);
             ch.reset().await.unwrap();
             assert_eq!(c.get(), Some(IoStatus::Aborted));
         });
@@ -201,56 +175,38 @@ mod tests {
 
     #[test]
     fn base_removal_aborts_held_io_and_cascades() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             setup(&mgr);
-            let d = mgr.open("EE_M0", true, |_| {}).unwrap();
-            let ch = d.get_io_channel().unwrap();
-            inject(&mgr, InjectIoType::Read, InjectErrorType::Pending, 1);
-            let held = read_in_background(&ch, 0);
-            let (tx, rx) = std::sync::mpsc::channel();
-            bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(60, || held.get() == Some(IoStatus::Aborted)).await);
-            drop(ch);
-            drop(d);
-            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
-            assert!(mgr.get("EE_M0").is_none());
+            // The held read is aborted.
+            let hold = || inject(&mgr, InjectIoType::Read, InjectErrorType::Pending, 1);
+            remove_base_under_read(&mgr, "EE_M0", "M0", hold, IoStatus::Aborted).await;
         });
     }
 
     #[test]
     fn save_config_and_examine() {
-        let entries = env().run(|mgr| async move {
+        let entries = MODULES.env().run(|mgr| async move {
             bdevkit_error::create(&mgr, ErrorCreateParams::new("M0")).unwrap();
             assert!(mgr.get("EE_M0").is_none(), "deferred");
             malloc(&mgr, "M0", 64);
             assert!(mgr.get("EE_M0").is_some(), "attached by examine");
-            mgr.config_json()
-                .into_iter()
-                .filter(|e| {
-                    e["method"] == "bdev_error_create" || e["method"] == "bdev_malloc_create"
-                })
-                .collect::<Vec<Value>>()
+            rpc::saved_entries(&mgr, &["bdev_error_create", "bdev_malloc_create"])
         });
         let ee = entries
             .iter()
             .find(|e| e["method"] == "bdev_error_create")
             .unwrap();
         assert_eq!(ee["params"], json!({"base_name": "M0"}));
-        env().run(move |mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
-            for e in entries.iter().rev() {
-                call(&reg, e["method"].as_str().unwrap(), e["params"].clone())
-                    .await
-                    .unwrap();
-            }
+        MODULES.env().run(move |mgr| async move {
+            rpc::replay(&MODULES.registry(&mgr), &entries).await;
             assert!(mgr.get("EE_M0").is_some());
         });
     }
 
     #[test]
     fn rpcs_and_their_errors() {
-        env().run(|mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
+        MODULES.env().run(|mgr| async move {
+            let reg = MODULES.registry(&mgr);
             malloc(&mgr, "M0", 64);
             let r = call(&reg, "bdev_error_create", json!({"base_name": "M0"})).await;
             assert_eq!(r, Ok(json!(true)));

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{
-    Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
-    ModuleIo, Poller, PollerStatus, Thread,
+    Backend, BackendModule, Bdev, BdevIo, BdevManager, BdevOps, BdevProps, CompletionQueue,
+    Geometry, IoStatus, IoType, ModuleIo, Poller, PollerStatus, Thread,
 };
 use bdevkit::dma::SharedMem;
 use bdevkit::error::BoxError;
@@ -33,28 +33,9 @@ pub const MODULE: &str = "malloc";
 /// `product_name` of malloc bdevs.
 pub const PRODUCT_NAME: &str = "Malloc disk";
 
-/// The malloc module.
-#[derive(Debug, Default)]
-pub struct MallocModule;
-
-impl BdevModule for MallocModule {
-    fn name(&self) -> &'static str {
-        MODULE
-    }
-
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        mgr.bdevs()
-            .iter()
-            .filter(|b| b.module_name() == MODULE && !b.is_removing())
-            .filter_map(|b| b.ops_as::<MallocBdev>().map(|m| m.config(b)))
-            .collect()
-    }
-}
-
-/// Adds the malloc module to `mgr`.
-pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(MallocModule));
-}
+/// The malloc module: nothing to examine; its saved config is one
+/// `bdev_malloc_create` per bdev ([`MallocBdev`]'s [`Backend`]).
+pub type MallocModule = BackendModule<MallocBdev>;
 
 /// What an app links of this module: [`register`], the RPC methods of
 /// [`rpc`] and its log flags (`log_set_flag`).
@@ -72,6 +53,11 @@ pub const MODULE_DEF: bdevkit::bdev::module::ModuleDef<
     }],
 };
 
+/// Adds the malloc module to `mgr`.
+pub fn register(mgr: &BdevManager) {
+    MallocModule::register(mgr);
+}
+
 /// One malloc bdev.
 #[derive(Debug)]
 pub struct MallocBdev {
@@ -80,27 +66,19 @@ pub struct MallocBdev {
     block_size: u64,
 }
 
-impl MallocBdev {
-    fn config(&self, b: &Bdev) -> Value {
-        let p = &self.params;
-        json!({
-            "method": "bdev_malloc_create",
-            "params": {
-                "name": b.name(),
-                "num_blocks": b.num_blocks(),
-                "block_size": p.block_size,
-                "physical_block_size": p.physical_block_size.unwrap_or(0),
-                "uuid": b.uuid().to_string(),
-                "optimal_io_boundary": p.optimal_io_boundary.unwrap_or(0),
-                "md_size": p.md_size.unwrap_or(0),
-                "dif_type": p.dif_type.unwrap_or(0),
-                "dif_is_head_of_md": p.dif_is_head_of_md.unwrap_or(false),
-                "dif_pi_format": p.dif_pi_format.unwrap_or(0),
-                "numa_id": p.numa_id.unwrap_or(-1),
-            }
-        })
-    }
+/// A saved config recreates a malloc bdev with SPDK's `bdev_malloc_create`
+/// entry: its geometry, then its I/O boundary and NUMA node.
+impl Backend for MallocBdev {
+    const MODULE: &'static str = MODULE;
 
+    fn config_params(&self, _bdev: &Bdev) -> Value {
+        let p = &self.params;
+        let boundary = p.optimal_io_boundary.unwrap_or(0);
+        json!({"optimal_io_boundary": boundary, "numa_id": p.numa_id.unwrap_or(-1)})
+    }
+}
+
+impl MallocBdev {
     fn byte_range(&self, offset_blocks: u64, num_blocks: u64) -> Option<(usize, usize)> {
         let off = usize::try_from(offset_blocks.checked_mul(self.block_size)?).ok()?;
         let len = usize::try_from(num_blocks.checked_mul(self.block_size)?).ok()?;
@@ -234,51 +212,18 @@ impl BdevOps for MallocBdev {
 }
 
 fn props(name: &str, p: &MallocCreateParams) -> Result<BdevProps> {
-    if p.block_size == 0 || !p.block_size.is_multiple_of(512) {
-        return Err(Error::InvalidArg(format!(
-            "block_size {} is not a multiple of 512",
-            p.block_size
-        )));
-    }
-    if p.num_blocks == 0 {
-        return Err(Error::InvalidArg(
-            "num_blocks must be greater than 0".into(),
-        ));
-    }
-    let md = p.md_size.unwrap_or(0);
-    if ![0, 8, 16, 32, 64, 128].contains(&md) {
-        return Err(Error::InvalidArg(format!(
-            "md_size {md} must be one of 0, 8, 16, 32, 64, 128"
-        )));
-    }
-    if md != 0 && !p.md_interleave.unwrap_or(false) {
+    let mut props = Geometry::of(p)?.props(name, PRODUCT_NAME)?;
+    if props.md_size != 0 && !p.md_interleave.unwrap_or(false) {
         return Err(Error::InvalidArg(
             "separate metadata is not supported; use md_interleave".into(),
         ));
-    }
-    let dif = p.dif_type.unwrap_or(0);
-    if !(0..=3).contains(&dif) || (dif != 0 && md == 0) {
-        return Err(Error::InvalidArg(format!("invalid dif_type {dif}")));
-    }
-    let pbs = p.physical_block_size.unwrap_or(0);
-    if !pbs.is_multiple_of(512) {
-        return Err(Error::InvalidArg(format!(
-            "physical_block_size {pbs} is not a multiple of 512"
-        )));
     }
     if let Some(n) = p.numa_id {
         if n != -1 && n != 0 {
             return Err(Error::InvalidArg(format!("numa_id {n} does not exist")));
         }
     }
-    let mut props = BdevProps::new(name, PRODUCT_NAME, p.block_size + md, p.num_blocks);
     props.uuid = p.uuid;
-    props.phys_block_size = pbs;
-    props.md_size = md;
-    props.md_interleave = md != 0;
-    props.dif_type = u32::try_from(dif).unwrap_or(0);
-    props.dif_is_head_of_md = p.dif_is_head_of_md.unwrap_or(false);
-    props.dif_pi_format = p.dif_pi_format.unwrap_or(0);
     props.numa_id = Some(p.numa_id.unwrap_or(-1));
     props.write_cache = false;
     let boundary = p.optimal_io_boundary.unwrap_or(0);

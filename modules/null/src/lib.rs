@@ -12,7 +12,8 @@ pub mod rpc;
 use std::sync::Arc;
 
 use bdevkit::bdev::module::{
-    Bdev, BdevIo, BdevManager, BdevModule, BdevOps, BdevProps, CompletionQueue, IoStatus, IoType,
+    Backend, BackendModule, Bdev, BdevIo, BdevManager, BdevOps, BdevProps, CompletionQueue,
+    Geometry, IoStatus, IoType,
 };
 use bdevkit::error::BoxError;
 use bdevkit::{Error, Result};
@@ -25,27 +26,13 @@ pub const MODULE: &str = "null";
 /// `product_name` of null bdevs.
 pub const PRODUCT_NAME: &str = "Null disk";
 
-/// The null module.
-#[derive(Debug, Default)]
-pub struct NullModule;
-
-impl BdevModule for NullModule {
-    fn name(&self) -> &'static str {
-        MODULE
-    }
-
-    fn config_json(&self, mgr: &BdevManager) -> Vec<Value> {
-        mgr.bdevs()
-            .iter()
-            .filter(|b| b.module_name() == MODULE && !b.is_removing())
-            .filter_map(|b| b.ops_as::<NullBdev>().map(|n| n.config(b)))
-            .collect()
-    }
-}
+/// The null module: nothing to examine; its saved config is one
+/// `bdev_null_create` per bdev ([`NullBdev`]'s [`Backend`]).
+pub type NullModule = BackendModule<NullBdev>;
 
 /// Adds the null module to `mgr`.
 pub fn register(mgr: &BdevManager) {
-    mgr.register_module(Arc::new(NullModule));
+    NullModule::register(mgr);
 }
 
 /// What an app links of this module: [`register`], the RPC methods of
@@ -70,29 +57,22 @@ pub struct NullBdev {
     params: NullCreateParams,
 }
 
-impl NullBdev {
-    fn config(&self, b: &Bdev) -> Value {
+/// A saved config recreates a null bdev with SPDK's `bdev_null_create`
+/// entry: its geometry (the data block size: SPDK saves data + metadata
+/// there, which its own create then rejects; ours replays), then its
+/// preferred and optimal sizes.
+impl Backend for NullBdev {
+    const MODULE: &'static str = MODULE;
+
+    fn config_params(&self, _bdev: &Bdev) -> Value {
         let p = &self.params;
+        let n = |v: Option<u32>| v.unwrap_or(0);
         json!({
-            "method": "bdev_null_create",
-            "params": {
-                "name": b.name(),
-                "num_blocks": b.num_blocks(),
-                // The data block size (SPDK saves data + metadata here,
-                // which its own create then rejects; ours replays).
-                "block_size": p.block_size,
-                "physical_block_size": p.physical_block_size.unwrap_or(0),
-                "md_size": p.md_size.unwrap_or(0),
-                "dif_type": p.dif_type.unwrap_or(0),
-                "dif_is_head_of_md": p.dif_is_head_of_md.unwrap_or(false),
-                "dif_pi_format": p.dif_pi_format.unwrap_or(0),
-                "uuid": b.uuid().to_string(),
-                "preferred_write_granularity": p.preferred_write_granularity.unwrap_or(0),
-                "preferred_write_alignment": p.preferred_write_alignment.unwrap_or(0),
-                "optimal_write_size": p.optimal_write_size.unwrap_or(0),
-                "preferred_unmap_granularity": p.preferred_unmap_granularity.unwrap_or(0),
-                "preferred_unmap_alignment": p.preferred_unmap_alignment.unwrap_or(0),
-            }
+            "preferred_write_granularity": n(p.preferred_write_granularity),
+            "preferred_write_alignment": n(p.preferred_write_alignment),
+            "optimal_write_size": n(p.optimal_write_size),
+            "preferred_unmap_granularity": n(p.preferred_unmap_granularity),
+            "preferred_unmap_alignment": n(p.preferred_unmap_alignment),
         })
     }
 }
@@ -136,44 +116,8 @@ fn props(p: &NullCreateParams) -> Result<BdevProps> {
     if p.name.is_empty() {
         return Err(Error::InvalidArg("name must not be empty".into()));
     }
-    if p.block_size == 0 || !p.block_size.is_multiple_of(512) {
-        return Err(Error::InvalidArg(format!(
-            "block_size {} is not a multiple of 512",
-            p.block_size
-        )));
-    }
-    if p.num_blocks == 0 {
-        return Err(Error::InvalidArg(
-            "num_blocks must be greater than 0".into(),
-        ));
-    }
-    let md = p.md_size.unwrap_or(0);
-    if ![0, 8, 16, 32, 64, 128].contains(&md) {
-        return Err(Error::InvalidArg(format!(
-            "md_size {md} must be one of 0, 8, 16, 32, 64, 128"
-        )));
-    }
-    let dif = p.dif_type.unwrap_or(0);
-    if !(0..=3).contains(&dif) {
-        return Err(Error::InvalidArg(format!("dif_type {dif} must be 0-3")));
-    }
-    if dif != 0 && md == 0 {
-        return Err(Error::InvalidArg("dif_type needs md_size".into()));
-    }
-    let pbs = p.physical_block_size.unwrap_or(0);
-    if !pbs.is_multiple_of(512) {
-        return Err(Error::InvalidArg(format!(
-            "physical_block_size {pbs} is not a multiple of 512"
-        )));
-    }
-    let mut props = BdevProps::new(&p.name, PRODUCT_NAME, p.block_size + md, p.num_blocks);
+    let mut props = Geometry::of(p)?.props(&p.name, PRODUCT_NAME)?;
     props.uuid = p.uuid;
-    props.phys_block_size = pbs;
-    props.md_size = md;
-    props.md_interleave = md != 0;
-    props.dif_type = u32::try_from(dif).unwrap_or(0);
-    props.dif_is_head_of_md = p.dif_is_head_of_md.unwrap_or(false);
-    props.dif_pi_format = p.dif_pi_format.unwrap_or(0);
     props.preferred_write_alignment = p.preferred_write_alignment.unwrap_or(0);
     props.preferred_write_granularity = p.preferred_write_granularity.unwrap_or(0);
     props.optimal_write_size = p.optimal_write_size.unwrap_or(0);

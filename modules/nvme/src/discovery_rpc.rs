@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 
 use crate::discovery::{DiscoveryArgs, Done, Ops};
 use crate::module::{attach, detach_paths, module};
-use crate::reconnect::Reconnect;
+use crate::reconnect::{Reconnect, ReconnectParams};
+use crate::trid::TridParams;
 use crate::{Error, Result};
 
 /// The discovery controllers' TCP port when `trsvcid` is not given (the
@@ -31,24 +32,16 @@ pub const DISCOVERY_PORT: &str = "8009";
 #[allow(missing_docs)]
 pub struct StartDiscoveryParams {
     pub name: String,
-    pub trtype: String,
-    pub traddr: String,
-    #[serde(default)]
-    pub adrfam: Option<String>,
-    #[serde(default)]
-    pub trsvcid: Option<String>,
+    #[serde(flatten)]
+    pub trid: TridParams,
     #[serde(default)]
     pub hostnqn: Option<String>,
     #[serde(default)]
     pub wait_for_attach: bool,
     #[serde(default)]
     pub attach_timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub ctrlr_loss_timeout_sec: Option<i32>,
-    #[serde(default)]
-    pub reconnect_delay_sec: Option<u32>,
-    #[serde(default)]
-    pub fast_io_fail_timeout_sec: Option<u32>,
+    #[serde(flatten)]
+    pub reconnect: ReconnectParams,
 }
 
 /// `bdev_nvme_stop_discovery` params.
@@ -71,14 +64,12 @@ pub struct DiscoveryInfoParams {}
 /// -22 with the rule broken.
 pub fn reconnect_params(
     mgr: &BdevManager,
-    loss: Option<i32>,
-    delay: Option<u32>,
-    fast: Option<u32>,
+    p: &ReconnectParams,
 ) -> Result<Option<Reconnect>, RpcError> {
     let d = crate::options(mgr)
         .map(|o| o.reconnect())
         .unwrap_or_default();
-    Reconnect::from_params(d, loss, delay, fast).map_err(|e| RpcError::new(-22, e))
+    p.over(d).map_err(|e| RpcError::new(-22, e))
 }
 
 /// The service arguments of `p` (SPDK's checks and messages).
@@ -89,43 +80,28 @@ pub fn discovery_args(
     mgr: &BdevManager,
     p: &StartDiscoveryParams,
 ) -> Result<DiscoveryArgs, RpcError> {
+    let t = &p.trid;
     let known = ["tcp", "rdma", "pcie", "fc", "vfiouser"];
-    if !known.iter().any(|t| p.trtype.eq_ignore_ascii_case(t)) {
+    if !known.iter().any(|k| t.is(k)) {
         return Err(RpcError::new(
             -22,
-            format!("Failed to parse trtype: {}", p.trtype),
+            format!("Failed to parse trtype: {}", t.trtype),
         ));
     }
-    if !p.trtype.eq_ignore_ascii_case("tcp") {
+    if !t.is("tcp") {
         return Err(RpcError::from_errno(libc::ENOTSUP));
     }
-    if p.traddr.len() >= 256 {
-        return Err(RpcError::new(-22, format!("traddr too long: {}", p.traddr)));
+    if t.traddr.len() >= 256 {
+        return Err(RpcError::new(-22, format!("traddr too long: {}", t.traddr)));
     }
-    if let Some(a) = &p.adrfam {
-        if !a.eq_ignore_ascii_case("ipv4") && !a.eq_ignore_ascii_case("ipv6") {
-            return Err(RpcError::new(-22, format!("Failed to parse adrfam: {a}")));
-        }
-    }
-    let svcid = p.trsvcid.as_deref().unwrap_or(DISCOVERY_PORT);
-    if svcid.len() >= 32 {
-        return Err(RpcError::new(-22, format!("trsvcid too long: {svcid}")));
-    }
-    if svcid.parse::<u16>().is_err() {
-        return Err(RpcError::new(-22, format!("Invalid trsvcid {svcid}")));
-    }
+    let svcid = t.tcp_port(DISCOVERY_PORT)?;
     if let Some(n) = &p.hostnqn {
         if let Err(e) = bdevkit_nvme_spec::fabrics::validate_nqn(n) {
             return Err(RpcError::new(-22, format!("Invalid hostnqn {n}: {e}")));
         }
     }
-    let reconnect = reconnect_params(
-        mgr,
-        p.ctrlr_loss_timeout_sec,
-        p.reconnect_delay_sec,
-        p.fast_io_fail_timeout_sec,
-    )?;
-    let mut tcp = TcpOptions::new(&p.traddr, svcid, DISCOVERY_NQN);
+    let reconnect = reconnect_params(mgr, &p.reconnect)?;
+    let mut tcp = TcpOptions::new(&t.traddr, svcid, DISCOVERY_NQN);
     tcp.hostnqn.clone_from(&p.hostnqn);
     let timeout_ms = p.attach_timeout_ms.unwrap_or(0);
     if timeout_ms > 0 {

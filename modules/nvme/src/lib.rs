@@ -48,6 +48,7 @@ mod reconnect;
 mod reset;
 pub mod rpc;
 mod timer;
+mod trid;
 mod wake;
 
 use std::sync::{Arc, OnceLock};
@@ -69,8 +70,9 @@ pub use module::{
 pub use multipath::{PathPolicy, Policy, Selector};
 pub use options::{HotplugParams, NvmeOptions, TimeoutAction};
 pub use paths::PathSelector;
-pub use reconnect::Reconnect;
+pub use reconnect::{Reconnect, ReconnectParams};
 pub use rpc::register_rpcs;
+pub use trid::TridParams;
 
 /// Module name.
 pub const MODULE: &str = "nvme";

@@ -10,6 +10,7 @@
 //! unchanged. The values live in the module instance
 //! ([`crate::NvmeModule`]), one per bdev manager.
 
+use bdevkit_nvme_auth::{DhGroup, HashFn};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -139,18 +140,8 @@ impl Default for NvmeOptions {
             allow_accel_sequence: false,
             rdma_max_cq_size: 0,
             rdma_cm_event_timeout_ms: 0,
-            dhchap_digests: vec!["sha256".into(), "sha384".into(), "sha512".into()],
-            dhchap_dhgroups: [
-                "null",
-                "ffdhe2048",
-                "ffdhe3072",
-                "ffdhe4096",
-                "ffdhe6144",
-                "ffdhe8192",
-            ]
-            .iter()
-            .map(|s| (*s).to_string())
-            .collect(),
+            dhchap_digests: HashFn::names().map(String::from).collect(),
+            dhchap_dhgroups: DhGroup::names().map(String::from).collect(),
             rdma_umr_per_io: false,
             tcp_connect_timeout_ms: 0,
             enable_flush: false,

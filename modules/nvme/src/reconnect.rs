@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 /// The three knobs, as `bdev_nvme_set_options` and
 /// `bdev_nvme_attach_controller` take them.
@@ -24,18 +25,34 @@ pub struct Reconnect {
     pub fast_io_fail_timeout_sec: u32,
 }
 
-impl Reconnect {
-    /// The knobs an RPC gave (`None` each: from `defaults`), checked;
-    /// `None` when it gave none (the module options apply).
+/// The three knobs as an RPC gives them, each optional: flattened into
+/// the params of `bdev_nvme_attach_controller` and
+/// `bdev_nvme_start_discovery` (`#[serde(flatten)]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconnectParams {
+    /// [`Reconnect::ctrlr_loss_timeout_sec`].
+    #[serde(default)]
+    pub ctrlr_loss_timeout_sec: Option<i32>,
+    /// [`Reconnect::reconnect_delay_sec`].
+    #[serde(default)]
+    pub reconnect_delay_sec: Option<u32>,
+    /// [`Reconnect::fast_io_fail_timeout_sec`].
+    #[serde(default)]
+    pub fast_io_fail_timeout_sec: Option<u32>,
+}
+
+impl ReconnectParams {
+    /// The knobs given (`None` each: from `defaults`), checked; `None`
+    /// when none is given (the module options apply).
     ///
     /// # Errors
     /// SPDK's message for an inconsistent combination.
-    pub fn from_params(
-        defaults: Reconnect,
-        loss: Option<i32>,
-        delay: Option<u32>,
-        fast: Option<u32>,
-    ) -> Result<Option<Reconnect>, String> {
+    pub fn over(&self, defaults: Reconnect) -> Result<Option<Reconnect>, String> {
+        let (loss, delay, fast) = (
+            self.ctrlr_loss_timeout_sec,
+            self.reconnect_delay_sec,
+            self.fast_io_fail_timeout_sec,
+        );
         if loss.is_none() && delay.is_none() && fast.is_none() {
             return Ok(None);
         }
@@ -47,7 +64,9 @@ impl Reconnect {
         r.validate()?;
         Ok(Some(r))
     }
+}
 
+impl Reconnect {
     /// SPDK's consistency rules for the three values.
     pub fn validate(&self) -> Result<(), String> {
         let (loss, delay, fast) = (

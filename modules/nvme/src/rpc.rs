@@ -31,6 +31,8 @@ pub use crate::emu::{EmuCreateParams, EmuNsParams};
 use crate::multipath::Policy;
 use crate::options::{HotplugParams, NvmeOptions};
 use crate::paths::PathSelector;
+use crate::reconnect::ReconnectParams;
+use crate::trid::TridParams;
 use crate::Error;
 
 /// `bdev_nvme_attach_controller` params (every key SPDK's client sends;
@@ -40,12 +42,8 @@ use crate::Error;
 #[allow(missing_docs)]
 pub struct AttachParams {
     pub name: String,
-    pub trtype: String,
-    pub traddr: String,
-    #[serde(default)]
-    pub adrfam: Option<String>,
-    #[serde(default)]
-    pub trsvcid: Option<String>,
+    #[serde(flatten)]
+    pub trid: TridParams,
     #[serde(default)]
     pub priority: Option<String>,
     #[serde(default)]
@@ -70,12 +68,8 @@ pub struct AttachParams {
     pub multipath: Option<String>,
     #[serde(default)]
     pub num_io_queues: Option<u32>,
-    #[serde(default)]
-    pub ctrlr_loss_timeout_sec: Option<i32>,
-    #[serde(default)]
-    pub reconnect_delay_sec: Option<u32>,
-    #[serde(default)]
-    pub fast_io_fail_timeout_sec: Option<u32>,
+    #[serde(flatten)]
+    pub reconnect: ReconnectParams,
     #[serde(default)]
     pub psk: Option<String>,
     #[serde(default)]
@@ -200,11 +194,7 @@ fn tls_psk(mgr: &BdevManager, name: &str) -> Result<bdevkit_nvme_auth::TlsPsk, R
 
 /// The NVMe/TCP options of an attach (SPDK's checks: adrfam, NQNs).
 fn tcp_options(p: &AttachParams) -> Result<TcpOptions, RpcError> {
-    if let Some(a) = &p.adrfam {
-        if !a.eq_ignore_ascii_case("ipv4") && !a.eq_ignore_ascii_case("ipv6") {
-            return Err(RpcError::new(-22, format!("Failed to parse adrfam: {a}")));
-        }
-    }
+    let svcid = p.trid.tcp_port("4420")?;
     let Some(subnqn) = p.subnqn.as_deref() else {
         return Err(RpcError::new(-22, "subnqn is required for trtype TCP"));
     };
@@ -215,11 +205,7 @@ fn tcp_options(p: &AttachParams) -> Result<TcpOptions, RpcError> {
             }
         }
     }
-    let svcid = p.trsvcid.as_deref().unwrap_or("4420");
-    if svcid.parse::<u16>().is_err() {
-        return Err(RpcError::new(-22, format!("Invalid trsvcid {svcid}")));
-    }
-    let mut o = TcpOptions::new(&p.traddr, svcid, subnqn);
+    let mut o = TcpOptions::new(&p.trid.traddr, svcid, subnqn);
     o.hostnqn.clone_from(&p.hostnqn);
     o.digests = Digests {
         header: p.hdgst,
@@ -372,12 +358,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         "bdev_nvme_attach_controller",
         RUNTIME,
         move |p: AttachParams, resp| {
-            let tcp = if p.trtype.eq_ignore_ascii_case("tcp") {
+            let tcp = if p.trid.is("tcp") {
                 match tcp_options(&p) {
                     Ok(o) => Some(o),
                     Err(e) => return resp.err(e),
                 }
-            } else if p.trtype.eq_ignore_ascii_case("pcie") {
+            } else if p.trid.is("pcie") {
                 None
             } else {
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
@@ -410,12 +396,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     return;
                 }
             }
-            let reconnect = match crate::discovery_rpc::reconnect_params(
-                &m,
-                p.ctrlr_loss_timeout_sec,
-                p.reconnect_delay_sec,
-                p.fast_io_fail_timeout_sec,
-            ) {
+            let reconnect = match crate::discovery_rpc::reconnect_params(&m, &p.reconnect) {
                 Ok(r) => r,
                 Err(e) => return resp.err(e),
             };
@@ -440,7 +421,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             };
             let args = AttachArgs {
                 name: p.name,
-                traddr: p.traddr,
+                traddr: p.trid.traddr,
                 num_io_queues: p.num_io_queues,
                 tcp,
                 reconnect,

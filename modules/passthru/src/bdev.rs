@@ -6,22 +6,21 @@
 //! Everything comes from the bdev layer's module face,
 //! [`bdevkit::bdev::module`]. What every virtual bdev does the same way
 //! comes from its [`vbdev`] building blocks: the list of configurations
-//! ([`VbdevConfigs`], made a module by [`VbdevModule`]), the open and
-//! claimed base ([`BaseBdev`], its events handled by [`StackedBdev`]), and
+//! ([`VbdevConfigs`](vbdev::VbdevConfigs), made a module by
+//! [`VbdevModule`]), the open and claimed base and what a bdev covering it
+//! keeps ([`Stacked`], its events handled by [`StackedBdev`]), and
 //! forwarding an I/O to the base ([`vbdev::forward`]). Each use below says
 //! what the helper does for us, so this file still shows everything a
 //! virtual bdev owes.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use bdevkit::bdev::module::vbdev::{self, BaseBdev, StackedBdev, VbdevConfig, VbdevModule};
+use bdevkit::bdev::module::vbdev::{self, Stacked, StackedBdev, VbdevModule};
 use bdevkit::bdev::module::{
-    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BdevProps, BoxError, Done, Error, IoStatus,
-    IoType, ModuleIo, Result,
+    Bdev, BdevChannel, BdevIo, BdevManager, BdevOps, BoxError, Done, Error, IoStatus, IoType,
+    ModuleIo, Result,
 };
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use crate::rpc::PassthruCreateParams;
 use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
@@ -30,33 +29,14 @@ use crate::{MODULE, NAMESPACE_UUID, PRODUCT_NAME};
 // The module: configurations and examine
 // ---------------------------------------------------------------------------
 
-/// What the module needs to know about a configuration: its base, its
-/// name, how a saved config recreates it, and how it attaches.
-impl VbdevConfig for PassthruCreateParams {
-    const MODULE: &'static str = MODULE;
-    const CREATE_METHOD: &'static str = "bdev_passthru_create";
-    type Attached = Bdev;
-
-    /// Builds the passthru bdev on `base` (below).
-    fn attach(&self, mgr: &BdevManager, base: &Bdev) -> Result<Bdev> {
-        attach(mgr, self, base)
-    }
-
-    fn base_name(&self) -> &str {
-        &self.base_bdev_name
-    }
-
-    /// One passthru bdev per configuration, with the configured name.
-    fn name(&self) -> Cow<'_, str> {
-        Cow::Borrowed(&self.name)
-    }
-
-    /// A saved config records the UUID the bdev got (generated or
-    /// configured), so that a replay recreates the same bdev.
-    fn uuid_mut(&mut self) -> Option<&mut Option<Uuid>> {
-        Some(&mut self.uuid)
-    }
-}
+// What the module needs to know about a configuration (its
+// `VbdevConfig`): it is the configuration of one bdev in SPDK's shape,
+// named by its `name`, over the base `base_bdev_name` names, recreated by
+// `bdev_passthru_create`, attached by `attach` below; a saved config
+// records the UUID the bdev got (generated or configured), so that a
+// replay recreates the same bdev. (A configuration of another shape
+// implements `VbdevConfig` itself: see `modules/error`.)
+vbdev::stacked_config!(PassthruCreateParams, MODULE, "bdev_passthru_create", attach);
 
 /// The passthru module: its configurations (`bdev_passthru_create` calls
 /// still in force), whether or not their base exists yet, in a
@@ -93,34 +73,22 @@ pub(crate) fn create(mgr: &BdevManager, params: PassthruCreateParams) -> Result<
 
 /// Opens and claims `base`, then registers the passthru bdev on it.
 fn attach(mgr: &BdevManager, cfg: &PassthruCreateParams, base: &Bdev) -> Result<Bdev> {
-    // `register_over` opens the base and claims it exclusive_write: we
+    // The passthru bdev looks like its base: same geometry, metadata
+    // layout and alignment needs, and since its blocks are the base's
+    // blocks, the same I/O boundary (`props_mirroring`); its UUID is the
+    // configured one or derived from the base's.
+    let props = vbdev::props_mirroring(base, &cfg.name, PRODUCT_NAME, cfg.uuid, &NAMESPACE_UUID);
+    // `Stacked::register` opens the base and claims it exclusive_write: we
     // become its only writer (EPERM if another module claimed it first;
-    // closing the descriptor, `BaseBdev::close`, releases the claim). It
+    // closing the descriptor, in `destruct`, releases the claim). It
     // builds our bdev on it, has the base's events (on this thread) reach
     // it, registers it, and delivers a removal of the base that began
     // while we were being built.
-    let bdev = BaseBdev::register_over(mgr, base, MODULE, props(cfg, base), |base_bdev| {
-        Arc::new(PassthruBdev {
-            name: cfg.name.clone(),
-            base: base_bdev,
-            mgr: mgr.clone(),
-        })
+    let bdev = Stacked::register(mgr, base, MODULE, props, |stacked| {
+        Arc::new(PassthruBdev { stacked })
     })?;
     tracing::info!(bdev = %cfg.name, base = %base.name(), "passthru bdev created");
     Ok(bdev)
-}
-
-/// The passthru bdev looks like its base: same geometry, metadata layout
-/// and alignment needs (`props_over`), and since its blocks are the base's
-/// blocks, the same I/O boundary.
-fn props(cfg: &PassthruCreateParams, base: &Bdev) -> BdevProps {
-    let mut p = vbdev::props_over(base, &cfg.name, PRODUCT_NAME, base.num_blocks());
-    p.uuid = Some(
-        cfg.uuid
-            .unwrap_or_else(|| Uuid::new_v5(&NAMESPACE_UUID, base.uuid().as_bytes())),
-    );
-    p.optimal_io_boundary = base.props().optimal_io_boundary;
-    p
 }
 
 // ---------------------------------------------------------------------------
@@ -128,33 +96,15 @@ fn props(cfg: &PassthruCreateParams, base: &Bdev) -> BdevProps {
 // ---------------------------------------------------------------------------
 
 /// One passthru bdev.
-///
-/// It holds a [`BdevManager`] to unregister itself when its base goes.
-/// That is a reference cycle (the manager's registry holds this bdev) which
-/// unregistration breaks: the registry drops the bdev when it is gone.
+#[derive(Debug)]
 pub struct PassthruBdev {
-    name: String,
-    /// The open, claimed base: its descriptor (closed in `destruct`), the
-    /// thread that opened it, and whether it is going away.
-    base: BaseBdev,
-    mgr: BdevManager,
-}
-
-impl std::fmt::Debug for PassthruBdev {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PassthruBdev")
-            .field("name", &self.name)
-            .field("base", &self.base.bdev().name())
-            .finish_non_exhaustive()
-    }
-}
-
-impl PassthruBdev {
-    /// The base bdev.
-    #[must_use]
-    pub fn base(&self) -> &Bdev {
-        self.base.bdev()
-    }
+    /// Its name, the open and claimed base (its descriptor, closed in
+    /// `destruct`; the thread that opened it; whether it is going away),
+    /// and the [`BdevManager`] it unregisters itself from when the base
+    /// goes. That is a reference cycle (the manager's registry holds this
+    /// bdev) which unregistration breaks: the registry drops the bdev when
+    /// it is gone.
+    stacked: Stacked,
 }
 
 /// Events of the base, on the thread that opened it, are what
@@ -166,16 +116,8 @@ impl PassthruBdev {
 /// the base; a resize of the base resizes this bdev (our openers get a
 /// resize event).
 impl StackedBdev for PassthruBdev {
-    fn vbdev_name(&self) -> &str {
-        &self.name
-    }
-
-    fn base(&self) -> &BaseBdev {
-        &self.base
-    }
-
-    fn manager(&self) -> &BdevManager {
-        &self.mgr
+    fn stacked(&self) -> &Stacked {
+        &self.stacked
     }
 }
 
@@ -193,14 +135,14 @@ impl BdevOps for PassthruBdev {
     /// channel is destroyed.
     fn create_channel(&self) -> std::result::Result<PassthruChannel, BoxError> {
         Ok(PassthruChannel {
-            base: self.base.channel()?,
+            base: self.stacked.base().channel()?,
         })
     }
 
     /// Forward `io` to the base as a child I/O.
     #[inline]
     fn submit(&self, ch: &PassthruChannel, io: BdevIo) {
-        if self.base.is_removing() {
+        if self.stacked.base().is_removing() {
             // The base is going away: fail new I/O, later (never complete
             // inside `submit`).
             return io.complete_deferred(IoStatus::Aborted);
@@ -223,7 +165,7 @@ impl BdevOps for PassthruBdev {
     /// Whatever the base serves (write zeroes included: the base's layer
     /// emulates it if its module lacks it).
     fn io_type_supported(&self, io_type: IoType) -> bool {
-        self.base.bdev().supports(io_type)
+        self.stacked.supports(io_type)
     }
 
     /// Called once every opener closed and every channel is gone: close
@@ -231,10 +173,11 @@ impl BdevOps for PassthruBdev {
     fn destruct(&self, done: Done) {
         // If that thread is gone the message is dropped, which closes the
         // base and signals `done` too.
-        self.base.close(move || done.done());
+        self.stacked.close(done);
     }
 
     fn dump_info_json(&self) -> Value {
-        json!({"passthru": {"name": self.name, "base_bdev_name": self.base.bdev().name()}})
+        let s = &self.stacked;
+        json!({"passthru": {"name": s.name(), "base_bdev_name": s.base_bdev().name()}})
     }
 }

@@ -198,12 +198,8 @@ mod tests {
             json!({"base_bdev_name": "M0", "name": "PT0", "uuid": uuid.to_string()})
         );
         env().run(move |mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
             // Vbdevs first: examine makes the order irrelevant.
-            for e in entries.iter().rev() {
-                let m = e["method"].as_str().unwrap();
-                call(&reg, m, e["params"].clone()).await.unwrap();
-            }
+            rpc::replay(&rpc::registry(&mgr, RPCS), &entries).await;
             assert_eq!(mgr.get("PT0").unwrap().uuid(), uuid);
             let again = serde_json::to_string(&mgr.config_json()).unwrap();
             assert!(again.contains("\"PTw\""), "waiting config kept: {again}");

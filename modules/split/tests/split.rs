@@ -9,19 +9,12 @@ mod tests {
     use bdevkit_jsonrpc::RpcError;
     use bdevkit_split::SplitCreateParams;
     use bdevkit_test::env::wait_for;
-    use bdevkit_test::rpc::{self, call, RegisterRpcs};
-    use bdevkit_test::{conformance, malloc, TestEnv};
-    use serde_json::{json, Value};
+    use bdevkit_test::rpc::{self, call};
+    use bdevkit_test::{conformance, malloc, OverMalloc};
+    use serde_json::json;
 
-    fn env() -> TestEnv {
-        TestEnv::with_modules("0x1", &[bdevkit_malloc::register, bdevkit_split::register])
-    }
-
-    /// The RPC methods the tests call.
-    const RPCS: &[RegisterRpcs] = &[
-        bdevkit_malloc::rpc::register_rpcs,
-        bdevkit_split::rpc::register_rpcs,
-    ];
+    /// Malloc and split, and their RPC methods.
+    const MODULES: OverMalloc = OverMalloc(bdevkit_split::MODULE_DEF);
 
     /// Deletes one part (what the conformance suite's delete check needs).
     fn delete_part(
@@ -34,7 +27,7 @@ mod tests {
 
     #[test]
     fn conformance_on_a_part_of_malloc() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 8192);
             let names = bdevkit_split::create(&mgr, SplitCreateParams::new("M0", 4)).unwrap();
             assert_eq!(names, ["M0p0", "M0p1", "M0p2", "M0p3"]);
@@ -56,7 +49,7 @@ mod tests {
 
     #[test]
     fn offsets_translate_and_no_io_reaches_a_neighbour() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 1024);
             bdevkit_split::create(&mgr, SplitCreateParams::new("M0", 2)).unwrap();
             let d0 = mgr.open("M0p0", true, |_| {}).unwrap();
@@ -97,7 +90,7 @@ mod tests {
 
     #[test]
     fn sizes_follow_spdk() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 8192); // 4 MiB
             let mut p = SplitCreateParams::new("M0", 8);
             p.split_size_mb = Some(1);
@@ -122,7 +115,7 @@ mod tests {
 
     #[test]
     fn deferred_removed_and_reattached() {
-        env().run(|mgr| async move {
+        MODULES.env().run(|mgr| async move {
             let names = bdevkit_split::create(&mgr, SplitCreateParams::new("M0", 2)).unwrap();
             assert!(names.is_empty(), "no base yet");
             malloc(&mgr, "M0", 256);
@@ -143,18 +136,12 @@ mod tests {
 
     #[test]
     fn save_config_replays_in_any_order() {
-        let entries = env().run(|mgr| async move {
+        let entries = MODULES.env().run(|mgr| async move {
             malloc(&mgr, "M0", 8192);
             let mut p = SplitCreateParams::new("M0", 2);
             p.split_size_mb = Some(1);
             bdevkit_split::create(&mgr, p).unwrap();
-            mgr.config_json()
-                .into_iter()
-                .filter(|e| {
-                    let m = e["method"].as_str().unwrap_or("");
-                    m == "bdev_malloc_create" || m == "bdev_split_create"
-                })
-                .collect::<Vec<Value>>()
+            rpc::saved_entries(&mgr, &["bdev_malloc_create", "bdev_split_create"])
         });
         let split = entries
             .iter()
@@ -164,20 +151,16 @@ mod tests {
             split["params"],
             json!({"base_bdev": "M0", "split_count": 2, "split_size_mb": 1})
         );
-        env().run(move |mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
-            for e in entries.iter().rev() {
-                let m = e["method"].as_str().unwrap();
-                call(&reg, m, e["params"].clone()).await.unwrap();
-            }
+        MODULES.env().run(move |mgr| async move {
+            rpc::replay(&MODULES.registry(&mgr), &entries).await;
             assert_eq!(mgr.get("M0p1").unwrap().num_blocks(), 2048);
         });
     }
 
     #[test]
     fn rpc_create_delete_and_errors() {
-        env().run(|mgr| async move {
-            let reg = rpc::registry(&mgr, RPCS);
+        MODULES.env().run(|mgr| async move {
+            let reg = MODULES.registry(&mgr);
             malloc(&mgr, "M0", 1024);
             let r = call(
                 &reg,

@@ -3,8 +3,8 @@
 //! uring bdev channel of the module instance on that thread, plus a
 //! second, `IOPOLL` ring for bdevs that serve polled I/O when that option
 //! is on. The group itself (waiting FIFO, poller, batch completion,
-//! eventfd) is `bdevkit_kfile`'s [`Group`]; this file is its io_uring
-//! engine.
+//! eventfd) is `bdevkit_kfile`'s [`Group`], and so is the ring
+//! ([`FileRing`]); this file is the group's io_uring engine.
 //!
 //! `submit` only pushes an SQE (no system call). The poller makes **one
 //! `io_uring_enter` per ring per iteration**, which submits everything
@@ -20,11 +20,11 @@ use std::os::fd::RawFd;
 
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType, ModuleIo};
 use bdevkit_kfile::group::{Engine, Group};
+use bdevkit_kfile::ring::{FileRef, FileRing};
 use bdevkit_kfile::slots::{self, Next};
 
 use crate::options::{SharedOptions, UringOptions};
 use crate::probe;
-use crate::sys::{self, FileRef, Ring};
 
 /// Ring of a target: the plain one or the `IOPOLL` one.
 pub(crate) const PLAIN: usize = 0;
@@ -56,7 +56,6 @@ pub(crate) fn create(options: SharedOptions) -> Result<UringGroup, BoxError> {
         let ring = new_ring(false, setup.eventfd, &o)?;
         Ok(UringEngine {
             rings: [Some(ring), None],
-            enter_failed: false,
             punting: 0,
             idle_yield: !setup.interrupt() && o.idle_yield,
             efd: setup.eventfd,
@@ -114,7 +113,7 @@ pub(crate) fn submit(g: &UringGroup, io: BdevIo, t: Target) {
     }
 }
 
-fn new_ring(polled: bool, efd: Option<RawFd>, o: &UringOptions) -> io::Result<Ring> {
+fn new_ring(polled: bool, efd: Option<RawFd>, o: &UringOptions) -> io::Result<FileRing> {
     let ring = probe::build_ring(polled, o)?;
     if let Some(fd) = efd {
         ring.register_eventfd(fd)?;
@@ -124,8 +123,7 @@ fn new_ring(polled: bool, efd: Option<RawFd>, o: &UringOptions) -> io::Result<Ri
 
 /// One thread's rings and what the group needs besides.
 pub(crate) struct UringEngine {
-    rings: [Option<Ring>; 2],
-    enter_failed: bool,
+    rings: [Option<FileRing>; 2],
     /// Channels whose file the kernel serves in io-wq workers.
     punting: u32,
     /// Yield the CPU on idle polls with requests in the kernel (poll
@@ -171,12 +169,7 @@ impl Engine for UringEngine {
 
     fn depth(&self) -> usize {
         // Both rings, when the IOPOLL one is built.
-        self.rings
-            .iter()
-            .flatten()
-            .map(|r| r.setup().entries as usize)
-            .sum::<usize>()
-            * 2
+        self.rings.iter().flatten().map(FileRing::cq_entries).sum()
     }
 
     /// One enter + reap round per ring.
@@ -186,23 +179,7 @@ impl Engine for UringEngine {
             if ring.in_kernel() == 0 {
                 continue;
             }
-            match ring.enter() {
-                Ok(n) => {
-                    busy |= n > 0;
-                    self.enter_failed = false;
-                }
-                Err(e) => {
-                    busy = true;
-                    let transient = matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                    );
-                    if !transient && !self.enter_failed {
-                        self.enter_failed = true;
-                        tracing::warn!(error = %e, "io_uring_enter failed; retrying");
-                    }
-                }
-            }
+            busy |= ring.enter_logged();
             let reaped = ring.reap(batch, |errno, flags| match errno {
                 libc::EAGAIN | libc::EINTR => Next::Again(flags & !libc::RWF_NOWAIT),
                 libc::ECANCELED => Next::Done(IoStatus::Aborted),
@@ -229,7 +206,7 @@ impl Engine for UringEngine {
             && self.punting > 0
             && self.rings.iter().flatten().any(|r| r.in_kernel() > 0)
         {
-            sys::yield_cpu();
+            bdevkit_kfile::yield_cpu();
         }
     }
 }

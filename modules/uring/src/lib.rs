@@ -70,13 +70,13 @@
 //! assert_eq!(bdev.product_name(), "URING bdev");
 //! # Ok::<(), bdevkit_uring::Error>(())
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod group;
 mod options;
 mod probe;
 pub mod rpc;
-mod sys;
 
 use std::sync::Arc;
 
@@ -325,14 +325,14 @@ pub fn open(mgr: &BdevManager, params: UringCreateParams) -> Result<UringBdev> {
     let polled = module.options().iopoll
         && disk.kind == Kind::Block
         && disk.direct
-        && match sys::probe_iopoll(disk.fd(), g.block_size, base) {
+        && match bdevkit_kfile::ring::probe_iopoll_file(disk.fd(), g.block_size, base) {
             Ok(()) => true,
             Err(e) => {
                 tracing::info!(path = params.filename, error = %e, "polled I/O not supported; using the plain ring");
                 false
             }
         };
-    let punts = !sys::supports_nowait(disk.fd(), g.block_size);
+    let punts = !bdevkit_kfile::supports_nowait(disk.fd(), g.block_size);
     Ok(UringBdev {
         params,
         disk,

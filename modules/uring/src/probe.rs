@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::options::UringOptions;
-use crate::sys::{Ring, RingSetup};
+use bdevkit_kfile::ring::{FileRing, RingSetup};
 
 static BASE: OnceLock<Result<RingSetup, String>> = OnceLock::new();
 static NO_SQPOLL: AtomicBool = AtomicBool::new(false);
@@ -42,7 +42,7 @@ pub(crate) fn base_setup() -> Result<RingSetup, String> {
         ];
         let mut last = None;
         for (i, t) in tiers.iter().enumerate() {
-            match Ring::build(*t) {
+            match FileRing::build(*t) {
                 Ok(_) => {
                     if i > 0 {
                         tracing::info!(setup = ?t, "io_uring: newer setup flags not supported; using fewer");
@@ -61,13 +61,13 @@ pub(crate) fn base_setup() -> Result<RingSetup, String> {
 
 /// Builds a thread's ring with options `o`: the plain ring (`polled ==
 /// false`, with SQPOLL if asked and supported) or the IOPOLL ring.
-pub(crate) fn build_ring(polled: bool, o: &UringOptions) -> io::Result<Ring> {
+pub(crate) fn build_ring(polled: bool, o: &UringOptions) -> io::Result<FileRing> {
     let base = base_setup().map_err(|e| io::Error::other(format!("io_uring unavailable: {e}")))?;
     let mut setup = base;
     setup.entries = o.sq_entries;
     if polled {
         setup.iopoll = true;
-        return Ring::build(setup);
+        return FileRing::build(setup);
     }
     if o.sqpoll && !NO_SQPOLL.load(Ordering::Relaxed) {
         let mut sq = setup;
@@ -76,7 +76,7 @@ pub(crate) fn build_ring(polled: bool, o: &UringOptions) -> io::Result<Ring> {
         sq.coop_taskrun = false;
         sq.taskrun_flag = false;
         sq.sqpoll_idle_ms = Some(o.sqpoll_idle_ms);
-        match Ring::build(sq) {
+        match FileRing::build(sq) {
             Ok(r) => return Ok(r),
             Err(e) => {
                 if !NO_SQPOLL.swap(true, Ordering::Relaxed) {
@@ -85,5 +85,5 @@ pub(crate) fn build_ring(polled: bool, o: &UringOptions) -> io::Result<Ring> {
             }
         }
     }
-    Ring::build(setup)
+    FileRing::build(setup)
 }

@@ -177,7 +177,7 @@ pub fn cmd_available() -> std::result::Result<(), String> {
     static PROBE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            sys::CmdRing::new(2, false)
+            engine::new_ring(2, false)
                 .map(drop)
                 .map_err(|e| e.to_string())
         })

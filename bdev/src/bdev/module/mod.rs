@@ -9,6 +9,10 @@
 //!   [`CompletionQueue`] for I/O finished synchronously.
 //! * Linking it into an app: [`ModuleDef`] (and [`LogFlag`]), the one
 //!   constant a module crate exports.
+//! * Memory backends (malloc, null): [`BackendModule`], the whole module
+//!   of a backend whose bdevs recreate themselves in a saved config (its
+//!   bdev type says how, [`Backend`]), and [`Geometry`], the block, metadata
+//!   and DIF layout their params describe.
 //! * Virtual bdevs: the building blocks in [`vbdev`], and the thread items
 //!   a virtual bdev with per-channel state of its own uses ([`IoDevice`],
 //!   [`IoChannel`], [`Thread`], [`Poller`], [`PollerStatus`]).
@@ -21,12 +25,14 @@
 //! `doc/writing-a-module.md` walks through `modules/passthru`, which uses
 //! this module and nothing else of the bdev layer.
 
+mod backend;
 mod completion_queue;
 mod def;
 pub(crate) mod ops;
 pub(crate) mod serve;
 pub mod vbdev;
 
+pub use backend::{Backend, BackendModule, Geometry};
 pub use completion_queue::CompletionQueue;
 pub use def::{LogFlag, ModuleDef};
 pub use ops::{BdevOps, Done};

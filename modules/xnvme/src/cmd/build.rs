@@ -1,54 +1,23 @@
 //! A bdev I/O as the NVMe command the kernel sends for it (`struct
 //! nvme_uring_cmd`, built from the spec crate's typed commands), and an
 //! io_uring_cmd completion as the I/O's status. Plain values in and out,
-//! no I/O and no memory: the engine attaches the data pointer once the I/O
-//! sits in its slot ([`with_segments`], [`with_ranges`]).
+//! no I/O and no memory: the ring (`bdevkit_kfile`'s
+//! [`CmdRing::prep_cmd`](bdevkit_kfile::ring::Ring::prep_cmd)) attaches
+//! the data pointer once the I/O sits in its slot.
 
-use bdevkit::bdev::module::{IoStatus, IoType, IoVec};
+use bdevkit::bdev::module::{IoStatus, IoType};
+use bdevkit_kfile::ring::{Data, Dest, NvmeCommand};
 use bdevkit_nvme_spec::io::{
     BlockRange, Compare, DatasetManagement, DsmRange, Flush, Read, Write, WriteZeroes,
 };
-use bdevkit_nvme_spec::linux::{
-    NvmeUringCmd, NVME_URING_CMD_ADMIN, NVME_URING_CMD_ADMIN_VEC, NVME_URING_CMD_IO,
-    NVME_URING_CMD_IO_VEC,
-};
+use bdevkit_nvme_spec::linux::NvmeUringCmd;
 use bdevkit_nvme_spec::{Command, Sqe, Status};
 
 use super::geometry::{DsmLimits, SLOT_RANGES};
 
-/// Which file of the bdev a command goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dest {
-    /// The namespace's generic char device (`/dev/ngXnY`): I/O commands.
-    Namespace,
-    /// The controller's char device (`/dev/nvmeX`): admin commands.
-    Controller,
-}
-
-/// Where the command's data is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Data {
-    /// No data transfer.
-    None,
-    /// The I/O's own segments.
-    Segments,
-    /// The first `n` Dataset Management ranges of the builder's output.
-    Ranges(usize),
-}
-
-/// A command ready for its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Built {
-    /// The command; `addr` and `data_len` are set by [`with_segments`] or
-    /// [`with_ranges`].
-    pub(crate) cmd: NvmeUringCmd,
-    /// Which file.
-    pub(crate) dest: Dest,
-    /// Its data.
-    pub(crate) data: Data,
-    /// Completion dword 0 goes back to the I/O (passthrough).
-    pub(crate) wants_cdw0: bool,
-}
+/// A command ready for its slot: [`NvmeCommand`] (its data pointer is
+/// set by the ring).
+pub(crate) type Built = NvmeCommand;
 
 /// What the builder knows about the bdev's namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,47 +125,6 @@ fn einval() -> NotSent {
     NotSent::Fail(IoStatus::Errno(libc::EINVAL))
 }
 
-/// The `cmd_op` of `b` with `vectored` data.
-pub(crate) fn cmd_op(dest: Dest, vectored: bool) -> u32 {
-    match (dest, vectored) {
-        (Dest::Namespace, false) => NVME_URING_CMD_IO,
-        (Dest::Namespace, true) => NVME_URING_CMD_IO_VEC,
-        (Dest::Controller, false) => NVME_URING_CMD_ADMIN,
-        (Dest::Controller, true) => NVME_URING_CMD_ADMIN_VEC,
-    }
-}
-
-/// `cmd` moving the data of `iovs` (no data for none), and its `cmd_op`:
-/// one segment is a plain buffer, several are the iovec array itself
-/// (`IoVec` is `#[repr(C)]` like `struct iovec`: the `_VEC` variant).
-pub(crate) fn with_segments(
-    mut cmd: NvmeUringCmd,
-    dest: Dest,
-    iovs: &[IoVec],
-) -> (NvmeUringCmd, u32) {
-    match iovs {
-        [] => (cmd, cmd_op(dest, false)),
-        [one] if u32::try_from(one.len).is_ok() => {
-            cmd.addr = one.base as u64;
-            cmd.data_len = u32::try_from(one.len).expect("invariant: checked above");
-            (cmd, cmd_op(dest, false))
-        }
-        many => {
-            cmd.addr = many.as_ptr() as u64;
-            cmd.data_len = u32::try_from(many.len()).unwrap_or(u32::MAX);
-            (cmd, cmd_op(dest, true))
-        }
-    }
-}
-
-/// `cmd` moving the `n` ranges at `ranges`.
-pub(crate) fn with_ranges(mut cmd: NvmeUringCmd, ranges: &[DsmRange], n: usize) -> NvmeUringCmd {
-    cmd.addr = ranges.as_ptr() as u64;
-    let bytes = n.min(ranges.len()) * size_of::<DsmRange>();
-    cmd.data_len = u32::try_from(bytes).expect("invariant: at most 16 ranges");
-    cmd
-}
-
 /// The status of an I/O whose io_uring_cmd completed with `res`: 0 is
 /// success, a positive value the NVMe status field (kept as the bdev
 /// layer's NVMe status, [`IoStatus::from_nvme`]), a negative one an errno:
@@ -210,12 +138,6 @@ pub(crate) fn status_of(res: i32) -> IoStatus {
         Err(libc::ECANCELED) => IoStatus::Aborted,
         Err(errno) => IoStatus::Errno(errno),
     }
-}
-
-/// Completion dword 0 from the first extra word of the 32-byte CQE (the
-/// kernel puts the 64-bit NVMe result there; DW0 is its low half).
-pub(crate) fn cdw0_of(big_cqe0: u64) -> u32 {
-    (big_cqe0 & 0xffff_ffff) as u32
 }
 
 #[cfg(test)]
@@ -290,9 +212,6 @@ mod tests {
                     prop_assert_eq!((d.nsid, d.num_ranges(), d.attributes.ad), (3, k, true));
                     let total: u64 = ranges[..k].iter().map(|r| u64::from(r.nlb.get())).sum();
                     prop_assert_eq!((ranges[0].slba.get(), total), (slba, n));
-                    let c = with_ranges(b.cmd, &ranges, k);
-                    prop_assert_eq!(c.data_len as usize, k * 16);
-                    prop_assert_eq!(c.addr, ranges.as_ptr() as u64);
                 }
             }
         }
@@ -389,40 +308,6 @@ mod tests {
     }
 
     #[test]
-    fn segments_and_cmd_ops() {
-        let mut a = [0u8; 4096];
-        let mut c = [0u8; 512];
-        let cmd = NvmeUringCmd::default();
-        let (k, op) = with_segments(cmd, Dest::Namespace, &[]);
-        assert_eq!((k.addr, k.data_len, op), (0, 0, NVME_URING_CMD_IO));
-        let one = [IoVec {
-            base: a.as_mut_ptr(),
-            len: 4096,
-        }];
-        let (k, op) = with_segments(cmd, Dest::Controller, &one);
-        assert_eq!(
-            (k.addr, k.data_len, op),
-            (a.as_ptr() as u64, 4096, NVME_URING_CMD_ADMIN)
-        );
-        let two = [
-            one[0],
-            IoVec {
-                base: c.as_mut_ptr(),
-                len: 512,
-            },
-        ];
-        let (k, op) = with_segments(cmd, Dest::Namespace, &two);
-        assert_eq!(
-            (k.addr, k.data_len, op),
-            (two.as_ptr() as u64, 2, NVME_URING_CMD_IO_VEC)
-        );
-        assert_eq!(
-            with_segments(cmd, Dest::Controller, &two).1,
-            NVME_URING_CMD_ADMIN_VEC
-        );
-    }
-
-    #[test]
     fn completion_results() {
         assert_eq!(status_of(0), IoStatus::Success);
         // DNR + Invalid Opcode, what QEMU answers an unknown command.
@@ -435,6 +320,5 @@ mod tests {
         assert_eq!(status_of(-libc::EBUSY), IoStatus::NoMem);
         assert_eq!(status_of(-libc::ECANCELED), IoStatus::Aborted);
         assert_eq!(status_of(i32::MIN), IoStatus::Errno(libc::EIO));
-        assert_eq!(cdw0_of(0xdead_beef_0000_0042), 0x42);
     }
 }

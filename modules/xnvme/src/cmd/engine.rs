@@ -18,9 +18,10 @@ use std::os::fd::RawFd;
 use bdevkit::bdev::module::{BdevIo, BoxError, IoStatus, IoType};
 use bdevkit::thread::IoChannel;
 use bdevkit_kfile::group::{Engine, Group};
+use bdevkit_kfile::ring::{CmdRing, Dest, RingSetup, SLOT_RANGES};
+use bdevkit_nvme_spec::io::DsmRange;
 
-use super::build::NsParams;
-use crate::sys::{CmdRing, Files, NotQueued};
+use super::build::{self, NotSent, NsParams, Request};
 
 /// Entries (so in-flight slots) of each ring: SPDK's bdev_xnvme queue
 /// depth.
@@ -33,6 +34,15 @@ pub(crate) const POLLED: usize = 1;
 
 /// One thread's group: the channel value of the module's io_device.
 pub(crate) type CmdGroup = Group<CmdEngine>;
+
+/// Where a command goes: the files of one bdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Files {
+    /// The namespace's generic char device.
+    pub(crate) ns: RawFd,
+    /// The controller's char device (`None`: no admin passthrough).
+    pub(crate) ctrl: Option<RawFd>,
+}
 
 /// What the engine needs per I/O about its bdev (copied; no reference
 /// counting per I/O).
@@ -49,13 +59,13 @@ pub(crate) struct Target {
 /// Creates the calling thread's group (the io_device's constructor).
 pub(crate) fn create() -> Result<CmdGroup, BoxError> {
     Group::create("bdev_xnvme_poll", |setup| {
-        let ring = CmdRing::new(RING_ENTRIES, false).map_err(|e| {
+        let ring = new_ring(RING_ENTRIES, false).map_err(|e| {
             io::Error::new(e.kind(), format!("io_uring_cmd ring (SQE128|CQE32): {e}"))
         })?;
         if let Some(fd) = setup.eventfd {
             ring.register_eventfd(fd)?;
         }
-        let depth = 2 * ring.setup().entries as usize;
+        let depth = ring.cq_entries();
         Ok(CmdEngine {
             rings: [Some(ring), None],
             spinners: [0, 0],
@@ -63,6 +73,29 @@ pub(crate) fn create() -> Result<CmdGroup, BoxError> {
             eventfd: setup.eventfd,
         })
     })
+}
+
+/// A ring of `entries` entries, `iopoll` or not, with the best task work
+/// mode the kernel has (probed in order: `DEFER_TASKRUN`, `COOP_TASKRUN`,
+/// neither).
+pub(crate) fn new_ring(entries: u32, iopoll: bool) -> io::Result<CmdRing> {
+    let mut last = None;
+    for (defer_taskrun, coop_taskrun) in [(true, false), (false, true), (false, false)] {
+        let setup = RingSetup {
+            entries,
+            defer_taskrun,
+            coop_taskrun,
+            taskrun_flag: defer_taskrun || coop_taskrun,
+            iopoll,
+            ..RingSetup::default()
+        };
+        match CmdRing::build(setup) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
 }
 
 /// Adds a bdev channel to its thread's group: the bdev's ring
@@ -74,7 +107,7 @@ pub(crate) fn attach(g: &IoChannel<CmdGroup>, polled: bool, spin: bool) -> usize
         let mut ring = PLAIN;
         if polled {
             if e.rings[POLLED].is_none() {
-                match CmdRing::new(RING_ENTRIES, true) {
+                match new_ring(RING_ENTRIES, true) {
                     Ok(r) => e.rings[POLLED] = Some(r),
                     Err(err) => {
                         tracing::warn!(error = %err, "io_uring_cmd: no IOPOLL ring; polling the plain ring");
@@ -102,7 +135,8 @@ pub(crate) struct CmdEngine {
     /// that ring has I/O in the kernel the poller reports busy, so the
     /// reactor does not sleep on the eventfd.
     spinners: [u32; 2],
-    /// I/Os no command could carry, completed by the next round.
+    /// I/Os no command could carry (or that need none), completed by the
+    /// next round.
     failed: Vec<(BdevIo, IoStatus)>,
     /// The group's eventfd (interrupt mode), signalled by the plain ring.
     eventfd: Option<RawFd>,
@@ -135,10 +169,29 @@ impl Engine for CmdEngine {
             self.failed.push((io, IoStatus::Errno(libc::ENODEV)));
             return Ok(());
         };
-        match ring.prep(io, &t.ns, t.files) {
-            Ok(()) => Ok(()),
-            Err(NotQueued::Full(io)) => Err(io),
-            Err(NotQueued::Failed(io, status)) => {
+        let mut ranges = [DsmRange::default(); SLOT_RANGES];
+        let built = {
+            let r = Request {
+                io_type: io.io_type(),
+                offset_blocks: io.offset_blocks(),
+                num_blocks: io.num_blocks(),
+                nvme_cmd: &io.nvme_cmd().cdw,
+            };
+            build::build(&r, &t.ns, &mut ranges)
+        };
+        let sent = match built {
+            Ok(c) => match (c.dest, t.files.ctrl) {
+                (Dest::Namespace, _) => Ok((c, t.files.ns)),
+                (Dest::Controller, Some(fd)) => Ok((c, fd)),
+                (Dest::Controller, None) => Err(IoStatus::Errno(libc::ENOTSUP)),
+            },
+            Err(NotSent::Fail(status)) => Err(status),
+            // Nothing to send (a flush without a volatile write cache).
+            Err(NotSent::Done) => Err(IoStatus::Success),
+        };
+        match sent {
+            Ok((c, fd)) => ring.prep_cmd(io, fd, &c, &ranges),
+            Err(status) => {
                 self.failed.push((io, status));
                 Ok(())
             }
@@ -157,19 +210,8 @@ impl Engine for CmdEngine {
             if ring.in_kernel() == 0 {
                 continue;
             }
-            match ring.enter() {
-                Ok(n) => busy |= n > 0,
-                Err(e) => {
-                    busy = true;
-                    if !matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                    ) {
-                        tracing::warn!(error = %e, "io_uring_enter (io_uring_cmd) failed; retrying");
-                    }
-                }
-            }
-            if ring.reap(batch) > 0 {
+            busy |= ring.enter_logged();
+            if ring.reap_cmd(batch, build::status_of) > 0 {
                 busy = true;
             }
             // Polled completions show up only when asked for, and polling
@@ -182,12 +224,8 @@ impl Engine for CmdEngine {
     }
 
     fn depth(&self) -> usize {
-        self.rings
-            .iter()
-            .flatten()
-            .map(|r| r.setup().entries as usize)
-            .sum::<usize>()
-            .max(RING_ENTRIES as usize)
-            * 2
+        let cq = self.rings.iter().flatten().map(CmdRing::cq_entries).sum();
+        // Never less than the plain ring's (built with the group).
+        usize::max(cq, 2 * RING_ENTRIES as usize)
     }
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// unmap sends. One range already covers 2^32 - 1 blocks, more than one
 /// bdev unmap (`max_unmap` is 32 bits), so several are needed only where
 /// the controller limits the range size (DMRSL).
-pub(crate) const SLOT_RANGES: usize = 16;
+pub(crate) const SLOT_RANGES: usize = bdevkit_kfile::ring::SLOT_RANGES;
 
 /// The transfer limit SPDK and xNVMe assume when MDTS is 0 (no limit).
 const DEFAULT_MAX_TRANSFER: u64 = 1 << 20;

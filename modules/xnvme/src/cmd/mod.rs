@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use bdevkit::bdev::module::{BdevIo, BdevOps, BdevProps, BoxError, IoType};
+use bdevkit::bdev::module::{BdevIo, BdevOps, BdevProps, BoxError, IoStatus, IoType};
 use bdevkit::dma::DmaBuf;
 use bdevkit::thread::{IoChannel, IoDevice};
 use bdevkit_nvme_spec::admin::Identify;
@@ -32,9 +32,9 @@ use bdevkit_nvme_spec::Command;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::sys::{self, Files};
+use crate::sys;
 use build::NsParams;
-use engine::{CmdGroup, Target, PLAIN, POLLED};
+use engine::{CmdGroup, Files, Target, PLAIN, POLLED};
 use geometry::{KernelLimits, Namespace};
 
 /// Log2 of the buffer alignment: NVMe wants dword-aligned data pointers
@@ -282,7 +282,13 @@ fn polled_io(f: &File, ns: &Namespace, sysfs: &Sysfs, path: &str) -> bool {
         );
         return false;
     }
-    match sys::probe_iopoll(f, ns.nsid, ns.block_size) {
+    let probe = bdevkit_kfile::ring::probe_iopoll_nvme(f.as_raw_fd(), ns.nsid, ns.block_size)
+        .and_then(|res| match build::status_of(res) {
+            IoStatus::Success => Ok(()),
+            IoStatus::Errno(e) => Err(io::Error::from_raw_os_error(e)),
+            other => Err(io::Error::other(format!("polled read failed: {other:?}"))),
+        });
+    match probe {
         Ok(()) => true,
         Err(e) => {
             tracing::info!(path, error = %e, "polled passthrough I/O not supported; polling the plain ring");

@@ -1,9 +1,8 @@
 //! The base of a virtual bdev: [`BaseBdev`] (opened and claimed, with a
 //! per-thread channel, closed again on the thread that opened it), its
-//! events ([`BaseEvents`], [`BaseLink`]), [`StackedBdev`] for a bdev that
-//! covers its whole base, and how a virtual bdev finds its own registered
-//! bdev ([`own_bdev`], [`unregister_own`], [`resize_own`]) and takes its
-//! properties from the base ([`props_over`]).
+//! events ([`BaseEvents`], [`BaseLink`]), and how a virtual bdev finds its
+//! own registered bdev ([`own_bdev`], [`unregister_own`], [`resize_own`])
+//! and takes its properties from the base ([`props_over`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -157,27 +156,6 @@ impl BaseBdev {
         ))
     }
 
-    /// A virtual bdev's whole attach in one call: opens and claims `base`
-    /// for `module` (as [`BaseBdev::open`]), builds the virtual bdev on it
-    /// with `make`, has the base's events reach it, registers it with
-    /// `props` and delivers a removal of the base that began meanwhile.
-    /// Returns the registered bdev. On failure nothing is left: the bdev
-    /// `make` built is dropped with its base, which closes it.
-    pub fn register_over<T: BaseEvents + BdevOps>(
-        mgr: &BdevManager,
-        base: &Bdev,
-        module: &'static str,
-        props: BdevProps,
-        make: impl FnOnce(BaseBdev) -> Arc<T>,
-    ) -> Result<Bdev> {
-        let (base_bdev, link) = BaseBdev::open::<T>(mgr, base, module)?;
-        let t = make(base_bdev);
-        link.bind(&t);
-        let bdev = mgr.register_bdev(module, props, Arc::clone(&t))?;
-        link.catch_up();
-        Ok(bdev)
-    }
-
     /// The base bdev.
     #[must_use]
     pub fn bdev(&self) -> &Bdev {
@@ -233,42 +211,6 @@ impl BaseBdev {
             }
             None => close(),
         }
-    }
-}
-
-/// A virtual bdev that covers its whole base (passthru, delay, error).
-/// Implement it, and its [`BaseEvents`] come with it: when the base goes
-/// away the bdev unregisters itself (its openers get a remove event, and
-/// `destruct` follows once they closed); when the base is resized, so is
-/// the bdev.
-pub trait StackedBdev: BdevOps {
-    /// Required. The name the bdev registered with.
-    fn vbdev_name(&self) -> &str;
-    /// Required. Its base.
-    fn base(&self) -> &BaseBdev;
-    /// Required. The manager it is registered with.
-    fn manager(&self) -> &BdevManager;
-    /// Optional. Called when the base goes away, before the bdev
-    /// unregisters (e.g. to fail I/O it holds back, which would keep its
-    /// channels alive).
-    fn base_going(&self) {}
-}
-
-impl<T: StackedBdev> BaseEvents for T {
-    fn base_bdev(&self) -> &BaseBdev {
-        self.base()
-    }
-
-    fn base_removed(&self) {
-        tracing::info!(bdev = %self.vbdev_name(), base = %self.base().bdev().name(),
-            "base bdev removed; unregistering");
-        self.base_going();
-        unregister_own(self.manager(), self.vbdev_name(), self);
-    }
-
-    fn base_resized(&self) {
-        let blocks = self.base().bdev().num_blocks();
-        resize_own(self.manager(), self.vbdev_name(), self, blocks);
     }
 }
 

@@ -10,8 +10,16 @@
 //! * [`BaseBdev`]: the base, opened and claimed `exclusive_write`, its
 //!   events delivered to the virtual bdev ([`BaseEvents`], [`BaseLink`]),
 //!   a per-thread channel to it, and closing it again on the thread that
-//!   opened it. A bdev covering its whole base implements [`StackedBdev`]
-//!   and gets its event handling (unregister on removal, follow a resize).
+//!   opened it.
+//! * [`Stacked`]: what a bdev covering its whole base keeps (its name,
+//!   base and manager). Such a bdev implements [`StackedBdev`] and gets
+//!   its event handling (unregister on removal, follow a resize). One
+//!   whose channels are those of an io_device of its own (to reach each
+//!   thread's state from the control path) is a [`StackedWithDevice`]
+//!   of the module's part ([`DeviceOps`]: the per-thread state and the
+//!   I/O path), whose whole `BdevOps` comes with it. Its properties:
+//!   [`props_mirroring`]; its configuration, in SPDK's shape:
+//!   [`stacked_config!`].
 //! * [`forward`] and [`complete_parent`]: the I/O path, sending an I/O to
 //!   the base as a child `BdevIo`.
 //! * [`props_over`], [`own_bdev`], [`unregister_own`] and [`resize_own`]:
@@ -26,14 +34,20 @@
 
 mod base;
 mod configs;
+mod device;
 mod forward;
+mod stacked;
 
+pub use crate::stacked_config;
 pub use base::{
     own_bdev, part_uuid, props_over, resize_own, unregister_own, BaseBdev, BaseEvents, BaseLink,
-    StackedBdev,
 };
 pub use configs::{VbdevConfig, VbdevConfigs, VbdevModule};
+pub use device::{DeviceChannel, DeviceOps, StackedWithDevice};
 pub use forward::{complete_parent, forward};
+pub use stacked::{props_mirroring, Stacked, StackedBdev};
+/// The UUID type of [`VbdevConfig::uuid_mut`] (the `uuid` crate's).
+pub use uuid::Uuid;
 
 #[cfg(test)]
 mod tests;
