@@ -146,7 +146,7 @@ pub unsafe extern "C" fn get_ioengine(ops: *mut *mut c_void) {
 /// 0 on success; -1 after printing why.
 ///
 /// # Safety
-/// `args` as for [`job_args`]; `job` as for [`job_ref`] (NULL before
+/// `args` as for `job_args`; `job` as for `job_ref` (NULL before
 /// init); `file_sizes` is valid for `nr_files` writes.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_setup(
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn bdevkit_fio_setup(
 /// fio's `init`, on the job's thread: the job, or NULL after printing why.
 ///
 /// # Safety
-/// `args` as for [`job_args`].
+/// `args` as for `job_args`.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_init(args: *const BkJobArgs) -> *mut c_void {
     guarded("init", std::ptr::null_mut(), || {
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn bdevkit_fio_init(args: *const BkJobArgs) -> *mut c_void
 /// failed or never ran) and stops the runtime after the last one.
 ///
 /// # Safety
-/// `job` as for [`job_ref`]; not used again.
+/// `job` as for `job_ref`; not used again.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_cleanup(job: *mut c_void, create_serialize: c_int) {
     guarded("cleanup", (), || {
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn bdevkit_fio_cleanup(job: *mut c_void, create_serialize:
 /// fio's `iomem_alloc`: its I/O memory, or NULL.
 ///
 /// # Safety
-/// `job` as for [`job_ref`].
+/// `job` as for `job_ref`.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_iomem_alloc(job: *mut c_void, len: usize) -> *mut c_void {
     guarded("iomem_alloc", std::ptr::null_mut(), || {
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn bdevkit_fio_iomem_alloc(job: *mut c_void, len: usize) -
 /// fio's `iomem_free`.
 ///
 /// # Safety
-/// `job` as for [`job_ref`].
+/// `job` as for `job_ref`.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_iomem_free(job: *mut c_void) {
     guarded("iomem_free", (), || {
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn bdevkit_fio_iomem_free(job: *mut c_void) {
 /// fio's `queue`: 1 queued, 2 busy, 0 completed with `*err` (errno or 0).
 ///
 /// # Safety
-/// `job` as for [`job_ref`]; `err` valid for a write; for a read or a
+/// `job` as for `job_ref`; `err` valid for a write; for a read or a
 /// write, `[buf, buf + len)` is the io_u's buffer, which fio leaves alone
 /// until the engine returns the io_u from `event` (or completes it here).
 #[no_mangle]
@@ -297,7 +297,7 @@ pub unsafe extern "C" fn bdevkit_fio_queue(
 /// fio's `commit`: submits what `queue` parked; how many.
 ///
 /// # Safety
-/// `job` as for [`job_ref`].
+/// `job` as for `job_ref`.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_commit(job: *mut c_void) -> c_int {
     guarded("commit", -1, || {
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn bdevkit_fio_commit(job: *mut c_void) -> c_int {
 /// timeout, in ns, passed; -1: none).
 ///
 /// # Safety
-/// `job` as for [`job_ref`].
+/// `job` as for `job_ref`.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_getevents(
     job: *mut c_void,
@@ -333,7 +333,7 @@ pub unsafe extern "C" fn bdevkit_fio_getevents(
 /// `*err`; NULL if there is none.
 ///
 /// # Safety
-/// `job` as for [`job_ref`]; `err` valid for a write.
+/// `job` as for `job_ref`; `err` valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_event(
     job: *mut c_void,
