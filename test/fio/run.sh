@@ -9,6 +9,11 @@
 # Runs in well under a minute on a warm build (scripts/test.sh calls it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+REPO=$PWD
+# What the tree holds before: fio writes files into its working directory
+# (verify state, local-JOB-N-verify.state), so it runs in $WORK, and the
+# last check is that the tree holds nothing new.
+tree_before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
 
 # fio, and the configured source of the installed fio (the engine is built
 # against its headers).
@@ -22,6 +27,7 @@ ENGINE=$(realpath "$ENGINE")
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
 truncate -s 64M "$WORK/aio.img"
 cat > "$WORK/bdevs.json" <<EOF
 {
@@ -208,6 +214,23 @@ else
     bad teardown-after-failure "exit status $rc; expected one start, one stop, two good jobs"
 fi
 
+# doc/fio.md's job file, as pasted (in a directory of its own, where
+# target/release/libbdevkit_fio.so is the engine under test).
+mkdir -p "$WORK/doc/target/release"
+ln -s "$ENGINE" "$WORK/doc/target/release/libbdevkit_fio.so"
+awk '/<!-- fio-example -->/ {on=1; next} on && /^```sh/ {inb=1; next} inb && /^```/ {exit} inb' \
+    "$REPO/doc/fio.md" >"$WORK/doc/example.sh"
+set +e
+(cd "$WORK/doc" && timeout 60 bash -e example.sh) >"$WORK/doc-example.log" 2>&1
+rc=$?
+set -e
+if [ "$rc" -eq 0 ] && [ "$(grep -c 'err= 0' "$WORK/doc-example.log")" -eq 2 ] &&
+    ! grep -q "verify: bad" "$WORK/doc-example.log"; then
+    ok doc-example
+else
+    bad doc-example "exit status $rc (the job file of doc/fio.md)"
+fi
+
 # Another fio version: refused at load, naming both versions.
 cat > "$WORK/otherfio.c" <<'EOF'
 #include <dlfcn.h>
@@ -233,6 +256,15 @@ else
     echo "(log of the version check)" >"$WORK/version-check.log"
     cat "$WORK/version.log" >>"$WORK/version-check.log"
     bad version-check "no message naming $built and fio-0.0-other"
+fi
+
+# Nothing left behind in the tree (fio's verify state went to $WORK).
+if [ "$(cd "$REPO" && git status --porcelain --untracked-files=all 2>/dev/null || true)" = "$tree_before" ]; then
+    ok clean-tree
+else
+    echo "(new in the tree)" >"$WORK/clean-tree.log"
+    diff <(echo "$tree_before") <(cd "$REPO" && git status --porcelain --untracked-files=all) >>"$WORK/clean-tree.log" || true
+    bad clean-tree "the test left files in $REPO"
 fi
 
 echo "fio engine: $pass passed, $fail failed"
