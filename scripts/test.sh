@@ -43,6 +43,8 @@ test/fio/run.sh
 # Long fuzzing: the NVMe/TCP PDU parser on arbitrary and mutated bytes,
 # 100 000 cases (debug build, well under a minute; doc/testing.md).
 PROPTEST_CASES=100000 cargo test -q -p bdevkit-nvme-spec --lib tcp::tests::arbitrary_bytes_never_panic
+# And the DH-HMAC-CHAP message parser, 100 000 arbitrary messages.
+PROPTEST_CASES=100000 cargo test -q -p bdevkit-nvme-auth --lib msg::tests::arbitrary_bytes_never_panic
 
 # The stress lane: verify under RPC storms, member churn and connection
 # abuse, with leak checks (scripts/stress.sh, under a minute).

@@ -5,8 +5,15 @@
 //! once per process against the monotonic clock. Elsewhere ticks are
 //! nanoseconds of `CLOCK_MONOTONIC`. Ticks are what `framework_get_reactors`,
 //! `thread_get_stats` and `bdev_get_iostat` report, with [`tick_rate`].
+//!
+//! A policy that acts on elapsed time (QoS timeslices) reads its ticks
+//! through a [`Clock`]: the tick counter, or a [`ManualClock`] that a test
+//! or a simulation advances, so that what the policy allows in a given
+//! time is checked exactly rather than measured on a busy machine.
 
-use std::sync::OnceLock;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Current tick count. Cheap (a few ns): safe to call per I/O.
@@ -117,9 +124,96 @@ pub fn ticks_to_duration(ticks: u64) -> Duration {
     Duration::from_nanos(ticks_to_ns(ticks))
 }
 
+/// A source of ticks for a time-driven policy: the tick counter
+/// ([`ticks`], the default) or a [`ManualClock`]. Cheap to clone; read
+/// off the I/O path (a QoS timeslice poller, not each I/O).
+#[derive(Clone, Default)]
+pub struct Clock(Option<Arc<AtomicU64>>);
+
+impl Clock {
+    /// The tick counter.
+    #[must_use]
+    pub fn system() -> Clock {
+        Clock(None)
+    }
+
+    /// Ticks now: [`ticks`], or the manual clock's count.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        match &self.0 {
+            None => ticks(),
+            Some(t) => t.load(Ordering::Acquire),
+        }
+    }
+
+    /// Whether this is a [`ManualClock`]'s.
+    #[must_use]
+    pub fn is_manual(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("Clock::system"),
+            Some(t) => write!(f, "Clock::manual({})", t.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// A clock that moves only when told to: it starts at 0 and
+/// [`ManualClock::advance`] adds ticks (in [`tick_rate`] units, so
+/// [`us_to_ticks`] converts). Hand [`ManualClock::clock`] to what should
+/// run on it.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock at tick 0.
+    #[must_use]
+    pub fn new() -> ManualClock {
+        ManualClock::default()
+    }
+
+    /// The [`Clock`] that reads this one.
+    #[must_use]
+    pub fn clock(&self) -> Clock {
+        Clock(Some(Arc::clone(&self.0)))
+    }
+
+    /// Moves the clock `ticks` forward.
+    pub fn advance(&self, ticks: u64) {
+        self.0.fetch_add(ticks, Ordering::AcqRel);
+    }
+
+    /// Moves the clock `us` microseconds forward.
+    pub fn advance_us(&self, us: u64) {
+        self.advance(us_to_ticks(us));
+    }
+
+    /// Its ticks now.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_advanced() {
+        let m = ManualClock::new();
+        let c = m.clock();
+        assert!(c.is_manual() && !Clock::system().is_manual());
+        assert_eq!(c.now(), 0);
+        m.advance(5);
+        m.advance_us(1_000);
+        assert_eq!(c.now(), 5 + us_to_ticks(1_000));
+        assert_eq!(c.clone().now(), m.now());
+    }
 
     #[test]
     fn ticks_advance_and_rate_is_sane() {

@@ -199,7 +199,7 @@ async fn delete_with_open_descriptor(mgr: &BdevManager, name: &str, delete: Dele
         }),
     );
     assert!(
-        wait_for(10, || removed.load(Ordering::SeqCst) > 0).await,
+        wait_for(60, || removed.load(Ordering::SeqCst) > 0).await,
         "no remove event for an open descriptor"
     );
     assert!(
@@ -208,7 +208,7 @@ async fn delete_with_open_descriptor(mgr: &BdevManager, name: &str, delete: Dele
     );
     drop(desc);
     assert!(
-        wait_for(10, || done.load(Ordering::SeqCst)).await,
+        wait_for(60, || done.load(Ordering::SeqCst)).await,
         "delete never finished"
     );
     assert_eq!(*result.lock().expect("lock"), Some(true), "delete failed");

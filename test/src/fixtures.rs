@@ -81,7 +81,7 @@ pub async fn delete_malloc(mgr: &BdevManager, name: &str) {
         let _ = tx.send(r.is_ok());
     });
     assert!(
-        wait_for(10, || rx.try_recv() == Ok(true)).await,
+        wait_for(60, || rx.try_recv() == Ok(true)).await,
         "delete {name}"
     );
 }

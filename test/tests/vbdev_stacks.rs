@@ -119,7 +119,7 @@ mod tests {
             env.run(move |mgr| async move {
                 // Both workers are in and I/O flows.
                 let bdev = mgr.get(&top2).unwrap();
-                assert!(wait_for(20, || bdev.open_descriptors() >= 2).await);
+                assert!(wait_for(60, || bdev.open_descriptors() >= 2).await);
                 loop {
                     if iostat(&mgr, victim).await.num_write_ops >= 256 {
                         break;
@@ -138,7 +138,7 @@ mod tests {
     /// Every `BdevIo` is back: in the pool or in this thread's cache.
     async fn pool_is_full(mgr: &BdevManager) -> bool {
         let size = mgr.options().bdev_io_pool_size as usize;
-        wait_for(10, || {
+        wait_for(60, || {
             mgr.io_pool_available() + mgr.io_cached_on_this_thread() == size
         })
         .await
@@ -159,7 +159,7 @@ mod tests {
             // The stack unwinds as the workers' descriptors close.
             let gone = ["PT", "M0p0", "M0p1", "M0"];
             assert!(
-                wait_for(10, || gone.iter().all(|n| mgr.get(n).is_none())).await,
+                wait_for(60, || gone.iter().all(|n| mgr.get(n).is_none())).await,
                 "every bdev of the stack is gone"
             );
             assert!(pool_is_full(&mgr).await, "every BdevIo came back");
@@ -184,7 +184,7 @@ mod tests {
         env.run(|mgr| async move {
             let gone = ["D0", "EE_R0", "R0", "M2"];
             assert!(
-                wait_for(10, || gone.iter().all(|n| mgr.get(n).is_none())).await,
+                wait_for(60, || gone.iter().all(|n| mgr.get(n).is_none())).await,
                 "every bdev of the stack is gone"
             );
             assert_eq!(
@@ -194,7 +194,7 @@ mod tests {
             assert!(pool_is_full(&mgr).await, "every BdevIo came back");
             let (tx, rx) = mpsc::channel();
             bdevkit_raid::delete(&mgr, "R0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(10, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(
                 mgr.get("M0").unwrap().claim().is_none(),
                 "survivors released"
@@ -266,7 +266,7 @@ mod tests {
             assert_eq!(now, uuids);
             let (tx, rx) = mpsc::channel();
             mgr.wait_for_examine(move || tx.send(()).unwrap());
-            assert!(wait_for(5, || rx.try_recv().is_ok()).await);
+            assert!(wait_for(60, || rx.try_recv().is_ok()).await);
         });
     }
 }

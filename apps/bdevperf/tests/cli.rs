@@ -718,7 +718,7 @@ mod rpc_driven {
     use std::process::Command;
     use std::time::{Duration, Instant};
 
-    use bdevkit_jsonrpc::ClientError;
+    use bdevkit_jsonrpc::{Client, ClientError};
     use serde_json::json;
 
     use crate::common::ZServer;
@@ -796,6 +796,15 @@ mod rpc_driven {
             &["-q", "8", "-o", "4096", "-w", "randread", "-t", "1"],
         );
         let mut c = z.client();
+        // Examine reads the new bdev (a superblock look) while the socket
+        // already answers: let it finish, and count from here, or that read
+        // is in the histogram or not depending on who came first.
+        c.call("bdev_wait_for_examine", None).unwrap();
+        let reads_before = c
+            .call("bdev_get_iostat", Some(json!({"names": ["Null0"]})))
+            .unwrap()["bdevs"][0]["num_read_ops"]
+            .as_u64()
+            .unwrap();
         c.call(
             "bdev_enable_histogram",
             Some(json!({"name": "Null0", "enable": true})),
@@ -811,7 +820,7 @@ mod rpc_driven {
             .call("bdev_get_iostat", Some(json!({"names": ["Null0"]})))
             .unwrap();
         let st = &st["bdevs"][0];
-        let reads = st["num_read_ops"].as_u64().unwrap();
+        let reads = st["num_read_ops"].as_u64().unwrap() - reads_before;
         assert!(reads > 0);
         // Sampled every ms during a 1 s run at QD 8: busy, 8 deep.
         assert_eq!(st["queue_depth_polling_period"], 1000, "{st}");
@@ -877,28 +886,49 @@ mod rpc_driven {
         let z = ZServer::start(
             "hr",
             entries,
-            &["-q", "64", "-o", "4096", "-w", "randwrite", "-t", "3"],
+            &["-q", "64", "-o", "4096", "-w", "randwrite", "-t", "5"],
         );
         let mut runner = z.client();
         let run = std::thread::spawn(move || runner.call("perform_tests", None));
-        std::thread::sleep(Duration::from_millis(500));
         let mut admin = z.client();
-        let t = Instant::now();
+        let writes = |c: &mut Client, name: &str| {
+            c.call("bdev_get_iostat", Some(json!({"names": [name]})))
+                .unwrap()["bdevs"][0]["num_write_ops"]
+                .as_u64()
+                .unwrap()
+        };
+        // The run is on once both jobs write (not after a fixed sleep).
+        let start = Instant::now();
+        while writes(&mut admin, "Gone") == 0 || writes(&mut admin, "Stays") == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the jobs never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         admin
             .call("bdev_malloc_delete", Some(json!({"name": "Gone"})))
             .unwrap();
-        // The delete waited for the job to let go, not for the run's end.
-        assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "delete took {:?}",
-            t.elapsed()
-        );
+        // The delete waited for the job to let go, not for the run's end:
+        // the other job still writes after it returned.
+        let w = writes(&mut admin, "Stays");
+        let start = Instant::now();
+        while writes(&mut admin, "Stays") == w {
+            assert!(
+                start.elapsed() < Duration::from_secs(30) && !run.is_finished(),
+                "the delete returned only once the run was over"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let results = run.join().unwrap().unwrap();
         let jobs = results["results"].as_array().unwrap();
         let gone = jobs.iter().find(|j| j["job"] == "Gone").unwrap();
         let stays = jobs.iter().find(|j| j["job"] == "Stays").unwrap();
         assert_eq!(gone["status"], "failed");
-        assert!(gone["runtime"].as_f64().unwrap() < 2.5);
+        assert!(
+            gone["runtime"].as_f64().unwrap() < stays["runtime"].as_f64().unwrap(),
+            "the job on the deleted bdev stopped early: {results}"
+        );
         assert_eq!(stays["status"], "finished");
         let bdevs = admin.call("bdev_get_bdevs", None).unwrap();
         assert_eq!(bdevs.as_array().unwrap().len(), 1);

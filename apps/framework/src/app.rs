@@ -10,6 +10,7 @@ use std::time::Duration;
 use bdevkit::bdev::{BdevManager, BdevOptions};
 use bdevkit::thread::{PollerStatus, Runtime, RuntimeHandle, RuntimeOptions, Thread, ThreadHandle};
 use bdevkit_jsonrpc::{MethodRegistry, Server, ServerOptions};
+use bdevkit_keyring::Keyring;
 use parking_lot::{Condvar, Mutex};
 
 use crate::args::CommonArgs;
@@ -147,6 +148,8 @@ impl App {
         }
         let runtime = Runtime::start(rt_opts).map_err(Error::StartRuntime)?;
         let mgr = BdevManager::new(BdevOptions::default());
+        let keyring = Arc::new(Keyring::new());
+        mgr.provide(Arc::clone(&keyring));
         for m in modules {
             (m.register)(&mgr);
         }
@@ -167,6 +170,7 @@ impl App {
         let stop = StopHandle::new();
         let shared = Arc::new(AppShared {
             mgr: mgr.clone(),
+            keyring: Arc::clone(&keyring),
             registry: registry.clone(),
             runtime: runtime.handle(),
             stop: stop.clone(),
@@ -192,6 +196,12 @@ impl App {
             finished: false,
         };
         rpc::register(&shared)?;
+        bdevkit_keyring::rpc::register(&registry, &keyring).map_err(|source| {
+            Error::RegisterRpc {
+                what: crate::KEYRING_SUBSYSTEM.to_string(),
+                source,
+            }
+        })?;
         for m in modules {
             (m.register_rpcs)(&registry, &mgr).map_err(|source| Error::RegisterRpc {
                 what: m.name.to_string(),

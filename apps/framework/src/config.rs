@@ -291,7 +291,8 @@ pub struct LoadOptions {
     /// Log error answers and carry on (`--json-ignore-init-errors`).
     pub ignore_errors: bool,
     /// Subsystems this application has; others are skipped with a notice.
-    /// Default: `bdev`, the framework's own (an app adds those it links).
+    /// Default: `keyring` and `bdev`, the framework's own (an app adds
+    /// those it links).
     pub subsystems: Vec<String>,
 }
 
@@ -299,7 +300,10 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             ignore_errors: false,
-            subsystems: vec![crate::BDEV_SUBSYSTEM.to_string()],
+            subsystems: crate::BUILTIN_SUBSYSTEMS
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         }
     }
 }
@@ -366,10 +370,7 @@ impl Walk {
                 return self.finish(Ok(()));
             };
             if self.entry == 0 && !self.opts.subsystems.contains(&sub.name) {
-                tracing::info!(
-                    subsystem = %sub.name,
-                    "subsystem not in this application; skipping its config"
-                );
+                self.skip_notice(sub);
                 self.sub += 1;
                 continue;
             }
@@ -400,6 +401,31 @@ impl Walk {
                 Step::Skip => continue,
                 Step::Run(calls, batch) => return self.dispatch(calls, batch),
             }
+        }
+    }
+
+    /// The config of a subsystem this application does not have is
+    /// skipped (SPDK's loader does the same); settings in it are lost, so
+    /// they are named once, in the STARTUP pass (doc/rpc.md lists what
+    /// spdk_tgt writes there).
+    fn skip_notice(&self, sub: &SubsystemConfig) {
+        let methods: Vec<&str> = sub
+            .entries
+            .iter()
+            .flat_map(|e| match e {
+                ConfigEntry::Call(c) => std::slice::from_ref(c),
+                ConfigEntry::Batch(b) => b.as_slice(),
+            })
+            .map(|c| c.method.as_str())
+            .collect();
+        if methods.is_empty() || self.registry.state() != STARTUP {
+            tracing::info!(subsystem = %sub.name, "subsystem not in this application; skipping its config");
+        } else {
+            tracing::warn!(
+                subsystem = %sub.name,
+                ?methods,
+                "subsystem not in this application; its config is ignored"
+            );
         }
     }
 

@@ -87,8 +87,17 @@ pub struct Subsystem {
 /// The framework's own subsystem, which every app has.
 pub const BDEV_SUBSYSTEM: &str = "bdev";
 
+/// The framework's keyring (SPDK's `keyring` subsystem, with its
+/// `keyring_file` keys), which every app has, before `bdev`: bdevs and the
+/// NVMe-oF target name keys from it. Modules find it with
+/// `mgr.service::<bdevkit_keyring::Keyring>()`.
+pub const KEYRING_SUBSYSTEM: &str = "keyring";
+
+/// Subsystems every app has: the framework's own.
+pub const BUILTIN_SUBSYSTEMS: &[&str] = &[KEYRING_SUBSYSTEM, BDEV_SUBSYSTEM];
+
 /// The subsystems this framework knows, in initialisation order (each
-/// after those it depends on). `bdev` is the framework's own; an app links
+/// after those it depends on). `keyring` and `bdev` are the framework's own; an app links
 /// each other one with a [`SubsystemDef`] of that name in
 /// [`AppOptions::subsystems`] (bdev_tgt links `nvmf`, bdevperf none). For
 /// the subsystems an app has, in this order, `framework_get_subsystems`
@@ -99,12 +108,16 @@ pub const BDEV_SUBSYSTEM: &str = "bdev";
 /// line here plus its [`SubsystemDef`].
 pub const SUBSYSTEMS: &[Subsystem] = &[
     Subsystem {
-        name: BDEV_SUBSYSTEM,
+        name: KEYRING_SUBSYSTEM,
         depends_on: &[],
     },
     Subsystem {
+        name: BDEV_SUBSYSTEM,
+        depends_on: &[KEYRING_SUBSYSTEM],
+    },
+    Subsystem {
         name: "nvmf",
-        depends_on: &[BDEV_SUBSYSTEM],
+        depends_on: &[BDEV_SUBSYSTEM, KEYRING_SUBSYSTEM],
     },
 ];
 
@@ -130,6 +143,36 @@ mod tests {
                 );
             }
         }
-        assert_eq!(SUBSYSTEMS[0].name, super::BDEV_SUBSYSTEM);
+        let builtin: Vec<&str> = SUBSYSTEMS[..super::BUILTIN_SUBSYSTEMS.len()]
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(
+            builtin,
+            super::BUILTIN_SUBSYSTEMS,
+            "the built-ins come first"
+        );
+    }
+
+    /// Modules register (and `save_config` lists them) in the order
+    /// `Cargo.toml` lists them, not alphabetically: null before malloc,
+    /// as SPDK links them.
+    #[test]
+    fn default_modules_follow_the_manifest_order() {
+        let manifest = include_str!("../Cargo.toml");
+        let listed: Vec<String> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("bdevkit-"))
+            .filter_map(|l| l.split(['.', ' ']).next())
+            .map(str::to_string)
+            .collect();
+        let names: Vec<&str> = super::default_modules().iter().map(|m| m.name).collect();
+        let in_manifest: Vec<&str> = listed
+            .iter()
+            .map(String::as_str)
+            .filter(|n| names.contains(n))
+            .collect();
+        assert_eq!(names, in_manifest);
+        assert_eq!(&names[..2], ["null", "malloc"]);
     }
 }

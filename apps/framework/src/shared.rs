@@ -9,6 +9,7 @@ use std::time::Duration;
 use bdevkit::bdev::BdevManager;
 use bdevkit::thread::RuntimeHandle;
 use bdevkit_jsonrpc::{ErrorChain, MethodRegistry, Responder, RpcError, RUNTIME};
+use bdevkit_keyring::Keyring;
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::{load_config, JsonConfig, LoadOptions};
@@ -124,6 +125,7 @@ pub(crate) type Callback = Box<dyn FnOnce() + Send>;
 /// State shared by the app, its RPC handlers and its app-thread work.
 pub(crate) struct AppShared {
     pub(crate) mgr: BdevManager,
+    pub(crate) keyring: Arc<Keyring>,
     pub(crate) registry: MethodRegistry,
     pub(crate) runtime: RuntimeHandle,
     pub(crate) stop: StopHandle,

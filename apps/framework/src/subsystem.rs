@@ -89,7 +89,7 @@ pub(crate) fn create_subsystems(
         let pos = crate::SUBSYSTEMS
             .iter()
             .position(|s| s.name == def.name)
-            .filter(|_| def.name != crate::BDEV_SUBSYSTEM)
+            .filter(|_| !crate::BUILTIN_SUBSYSTEMS.contains(&def.name))
             .ok_or_else(|| Error::UnknownSubsystem(def.name.to_string()))?;
         if picked.iter().any(|(p, _)| *p == pos) {
             return Err(Error::UnknownSubsystem(def.name.to_string()));
@@ -100,11 +100,9 @@ pub(crate) fn create_subsystems(
     let mut out: Vec<Running> = Vec::with_capacity(picked.len());
     for (pos, def) in picked {
         let info = &crate::SUBSYSTEMS[pos];
-        if let Some(missing) = info
-            .depends_on
-            .iter()
-            .find(|d| **d != crate::BDEV_SUBSYSTEM && !out.iter().any(|r| r.info.name == **d))
-        {
+        if let Some(missing) = info.depends_on.iter().find(|d| {
+            !crate::BUILTIN_SUBSYSTEMS.contains(d) && !out.iter().any(|r| r.info.name == **d)
+        }) {
             return Err(Error::SubsystemDependency {
                 name: def.name.to_string(),
                 missing: (*missing).to_string(),

@@ -79,17 +79,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_has_nvmf_after_bdev() {
+    fn the_table_has_keyring_then_bdev_then_nvmf() {
         let names: Vec<_> = SUBSYSTEMS.iter().map(|s| (s.name, s.depends_on)).collect();
-        assert_eq!(names, vec![("bdev", &[][..]), ("nvmf", &["bdev"][..]),]);
+        assert_eq!(
+            names,
+            vec![
+                ("keyring", &[][..]),
+                ("bdev", &["keyring"][..]),
+                ("nvmf", &["bdev", "keyring"][..]),
+            ]
+        );
     }
 
     #[test]
-    fn without_nvmf_only_bdev_is_there() {
+    fn without_nvmf_only_the_built_ins_are_there() {
         let app = start(Vec::new()).unwrap();
         assert_eq!(
             call(&app, "framework_get_subsystems", None),
-            Ok(json!([{"subsystem": "bdev", "depends_on": []}]))
+            Ok(json!([
+                {"subsystem": "keyring", "depends_on": []},
+                {"subsystem": "bdev", "depends_on": ["keyring"]}
+            ]))
+        );
+        assert_eq!(
+            call(
+                &app,
+                "framework_get_config",
+                Some(json!({"name": "keyring"}))
+            ),
+            Ok(json!([]))
         );
         let e = call(&app, "framework_get_config", Some(json!({"name": "nvmf"}))).unwrap_err();
         assert_eq!(e.message, "Subsystem 'nvmf' not found");
@@ -105,8 +123,9 @@ mod tests {
         assert_eq!(
             call(&app, "framework_get_subsystems", None),
             Ok(json!([
-                {"subsystem": "bdev", "depends_on": []},
-                {"subsystem": "nvmf", "depends_on": ["bdev"]}
+                {"subsystem": "keyring", "depends_on": []},
+                {"subsystem": "bdev", "depends_on": ["keyring"]},
+                {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}
             ]))
         );
         assert_eq!(

@@ -92,6 +92,12 @@ impl Bdev {
         self.0.shared.hist.lock().config.is_some()
     }
 
+    /// The options of the latency histogram kept, if one is.
+    #[must_use]
+    pub fn histogram_options(&self) -> Option<HistogramOptions> {
+        self.0.shared.hist.lock().config.map(|c| c.opts)
+    }
+
     /// The latency histogram (ticks, [`crate::clock::tick_rate`]) summed
     /// over every channel, live or gone, since it was enabled; `done` gets
     /// it on the calling thread. `HistogramDisabled` when none is kept.
@@ -203,6 +209,15 @@ impl Bdev {
     #[must_use]
     pub fn qos_limits(&self) -> [u64; 4] {
         self.0.shared.qos.limits()
+    }
+
+    /// The clock QoS counts its 1 ms timeslices on, from the next
+    /// [`Bdev::set_qos_limits`] on: the tick counter by default. A test or
+    /// a simulation gives a [`crate::clock::ManualClock`]'s, so that what
+    /// the limits let through is exactly what the clock's advances allow,
+    /// however loaded the machine is.
+    pub fn set_qos_clock(&self, clock: crate::clock::Clock) {
+        self.0.shared.qos.inner.lock().clock = clock;
     }
 
     /// Sets QoS limits; `None` keeps a limit, `Some(0)` disables it. `done`

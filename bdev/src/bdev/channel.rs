@@ -123,6 +123,12 @@ impl BdevChannel {
         *self.core.stat.borrow()
     }
 
+    /// I/Os waiting in this channel's QoS queue for quota.
+    #[cfg(test)]
+    pub(crate) fn qos_queued(&self) -> usize {
+        self.core.qos.borrow().as_ref().map_or(0, |q| q.queue.len())
+    }
+
     /// Consumer I/Os in flight on this channel.
     #[must_use]
     pub fn outstanding(&self) -> u64 {

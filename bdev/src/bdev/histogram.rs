@@ -210,6 +210,8 @@ pub(crate) struct HistConfig {
     max_ticks: u64,
     /// I/O type bits counted.
     types: u32,
+    /// As given (`save_config`).
+    pub(crate) opts: HistogramOptions,
 }
 
 impl HistConfig {
@@ -221,6 +223,7 @@ impl HistConfig {
             min_ticks: clock::ns_to_ticks(o.min_nsec),
             max_ticks: clock::ns_to_ticks(o.max_nsec),
             types: o.io_type.map_or(u32::MAX, IoType::bit),
+            opts: *o,
         };
         if o.granularity > MAX_GRANULARITY {
             return Err(crate::Error::InvalidArg(format!(

@@ -120,6 +120,7 @@ pub(crate) struct MgrShared {
     pub(crate) pool: Arc<PoolShared>,
     pub(crate) mgmt: IoDevice<MgmtChannel>,
     pub(crate) examine: Mutex<ExamineState>,
+    services: RwLock<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 /// The bdev layer of one application: module list, registry, options and
@@ -162,7 +163,37 @@ impl BdevManager {
             pool,
             mgmt,
             examine: Mutex::new(ExamineState::default()),
+            services: RwLock::new(Vec::new()),
         }))
+    }
+
+    /// Makes `service` available to every module and consumer of this
+    /// manager by its type (the app gives its keyring this way; the bdev
+    /// layer knows nothing of it). A second service of the same type
+    /// replaces the first.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use bdevkit::bdev::BdevManager;
+    /// struct Keys(u32);
+    /// let mgr = BdevManager::default();
+    /// assert!(mgr.service::<Keys>().is_none());
+    /// mgr.provide(Arc::new(Keys(1)));
+    /// mgr.provide(Arc::new(Keys(2)));
+    /// assert_eq!(mgr.service::<Keys>().unwrap().0, 2);
+    /// ```
+    pub fn provide<T: Any + Send + Sync>(&self, service: Arc<T>) {
+        let mut s = self.0.services.write();
+        s.retain(|x| !x.is::<T>());
+        s.push(service);
+    }
+
+    /// The service of type `T` given by [`BdevManager::provide`].
+    #[must_use]
+    pub fn service<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let s = self.0.services.read();
+        let x = s.iter().find(|x| x.is::<T>())?;
+        Arc::clone(x).downcast::<T>().ok()
     }
 
     /// Adds a module. Modules that examine go before those that do not.

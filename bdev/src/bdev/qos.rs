@@ -13,7 +13,7 @@ use super::quota::{QosShared, TIMESLICE_US};
 use super::route;
 use super::shared::BdevShared;
 use super::types::IoType;
-use crate::clock;
+use crate::clock::{self, Clock};
 use crate::error::Error;
 use crate::thread::{IoChannel, Poller, PollerStatus, Thread};
 
@@ -110,7 +110,7 @@ pub(crate) fn set_limits(
         done(Err(Error::NotOnThread));
         return;
     };
-    let (new, shared) = {
+    let (new, shared, time) = {
         let mut cfg = bdev.qos.inner.lock();
         if cfg.changing {
             drop(cfg);
@@ -140,11 +140,11 @@ pub(crate) fn set_limits(
         cfg.changing = true;
         let shared = new.iter().any(|v| *v != 0).then(|| QosShared::new(new));
         cfg.shared.clone_from(&shared);
-        (new, shared)
+        (new, shared, cfg.clock.clone())
     };
     tracing::info!(bdev = %bdev.name, limits = ?new, "QoS limits set");
     if let Some(s) = &shared {
-        start_refill(&thread, Arc::clone(s));
+        start_refill(&thread, Arc::clone(s), time);
     }
     let b2 = Arc::clone(bdev);
     device.for_each_channel(
@@ -157,16 +157,16 @@ pub(crate) fn set_limits(
 }
 
 /// Refills `s` every timeslice from a poller on `thread`, until the limits
-/// are replaced.
-fn start_refill(thread: &Thread, s: Arc<QosShared>) {
-    let mut last = clock::ticks();
+/// are replaced: as many whole timeslices as `time` says have passed.
+fn start_refill(thread: &Thread, s: Arc<QosShared>, time: Clock) {
+    let mut last = time.now();
     let slice = clock::us_to_ticks(TIMESLICE_US).max(1);
     thread.register_poller("bdev_qos_timeslice", TIMESLICE_US, move |p| {
         if !s.enabled.load(Ordering::Acquire) {
             p.unregister();
             return PollerStatus::Idle;
         }
-        let now = clock::ticks();
+        let now = time.now();
         let slices = now.saturating_sub(last) / slice;
         if slices == 0 {
             return PollerStatus::Idle;

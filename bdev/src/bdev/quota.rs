@@ -12,6 +12,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::types::IoType;
+use crate::clock::Clock;
 
 /// Timeslice length.
 pub(crate) const TIMESLICE_US: u64 = 1_000;
@@ -79,6 +80,12 @@ impl QosShared {
         true
     }
 
+    /// Quota left of limit `k` (0: IOPS; 1..4: bytes).
+    #[cfg(test)]
+    pub(crate) fn remaining(&self, k: usize) -> i64 {
+        self.remaining[k].load(Ordering::Acquire)
+    }
+
     /// Adds `slices` timeslices of quota.
     pub(crate) fn refill(&self, slices: u64) {
         let slices = i64::try_from(slices).unwrap_or(i64::MAX);
@@ -108,6 +115,9 @@ pub(crate) struct QosConfig {
     pub(crate) limits: [u64; 4],
     pub(crate) shared: Option<Arc<QosShared>>,
     pub(crate) changing: bool,
+    /// What the timeslices are counted on (the tick counter unless a test
+    /// set a manual clock: `Bdev::set_qos_clock`).
+    pub(crate) clock: Clock,
 }
 
 impl QosState {

@@ -13,6 +13,7 @@ use super::bdev::{
     finish_unregister, run_on, Bdev, BdevInner, BdevState, DescEntry, DescInner, Status,
 };
 use super::desc::{BdevDesc, NEXT_DESC_ID};
+use super::histogram::HistogramOptions;
 use super::io::{BdevDevice, ChannelCore};
 use super::manager::{BdevManager, MgrShared};
 use super::module::ops::{BdevOps, BdevOpsDyn, Done, OpsBox};
@@ -390,6 +391,9 @@ impl BdevManager {
                 }
                 out.push(json!({"method": "bdev_set_qos_limit", "params": p}));
             }
+            if let Some(h) = b.histogram_options() {
+                out.push(histogram_config_json(b.name(), &h));
+            }
         }
         for m in self.modules() {
             out.extend(m.config_json_after_bdevs(self));
@@ -397,6 +401,29 @@ impl BdevManager {
         out.push(json!({"method": "bdev_wait_for_examine"}));
         out
     }
+}
+
+/// `bdev_enable_histogram` as SPDK saves it (`name`, `enable`, `opc` when
+/// one I/O type is counted), plus the range and granularity when they
+/// are not the defaults (SPDK drops those; its method takes them).
+fn histogram_config_json(name: &str, h: &HistogramOptions) -> Value {
+    let mut p = serde_json::Map::new();
+    p.insert("name".into(), json!(name));
+    p.insert("enable".into(), json!(true));
+    if let Some(t) = h.io_type {
+        p.insert("opc".into(), json!(t.name()));
+    }
+    let d = HistogramOptions::default();
+    if h.granularity != d.granularity {
+        p.insert("granularity".into(), json!(h.granularity));
+    }
+    if h.min_nsec != d.min_nsec {
+        p.insert("min_nsec".into(), json!(h.min_nsec));
+    }
+    if h.max_nsec != d.max_nsec {
+        p.insert("max_nsec".into(), json!(h.max_nsec));
+    }
+    json!({"method": "bdev_enable_histogram", "params": p})
 }
 
 /// The io_device of a new bdev: each thread's channel is the bdev layer's

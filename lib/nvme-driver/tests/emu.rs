@@ -108,7 +108,7 @@ mod tests {
         let t = PcieTransport::new(emu.function()).unwrap();
         let opts = ControllerOptions {
             io_entries,
-            admin_timeout: Duration::from_secs(5),
+            admin_timeout: Duration::from_secs(30),
             ..ControllerOptions::default()
         };
         let ctrlr = Controller::attach(t, opts).unwrap();
@@ -116,12 +116,12 @@ mod tests {
         Rig { emu, ctrlr, qp }
     }
 
-    /// Polls until `n` completions arrived (or 10 s).
+    /// Polls until `n` completions arrived (or 60 s).
     fn wait(qp: &mut Qpair<Q, Req>, n: usize) -> Vec<Completion<Req>> {
         let mut all = Vec::new();
         let mut batch = Vec::with_capacity(64);
         let start = Instant::now();
-        while all.len() < n && start.elapsed() < Duration::from_secs(10) {
+        while all.len() < n && start.elapsed() < Duration::from_secs(60) {
             qp.flush();
             qp.process(&mut batch);
             all.append(&mut batch);
@@ -257,7 +257,7 @@ mod tests {
         let mut tag = 0u64;
         let mut batch = Vec::with_capacity(64);
         let start = Instant::now();
-        while done < 1000 && start.elapsed() < Duration::from_secs(20) {
+        while done < 1000 && start.elapsed() < Duration::from_secs(60) {
             loop {
                 let req = Req::new(&[(0, 512)], tag);
                 match rig.qp.submit(
@@ -419,7 +419,8 @@ mod tests {
         write_read(&mut rig, &[(0, 4096)], 0, 3);
         rig.emu.set_fatal();
         let start = Instant::now();
-        while rig.ctrlr.poll_admin() != Health::Fatal && start.elapsed() < Duration::from_secs(5) {}
+        while rig.ctrlr.poll_admin() != Health::Fatal && start.elapsed() < Duration::from_secs(60) {
+        }
         assert_eq!(rig.ctrlr.health(), Health::Fatal);
         rig.qp
             .submit(
@@ -488,7 +489,7 @@ mod tests {
         });
         let start = Instant::now();
         let mut ev = None;
-        while ev.is_none() && start.elapsed() < Duration::from_secs(10) {
+        while ev.is_none() && start.elapsed() < Duration::from_secs(60) {
             rig.ctrlr.poll_admin();
             ev = rx.try_recv().ok();
         }

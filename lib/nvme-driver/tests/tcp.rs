@@ -56,8 +56,13 @@ mod tests {
             header: digests,
             data: digests,
         };
+        // The controller may send its PDUs a few bytes at a time, one
+        // write and yield each (short_reads_and_writes): on a loaded
+        // machine an Identify takes seconds that way. The tests check what
+        // arrives, not how fast: a hang still fails, after 2 minutes.
         let opts = ControllerOptions {
             num_io_queues: 4,
+            admin_timeout: Duration::from_secs(120),
             ..ControllerOptions::default()
         };
         Controller::attach(TcpTransport::new(o).unwrap(), opts).unwrap()
@@ -67,7 +72,7 @@ mod tests {
     fn wait(qp: &mut Qp, n: usize) -> Vec<Completion<Buf>> {
         let mut all = Vec::new();
         let mut batch = Vec::with_capacity(64);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while all.len() < n {
             qp.flush();
             qp.process(&mut batch);
@@ -270,7 +275,7 @@ mod tests {
         };
         let c = Controller::attach(TcpTransport::new(o).unwrap(), opts).unwrap();
         // Polled as the adapter's admin poller does: Keep Alive at KATO/2.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while t.state.keep_alives.load(Ordering::Acquire) < 2 {
             assert_eq!(c.poll_admin(), bdevkit_nvme_driver::Health::Ok);
             assert!(Instant::now() < deadline, "no keep alive");
@@ -317,7 +322,7 @@ mod tests {
         let reason = qp.transport().dead_reason().unwrap().to_string();
         assert!(reason.contains("protocol error"), "{why}: {reason}");
         // The controller was told why (H2CTermReq) before the close.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while t.state.term_reqs.load(Ordering::Acquire) == 0 {
             assert!(Instant::now() < deadline, "{why}: no H2CTermReq");
             std::thread::sleep(Duration::from_millis(1));
@@ -361,7 +366,7 @@ mod tests {
 
     /// Polls `qp` until `f` holds; a hang fails the test.
     fn poll_until(qp: &mut Qp, what: &str, mut f: impl FnMut(&mut Qp) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         let mut batch = Vec::with_capacity(64);
         while !f(qp) {
             qp.flush();
@@ -441,7 +446,9 @@ mod tests {
     fn io_queue_connect_failures_fail_held_io() {
         let t = MiniTarget::start();
         let mut o = TcpOptions::new("127.0.0.1", &t.port(), NQN);
-        o.connect_timeout = Duration::from_secs(2);
+        // Long enough for a loaded machine to connect, short enough for
+        // the case below that waits for it to fire.
+        o.connect_timeout = Duration::from_secs(5);
         let opts = ControllerOptions {
             num_io_queues: 4,
             ..ControllerOptions::default()
@@ -497,7 +504,7 @@ mod tests {
         assert!(!qp.transport().is_alive());
         let reason = qp.transport().dead_reason().unwrap().to_string();
         assert!(reason.contains("protocol error"), "{reason}");
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while t.state.term_reqs.load(Ordering::Acquire) == 0 {
             assert!(Instant::now() < deadline, "no H2CTermReq");
             std::thread::sleep(Duration::from_millis(1));

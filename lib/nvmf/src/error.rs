@@ -113,6 +113,9 @@ pub enum Error {
     /// The host is not on the list.
     #[error("no host {0}")]
     NoHost(String),
+    /// No such discovery referral.
+    #[error("no referral {0}")]
+    NoReferral(String),
     /// The target is not started (no poll groups yet) or is stopping.
     #[error("the nvmf target is not running")]
     NotRunning,
@@ -150,6 +153,7 @@ impl Error {
             | Error::NoNamespace(_)
             | Error::NoListener(_)
             | Error::NoHost(_) => libc::ENODEV,
+            Error::NoReferral(_) => libc::ENOENT,
             Error::TooManySubsystems(_) | Error::NamespacesFull => libc::ENOSPC,
             Error::NotSupported(_) => libc::ENOTSUP,
             Error::OpenBdev { source, .. } | Error::PollGroups(source) => source.errno(),

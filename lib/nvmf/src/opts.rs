@@ -101,16 +101,17 @@ pub struct CreateTransportParams {
     /// SPDK's iobuf cache size; reported, no effect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iobuf_large_cache_size: Option<u32>,
-    /// Zero-copy receive: must be false.
+    /// Zero-copy receive: accepted, no effect (data is copied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zcopy: Option<bool>,
     /// C2HData SUCCESS optimisation: no response capsule after read data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub c2h_success: Option<bool>,
-    /// DIF insert/strip: must be false.
+    /// DIF insert/strip: accepted, no effect (namespaces with metadata
+    /// are refused, so there is no DIF to insert or strip).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dif_insert_or_strip: Option<bool>,
-    /// `SO_PRIORITY` of accepted sockets (0-16).
+    /// `SO_PRIORITY` of accepted sockets (0-16): reported, not applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sock_priority: Option<u32>,
     /// Abort timeout; reported.
@@ -197,8 +198,12 @@ pub struct TransportOpts {
     pub iobuf_large_cache_size: u32,
     /// C2HData SUCCESS optimisation.
     pub c2h_success: bool,
-    /// `SO_PRIORITY` of accepted sockets.
+    /// `SO_PRIORITY` of accepted sockets (reported, not applied).
     pub sock_priority: u32,
+    /// Reported (no zero-copy receive).
+    pub zcopy: bool,
+    /// Reported (no DIF).
+    pub dif_insert_or_strip: bool,
     /// Reported.
     pub abort_timeout_sec: u32,
     /// Reported.
@@ -236,6 +241,8 @@ impl Default for TransportOpts {
             iobuf_large_cache_size: u32::MAX,
             c2h_success: true,
             sock_priority: 0,
+            zcopy: false,
+            dif_insert_or_strip: false,
             abort_timeout_sec: DEFAULT_ABORT_TIMEOUT_SEC,
             control_msg_num: DEFAULT_CONTROL_MSG_NUM,
             acceptor_poll_rate: DEFAULT_ACCEPTOR_POLL_RATE,
@@ -279,6 +286,8 @@ impl TransportOpts {
             iobuf_large_cache_size: p.iobuf_large_cache_size.unwrap_or(d.iobuf_large_cache_size),
             c2h_success: p.c2h_success.unwrap_or(d.c2h_success),
             sock_priority: p.sock_priority.unwrap_or(d.sock_priority),
+            zcopy: p.zcopy.unwrap_or(d.zcopy),
+            dif_insert_or_strip: p.dif_insert_or_strip.unwrap_or(d.dif_insert_or_strip),
             abort_timeout_sec: p.abort_timeout_sec.unwrap_or(d.abort_timeout_sec),
             control_msg_num: p.control_msg_num.unwrap_or(d.control_msg_num),
             acceptor_poll_rate: p.acceptor_poll_rate.unwrap_or(d.acceptor_poll_rate),
@@ -292,11 +301,14 @@ impl TransportOpts {
             masked_oncs: 0,
             masked_fuses: 0,
         };
-        if p.zcopy == Some(true) {
-            return Err(Error::NotSupported("zcopy"));
-        }
-        if p.dif_insert_or_strip == Some(true) {
-            return Err(Error::NotSupported("dif_insert_or_strip"));
+        for (key, on) in [
+            ("zcopy", o.zcopy),
+            ("dif_insert_or_strip", o.dif_insert_or_strip),
+            ("sock_priority", o.sock_priority != 0),
+        ] {
+            if on {
+                tracing::warn!(key, "nvmf_create_transport: accepted, no effect here");
+            }
         }
         for name in p.masked_oncs.iter().flatten() {
             let bit = ONCS_FEATURES
@@ -408,8 +420,8 @@ impl TransportOpts {
         }
         put("iobuf_small_cache_size", json!(self.iobuf_small_cache_size));
         put("iobuf_large_cache_size", json!(self.iobuf_large_cache_size));
-        put("dif_insert_or_strip", json!(false));
-        put("zcopy", json!(false));
+        put("dif_insert_or_strip", json!(self.dif_insert_or_strip));
+        put("zcopy", json!(self.zcopy));
         put("c2h_success", json!(self.c2h_success));
         put("sock_priority", json!(self.sock_priority));
         put("abort_timeout_sec", json!(self.abort_timeout_sec));
@@ -706,7 +718,13 @@ mod tests {
         assert!(p(|p| p.max_io_size = Some(1000)).is_err());
         assert!(p(|p| p.in_capsule_data_size = Some(17)).is_err());
         assert!(p(|p| p.kas = Some(0)).is_err());
-        assert!(p(|p| p.zcopy = Some(true)).is_err());
+        // Accepted without effect, reported back.
+        assert_eq!(
+            p(|p| p.zcopy = Some(true)).unwrap().to_json()["zcopy"],
+            true
+        );
+        assert_eq!(p(|p| p.sock_priority = Some(3)).unwrap().sock_priority, 3);
+        assert!(p(|p| p.sock_priority = Some(17)).is_err());
         assert_eq!(p(|p| p.min_kato = Some(15_050)).unwrap().min_kato, 20_000);
         assert!(p(|p| p.num_shared_buffers = Some(0)).is_err());
         let o = p(|p| p.masked_oncs = Some(vec!["nvmdsmsv".into(), "nvmcmps".into()])).unwrap();

@@ -239,6 +239,33 @@ pub struct GetTransportsParams {
     pub tgt_name: Option<String>,
 }
 
+/// `nvmf_discovery_add_referral` and `nvmf_discovery_remove_referral`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReferralParams {
+    /// The referred port.
+    pub address: ListenAddressParams,
+    /// Target name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<String>,
+    /// Add only: the entry says a secure channel is required (TREQ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_channel: Option<bool>,
+    /// The referred subsystem (default: the discovery NQN, a referral to
+    /// another discovery service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnqn: Option<String>,
+}
+
+/// `nvmf_discovery_get_referrals`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GetReferralsParams {
+    /// Target name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<String>,
+}
+
 /// `nvmf_set_max_subsystems`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -45,7 +45,8 @@ pub struct Namespace {
     pub nguid: Option<[u8; 16]>,
     /// EUI-64, if given.
     pub eui64: Option<[u8; 8]>,
-    /// ANA group id (reported only; ANA is not supported).
+    /// ANA group id (SPDK's default: the nsid; saved and listed when the
+    /// subsystem has `ana_reporting`, never reported to hosts: no ANA).
     pub anagrpid: u32,
 }
 
@@ -60,9 +61,10 @@ impl Namespace {
         b.iter().map(|x| format!("{x:02X}")).collect()
     }
 
-    /// `nvmf_get_subsystems`'s namespace object.
+    /// `nvmf_get_subsystems`'s namespace object (`anagrpid` with `ana`,
+    /// the subsystem's `ana_reporting`, as SPDK).
     #[must_use]
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self, ana: bool) -> Value {
         let mut m = Map::new();
         m.insert("nsid".into(), json!(self.nsid));
         m.insert("bdev_name".into(), json!(self.bdev.name()));
@@ -74,12 +76,16 @@ impl Namespace {
             m.insert("eui64".into(), json!(Self::hex(&e)));
         }
         m.insert("uuid".into(), json!(self.uuid.to_string()));
+        if ana {
+            m.insert("anagrpid".into(), json!(self.anagrpid));
+        }
         Value::Object(m)
     }
 
-    /// `nvmf_subsystem_add_ns`'s `namespace` object as `save_config` writes it.
+    /// `nvmf_subsystem_add_ns`'s `namespace` object as `save_config`
+    /// writes it (`anagrpid` with `ana`).
     #[must_use]
-    pub fn config_json(&self) -> Value {
+    pub fn config_json(&self, ana: bool) -> Value {
         let mut m = Map::new();
         m.insert("nsid".into(), json!(self.nsid));
         m.insert("bdev_name".into(), json!(self.bdev.name()));
@@ -90,6 +96,9 @@ impl Namespace {
             m.insert("eui64".into(), json!(Self::hex(&e)));
         }
         m.insert("uuid".into(), json!(self.uuid.to_string()));
+        if ana {
+            m.insert("anagrpid".into(), json!(self.anagrpid));
+        }
         m.insert("no_auto_visible".into(), json!(false));
         Value::Object(m)
     }
@@ -129,7 +138,11 @@ pub struct Subsystem {
     pub dmrsl: u32,
     /// Write Zeroes size limit (2^n pages), Identify CNS 06h.
     pub wzsl: u8,
-    /// Saved only (NVM subsystem reset is not supported: false).
+    /// Saved only (ANA is not supported: no ANA log page, CMIC.ANA 0).
+    pub ana_reporting: bool,
+    /// Saved only (no passthrough: every command is emulated).
+    pub passthrough: bool,
+    /// Saved only (NVM subsystem reset is not supported: CAP.NSSRS 0).
     pub enable_nssr: bool,
 }
 
@@ -154,6 +167,8 @@ impl Subsystem {
             ctrlrs: Vec::new(),
             dmrsl: DEFAULT_DMRSL,
             wzsl: DEFAULT_WZSL,
+            ana_reporting: false,
+            passthrough: false,
             enable_nssr: false,
         }
     }
@@ -228,14 +243,19 @@ impl Subsystem {
             m.insert("serial_number".into(), json!(self.serial_number));
             m.insert("model_number".into(), json!(self.model_number));
             m.insert("max_namespaces".into(), json!(self.max_namespaces));
-            m.insert("passthrough".into(), json!(false));
+            m.insert("passthrough".into(), json!(self.passthrough));
             m.insert("min_cntlid".into(), json!(self.min_cntlid));
             m.insert("max_cntlid".into(), json!(self.max_cntlid));
             m.insert("dmrsl".into(), json!(self.dmrsl));
             m.insert("wzsl".into(), json!(self.wzsl));
             m.insert(
                 "namespaces".into(),
-                Value::Array(self.namespaces.values().map(|n| n.to_json()).collect()),
+                Value::Array(
+                    self.namespaces
+                        .values()
+                        .map(|n| n.to_json(self.ana_reporting))
+                        .collect(),
+                ),
             );
         }
         Value::Object(m)
@@ -254,10 +274,10 @@ impl Subsystem {
                 "max_namespaces": self.max_namespaces,
                 "min_cntlid": self.min_cntlid,
                 "max_cntlid": self.max_cntlid,
-                "ana_reporting": false,
+                "ana_reporting": self.ana_reporting,
                 "dmrsl": self.dmrsl,
                 "wzsl": self.wzsl,
-                "passthrough": false,
+                "passthrough": self.passthrough,
                 "enable_nssr": self.enable_nssr,
             }
         })

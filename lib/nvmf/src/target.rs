@@ -47,6 +47,51 @@ pub(crate) struct Port {
     pub id: u16,
 }
 
+/// A discovery referral (`nvmf_discovery_add_referral`): an entry of the
+/// discovery log pointing at another port.
+#[derive(Debug, Clone)]
+pub(crate) struct Referral {
+    pub addr: ListenAddr,
+    /// The referred subsystem (the discovery NQN: another discovery service).
+    pub subnqn: String,
+    /// The entry's TREQ says a secure channel is required.
+    pub secure_channel: bool,
+}
+
+impl Referral {
+    /// Whether it names the same referral as `addr` and `subnqn` (SPDK
+    /// compares the transport id: address and subsystem).
+    pub fn is(&self, addr: &ListenAddr, subnqn: &str) -> bool {
+        self.addr.same(addr) && self.subnqn == subnqn
+    }
+
+    /// Its discovery log entry (SPDK's: port id 0, ASQSZ 0).
+    fn entry(&self) -> Option<DiscoveryLogEntry> {
+        let subtype = if self.subnqn == DISCOVERY_NQN {
+            discovery::subtype::DISCOVERY_REFERRAL
+        } else {
+            discovery::subtype::NVME
+        };
+        let a = &self.addr;
+        let mut e = DiscoveryLogEntry::tcp(
+            subtype,
+            &self.subnqn,
+            a.adrfam.code(),
+            &a.traddr,
+            &a.trsvcid,
+            0,
+        )
+        .ok()?;
+        e.asqsz.set(0);
+        e.treq = if self.secure_channel {
+            discovery::treq::SECURE_CHANNEL_REQUIRED
+        } else {
+            discovery::treq::SECURE_CHANNEL_NOT_REQUIRED
+        };
+        Some(e)
+    }
+}
+
 /// Everything the control plane changes.
 #[derive(Debug)]
 pub(crate) struct TargetState {
@@ -60,6 +105,8 @@ pub(crate) struct TargetState {
     pub discovery_genctr: u64,
     pub ports: Vec<Port>,
     pub next_port_id: u16,
+    /// Discovery referrals, the newest first (SPDK's order).
+    pub referrals: Vec<Referral>,
 }
 
 impl TargetState {
@@ -171,6 +218,7 @@ impl Core {
             discovery_genctr: 0,
             ports: Vec::new(),
             next_port_id: 0,
+            referrals: Vec::new(),
         };
         state
             .subsystems
@@ -340,6 +388,8 @@ impl Core {
                 entries.push(e);
             }
         }
+        // Every host sees the referrals (SPDK's RPC adds them for any host).
+        entries.extend(st.referrals.iter().filter_map(Referral::entry));
         build_discovery_log(st.discovery_genctr, &entries)
     }
 }
@@ -479,5 +529,45 @@ mod tests {
         c.state.lock().conf.discovery_filter = filter::SVCID;
         let log = c.discovery_log(HOST, &addr(8009));
         assert_eq!(parse_discovery_log(&log).unwrap().entries.len(), 0);
+    }
+
+    /// Referrals follow the subsystems' entries, for every host: to
+    /// another discovery service (subtype 1) or to a subsystem (2).
+    #[test]
+    fn discovery_log_lists_referrals() {
+        let c = core();
+        {
+            let mut st = c.state.lock();
+            st.referrals.push(Referral {
+                addr: addr(4430),
+                subnqn: DISCOVERY_NQN.into(),
+                secure_channel: false,
+            });
+            st.referrals.push(Referral {
+                addr: addr(4431),
+                subnqn: SUB.into(),
+                secure_channel: true,
+            });
+        }
+        let log = c.discovery_log("nqn.2014-08.org.nvmexpress:uuid:other", &addr(8009));
+        let l = parse_discovery_log(&log).unwrap();
+        assert_eq!(l.entries.len(), 2);
+        let (a, b) = (&l.entries[0], &l.entries[1]);
+        assert_eq!(
+            (a.subtype, a.subnqn().as_ref(), a.trsvcid().as_ref()),
+            (
+                discovery::subtype::DISCOVERY_REFERRAL,
+                DISCOVERY_NQN,
+                "4430"
+            )
+        );
+        assert_eq!(a.treq, discovery::treq::SECURE_CHANNEL_NOT_REQUIRED);
+        assert_eq!(
+            (b.subtype, b.subnqn().as_ref()),
+            (discovery::subtype::NVME, SUB)
+        );
+        assert_eq!(b.treq, discovery::treq::SECURE_CHANNEL_REQUIRED);
+        assert!(c.state.lock().referrals[0].is(&addr(4430), DISCOVERY_NQN));
+        assert!(!c.state.lock().referrals[0].is(&addr(4430), SUB));
     }
 }

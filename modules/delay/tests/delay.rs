@@ -98,7 +98,7 @@ mod tests {
             abort.abort(7);
             let done = ch.submit_async(abort).unwrap().await;
             assert_eq!(done.status(), IoStatus::Success);
-            assert!(wait_for(5, || a.get() == Some(IoStatus::Aborted)).await);
+            assert!(wait_for(60, || a.get() == Some(IoStatus::Aborted)).await);
             assert!(b.get().is_none(), "only the target");
             ch.reset().await.unwrap();
             assert_eq!(b.get(), Some(IoStatus::Aborted));
@@ -130,10 +130,10 @@ mod tests {
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
             // The read in flight still completes (it reached the base).
-            assert!(wait_for(5, || held.get() == Some(IoStatus::Success)).await);
+            assert!(wait_for(60, || held.get() == Some(IoStatus::Success)).await);
             drop(ch);
             drop(desc);
-            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(mgr.get("D0").is_none());
         });
     }

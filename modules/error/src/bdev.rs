@@ -83,7 +83,12 @@ fn error_name(base: &str) -> String {
 fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bdev> {
     let name = error_name(&cfg.base_name);
     let mut props = vbdev::props_over(base, &name, PRODUCT_NAME, base.num_blocks());
-    props.uuid = cfg.uuid;
+    // SPDK's when none is given: the part UUID of the whole base. (SPDK
+    // v26.05 overwrites a given one with it too; we keep what is given.)
+    props.uuid = Some(
+        cfg.uuid
+            .unwrap_or_else(|| vbdev::part_uuid(base.uuid(), 0, base.num_blocks())),
+    );
     let bdev = BaseBdev::register_over(mgr, base, MODULE, props, |base_bdev| {
         Arc::new_cyclic(|weak: &Weak<ErrorBdev>| {
             let w = weak.clone();

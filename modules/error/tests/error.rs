@@ -74,7 +74,7 @@ mod tests {
                 Some((ClaimType::ExclusiveWrite, "error".to_string()))
             );
             conformance::run(&mgr, "EE_M0", Some(bdevkit_error::delete)).await;
-            assert!(wait_for(5, || mgr.get("M0").unwrap().claim().is_none()).await);
+            assert!(wait_for(60, || mgr.get("M0").unwrap().claim().is_none()).await);
         });
     }
 
@@ -166,7 +166,7 @@ mod tests {
                 assert_eq!(read_status(&ch, 0).await, IoStatus::Success, "QD 1 < 4");
             }
             let all: Vec<_> = (0..8).map(|i| read_in_background(&ch, i)).collect();
-            assert!(wait_for(5, || all.iter().all(|c| c.get().is_some())).await);
+            assert!(wait_for(60, || all.iter().all(|c| c.get().is_some())).await);
             let failed = all
                 .iter()
                 .filter(|c| c.get() == Some(IoStatus::Failed))
@@ -187,7 +187,7 @@ mod tests {
             sleep_ms(20).await;
             assert!(a.get().is_none() && b.get().is_none(), "held");
             bdevkit_error::resume_pending(&mgr, "EE_M0").unwrap();
-            assert!(wait_for(5, || a.get().is_some() && b.get().is_some()).await);
+            assert!(wait_for(60, || a.get().is_some() && b.get().is_some()).await);
             assert_eq!(a.get(), Some(IoStatus::Success));
             assert_eq!(b.get(), Some(IoStatus::Success));
 
@@ -209,10 +209,10 @@ mod tests {
             let held = read_in_background(&ch, 0);
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(5, || held.get() == Some(IoStatus::Aborted)).await);
+            assert!(wait_for(60, || held.get() == Some(IoStatus::Aborted)).await);
             drop(ch);
             drop(d);
-            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(mgr.get("EE_M0").is_none());
         });
     }

@@ -420,7 +420,11 @@ impl NvmeCtrlr {
             p["hostnqn"] = json!(t.hostnqn());
             p["hdgst"] = json!(o.digests.header);
             p["ddgst"] = json!(o.digests.data);
+            p["fabrics_connect_timeout_us"] =
+                json!(u64::try_from(o.connect_timeout.as_micros()).unwrap_or(u64::MAX));
         }
+        p["num_io_queues"] = json!(self.driver.options().num_io_queues);
+        p["multipath_opts"] = json!(crate::options::MultipathOpts::of(&self.policy));
         json!({"method": "bdev_nvme_attach_controller", "params": p})
     }
 

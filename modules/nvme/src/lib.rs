@@ -43,6 +43,7 @@ mod nsbdevs;
 mod nvme_io;
 pub mod options;
 pub mod paths;
+pub mod policy;
 mod reconnect;
 mod reset;
 pub mod rpc;

@@ -303,6 +303,9 @@ pub fn set_options(mgr: &BdevManager, o: NvmeOptions) -> Result<()> {
         return Err(Error::NotPermitted("controllers are attached".into()));
     }
     o.validate().map_err(Error::InvalidArg)?;
+    let mut o = o;
+    // Saved as SPDK writes it (a `selector` only for active_active, ...).
+    o.multipath_opts = options::MultipathOpts::of(&o.default_policy());
     *m.options.lock() = o;
     Ok(())
 }

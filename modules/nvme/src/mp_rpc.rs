@@ -1,12 +1,10 @@
 //! Multipath RPCs (SPDK's names and params): `bdev_nvme_set_multipath_policy`
-//! and `bdev_nvme_get_io_paths`; and the attach's `multipath_opts`.
+//! and `bdev_nvme_get_io_paths` (`multipath_opts` is in `options.rs`).
 
 use bdevkit::bdev::BdevManager;
 use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-
-use crate::multipath::Policy;
 
 /// `bdev_nvme_set_multipath_policy` params.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,34 +29,6 @@ pub struct GetIoPathsParams {
     /// Only this NVMe bdev.
     #[serde(default)]
     pub name: Option<String>,
-}
-
-/// An attach's `multipath_opts`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MultipathOpts {
-    /// `active_passive` or `active_active`.
-    #[serde(default)]
-    pub policy: Option<String>,
-    /// `round_robin` or `queue_depth`.
-    #[serde(default)]
-    pub selector: Option<String>,
-    /// I/Os per path in turn.
-    #[serde(default)]
-    pub min_io: Option<u32>,
-}
-
-impl MultipathOpts {
-    /// The policy they give (unset keys: the defaults).
-    ///
-    /// # Errors
-    /// -22 for unknown names or `min_io` 0.
-    pub fn policy(&self) -> Result<Policy, RpcError> {
-        let d = Policy::default();
-        let name = self.policy.as_deref().unwrap_or(d.policy_name());
-        d.parse(name, self.selector.as_deref(), self.min_io)
-            .map_err(|e| RpcError::new(-22, e))
-    }
 }
 
 /// Registers the multipath RPCs. Handlers run on the app thread.

@@ -18,7 +18,7 @@ use crate::MODULE;
 /// What identifies a namespace across controllers (UUID, NGUID or
 /// EUI-64; `None` when it has none).
 fn identity(ns: &Namespace) -> Option<Uuid> {
-    ns_uuid(ns, "", false)
+    ns_uuid(ns, &[], false)
 }
 
 impl NvmeCtrlr {
@@ -98,7 +98,7 @@ impl NvmeCtrlr {
             p.write_cache = id.volatile_write_cache();
             p.max_write_zeroes = 65536;
             p.max_unmap = u32::MAX;
-            p.uuid = ns_uuid(ns, &id.serial(), self.options().generate_uuids);
+            p.uuid = ns_uuid(ns, &id.sn, self.options().generate_uuids);
             let paths = Arc::new(NsPaths::new(&name, ns.id, self.policy));
             let owner: Arc<dyn PathOwner> = Arc::clone(self) as Arc<dyn PathOwner>;
             paths.add(self.id, owner, self.device.clone(), || {});

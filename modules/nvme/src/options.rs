@@ -4,14 +4,18 @@
 //! applied: `action_on_timeout`, `timeout_us`, `timeout_admin_us`,
 //! `keep_alive_timeout_ms`, `nvme_adminq_poll_period_us`,
 //! `bdev_retry_count`, `io_queue_requests` (I/O queue entries),
-//! `enable_flush`, `generate_uuids`. The
-//! others (fabrics, RDMA, DH-HMAC-CHAP, multipath, accel) are kept and
-//! saved back unchanged. The values live in the module instance
+//! `enable_flush`, `generate_uuids`, `multipath_opts` (the policy of
+//! bdevs attached without their own). The others (RDMA, DH-HMAC-CHAP,
+//! accel, ...: `doc/rpc.md` lists them) are kept and saved back
+//! unchanged. The values live in the module instance
 //! ([`crate::NvmeModule`]), one per bdev manager.
 
-use crate::reconnect::Reconnect;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use crate::policy::MultipathOpts;
+use crate::policy::Policy;
+use crate::reconnect::Reconnect;
 
 /// What happens to an I/O that times out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -99,6 +103,9 @@ pub struct NvmeOptions {
     pub tcp_connect_timeout_ms: u32,
     /// Report flush on namespaces without a volatile write cache.
     pub enable_flush: bool,
+    /// The multipath policy of bdevs attached without `multipath_opts`
+    /// of their own (SPDK v26.05; saved as SPDK writes it).
+    pub multipath_opts: MultipathOpts,
 }
 
 impl Default for NvmeOptions {
@@ -147,6 +154,7 @@ impl Default for NvmeOptions {
             rdma_umr_per_io: false,
             tcp_connect_timeout_ms: 0,
             enable_flush: false,
+            multipath_opts: MultipathOpts::of(&Policy::default()),
         }
     }
 }
@@ -186,7 +194,18 @@ impl NvmeOptions {
         if self.timeout_admin_us != 0 && self.timeout_admin_us < 1000 {
             return Err("timeout_admin_us must be 0 or at least 1000".into());
         }
+        self.multipath_opts
+            .policy()
+            .map_err(|e| format!("multipath_opts: {}", e.message))?;
         self.reconnect().validate()
+    }
+
+    /// The policy of bdevs attached without `multipath_opts` of their
+    /// own (the default one if `multipath_opts` does not parse:
+    /// [`NvmeOptions::validate`] refuses those).
+    #[must_use]
+    pub fn default_policy(&self) -> Policy {
+        self.multipath_opts.policy().unwrap_or_default()
     }
 
     /// The reconnect knobs.

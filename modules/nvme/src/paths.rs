@@ -285,14 +285,20 @@ pub(crate) fn config_json(reg: &Registry, skip: impl Fn(&str) -> bool) -> Vec<Va
             for (_, bdev, p) in c.bdevs.lock().iter() {
                 let pol = p.policy();
                 if pol != crate::multipath::Policy::default() {
+                    // SPDK's shape: `selector` only for active_active
+                    // (SPDK refuses it otherwise), `rr_min_io` only for
+                    // round_robin there.
+                    let o = crate::options::MultipathOpts::of(&pol);
+                    let mut params = json!({"name": bdev, "policy": o.policy});
+                    if let Some(s) = o.selector {
+                        params["selector"] = json!(s);
+                    }
+                    if let Some(n) = o.min_io {
+                        params["rr_min_io"] = json!(n);
+                    }
                     policies.push(json!({
                         "method": "bdev_nvme_set_multipath_policy",
-                        "params": {
-                            "name": bdev,
-                            "policy": pol.policy_name(),
-                            "selector": pol.selector_name(),
-                            "rr_min_io": pol.rr_min_io,
-                        }
+                        "params": params,
                     }));
                 }
             }

@@ -367,6 +367,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
                 return;
             };
+            // No TLS, no DH-HMAC-CHAP here: connecting without them
+            // would send in clear what was meant to be protected.
+            if p.psk.is_some() || p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
+                tracing::error!(ctrlr = %p.name, "psk and dhchap keys are not supported");
+                return resp.err(RpcError::from_errno(libc::ENOTSUP));
+            }
             if p.max_bdevs == Some(0) {
                 resp.err(RpcError::new(-22, "max_bdevs cannot be zero"));
                 return;
@@ -396,8 +402,12 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                     ))
                 }
             };
-            let policy = match p.multipath_opts.as_ref().map(multipath_opts) {
-                None => None,
+            // SPDK: the module options' policy, `multipath_opts` keys over it.
+            let base = crate::options(&m)
+                .map(|o| o.default_policy())
+                .unwrap_or_default();
+            let policy = match p.multipath_opts.as_ref().map(|v| multipath_opts(v, base)) {
+                None => Some(base),
                 Some(Ok(p)) => Some(p),
                 Some(Err(e)) => return resp.err(e),
             };
@@ -511,7 +521,11 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
             Err(Error::NotPermitted(msg)) => {
                 resp.err(RpcError::new(-1, format!("Operation not permitted: {msg}")));
             }
-            Err(Error::InvalidArg(msg)) => resp.err(RpcError::invalid_params(msg)),
+            // SPDK: spdk_bdev_nvme_set_opts' -EINVAL.
+            Err(Error::InvalidArg(msg)) => {
+                tracing::error!(%msg, "bdev_nvme_set_options");
+                resp.err(RpcError::from_errno(libc::EINVAL));
+            }
             Err(e) => resp.err(RpcError::from_errno(e.errno())),
         },
     )?;
@@ -547,9 +561,10 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
     Ok(())
 }
 
-/// An attach's `multipath_opts` (`{policy, selector, min_io}`).
-fn multipath_opts(v: &Value) -> Result<Policy, RpcError> {
-    let o: crate::mp_rpc::MultipathOpts = serde_json::from_value(v.clone())
+/// An attach's `multipath_opts` (`{policy, selector, min_io}`), unset
+/// keys from `base`.
+fn multipath_opts(v: &Value, base: Policy) -> Result<Policy, RpcError> {
+    let o: crate::options::MultipathOpts = serde_json::from_value(v.clone())
         .map_err(|e| RpcError::new(-22, format!("multipath_opts: {e}")))?;
-    o.policy()
+    o.over(base)
 }

@@ -12,6 +12,7 @@ mod tests {
     use std::sync::Arc;
 
     use base64::Engine;
+    use bdevkit::bdev::module::BdevModule;
     use bdevkit::bdev::{BdevEvent, BdevManager, IoStatus, IoType, NvmeCmd};
     use bdevkit::dma::DmaBuf;
     use bdevkit_nvme_driver::emu::{
@@ -292,19 +293,19 @@ mod tests {
             assert_ne!(done.status(), IoStatus::Success, "I/O in flight fails");
             drop(done);
             assert!(
-                wait_for(10, || removed.load(Ordering::SeqCst) > 0).await,
+                wait_for(60, || removed.load(Ordering::SeqCst) > 0).await,
                 "remove event"
             );
             drop(ch);
             drop(desc);
             assert!(
-                wait_for(10, || mgr.get("NvRn1").is_none()).await,
+                wait_for(60, || mgr.get("NvRn1").is_none()).await,
                 "bdev gone"
             );
             // The controller goes with its bdevs (as SPDK's): nothing is
             // left to detach, and its name is free again.
             assert!(
-                wait_for(10, || bdevkit_nvme::controllers(&mgr).is_empty()).await,
+                wait_for(60, || bdevkit_nvme::controllers(&mgr).is_empty()).await,
                 "controller gone"
             );
             call(&reg, "bdev_nvme_detach_controller", json!({"name": "NvR"}))
@@ -500,6 +501,80 @@ mod tests {
                 .await
                 .unwrap_err();
             assert_eq!(bad.code, -32603, "SPDK: spdk_json_decode_object failed");
+        });
+    }
+
+    /// SPDK v26.05 saves `multipath_opts` in bdev_nvme_set_options (the
+    /// policy of bdevs attached without their own): accepted, applied to
+    /// the next attach, saved back in SPDK's shape; a bad one is refused.
+    #[test]
+    fn set_options_multipath_opts_is_the_attach_default() {
+        env().run(|mgr| async move {
+            start_emu(&mgr, "mpo", true);
+            let reg = rpc::registry(&mgr, RPCS);
+            let mp = json!({"policy": "active_active", "selector": "queue_depth"});
+            call(&reg, "bdev_nvme_set_options", json!({"multipath_opts": mp}))
+                .await
+                .unwrap();
+            attach(&reg, "Nvme0", "mpo").await;
+            let p = bdevkit_nvme::multipath_policy(&mgr, "Nvme0n1").unwrap();
+            assert_eq!(
+                (p.policy_name(), p.selector_name()),
+                ("active_active", "queue_depth")
+            );
+            let cfg = bdevkit_nvme::module(&mgr).unwrap().config_json(&mgr);
+            let entry = |m: &str| cfg.iter().find(|e| e["method"] == m).unwrap().clone();
+            assert_eq!(
+                entry("bdev_nvme_set_options")["params"]["multipath_opts"],
+                mp
+            );
+            assert_eq!(
+                entry("bdev_nvme_attach_controller")["params"]["multipath_opts"],
+                mp
+            );
+            assert_eq!(
+                entry("bdev_nvme_set_multipath_policy")["params"],
+                json!({"name": "Nvme0n1", "policy": "active_active", "selector": "queue_depth"})
+            );
+            detach(&reg, "Nvme0").await;
+            // round_robin saves its min_io; active_passive neither key.
+            for (given, saved) in [
+                (
+                    json!({"policy": "active_active", "min_io": 8}),
+                    json!({"policy": "active_active", "selector": "round_robin", "min_io": 8}),
+                ),
+                (
+                    json!({"policy": "active_passive"}),
+                    json!({"policy": "active_passive"}),
+                ),
+            ] {
+                call(
+                    &reg,
+                    "bdev_nvme_set_options",
+                    json!({"multipath_opts": given}),
+                )
+                .await
+                .unwrap();
+                let o = bdevkit_nvme::options(&mgr).unwrap();
+                assert_eq!(serde_json::to_value(&o.multipath_opts).unwrap(), saved);
+            }
+            // SPDK's answers: names and keys fail decoding, min_io 0
+            // fails spdk_bdev_nvme_set_opts.
+            for (bad, code) in [
+                (json!({"policy": "sideways"}), -32603),
+                (json!({"policy": "active_active", "selector": "x"}), -32603),
+                (json!({"policy": "active_passive", "typo": 1}), -32603),
+                (json!({"policy": "active_active", "min_io": 0}), -22),
+            ] {
+                let e = call(
+                    &reg,
+                    "bdev_nvme_set_options",
+                    json!({"multipath_opts": bad}),
+                )
+                .await
+                .unwrap_err();
+                assert_eq!(e.code, code, "{e:?}");
+            }
         });
     }
 }

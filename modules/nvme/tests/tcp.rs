@@ -243,6 +243,15 @@ mod tests {
                 .unwrap_err();
                 assert_eq!(e.code, -22, "{l} {d} {f}: {}", e.message);
             }
+            // No TLS nor DH-HMAC-CHAP: refused, not ignored.
+            for key in ["psk", "dhchap_key", "dhchap_ctrlr_key"] {
+                let mut p = with_reconnect("R", &t, -1, 1, 0);
+                p[key] = json!("key0");
+                let e = call(&reg, "bdev_nvme_attach_controller", p)
+                    .await
+                    .unwrap_err();
+                assert_eq!(e.code, -libc::ENOTSUP, "{key}");
+            }
             call(
                 &reg,
                 "bdev_nvme_attach_controller",

@@ -56,7 +56,7 @@ mod tests {
             );
             conformance::run(&mgr, "PT0", Some(bdevkit_passthru::delete)).await;
             // Deleting released the base.
-            assert!(wait_for(5, || mgr.get("M0").unwrap().claim().is_none()).await);
+            assert!(wait_for(60, || mgr.get("M0").unwrap().claim().is_none()).await);
         });
     }
 
@@ -91,7 +91,7 @@ mod tests {
             assert!(mgr.get("PT2").is_some(), "attached through the UUID alias");
             let (tx, rx) = std::sync::mpsc::channel();
             mgr.wait_for_examine(move || tx.send(()).unwrap());
-            assert!(wait_for(5, || rx.try_recv().is_ok()).await);
+            assert!(wait_for(60, || rx.try_recv().is_ok()).await);
         });
     }
 
@@ -133,7 +133,7 @@ mod tests {
 
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(5, || removed.load(Ordering::SeqCst) == 1).await);
+            assert!(wait_for(60, || removed.load(Ordering::SeqCst) == 1).await);
             // The base is going: new I/O fails instead of reaching it.
             let e = ch
                 .read(0, 1, DmaBuf::new(512).unwrap())
@@ -150,7 +150,7 @@ mod tests {
             );
             drop(ch);
             drop(desc);
-            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(mgr.get("PT0").is_none() && mgr.get("M0").is_none());
 
             // The configuration stays: a new M0 gets its passthru back.
@@ -166,7 +166,7 @@ mod tests {
             bdevkit_passthru::create(&mgr, PassthruCreateParams::new("N0", "PT0")).unwrap();
             bdevkit_null::resize(&mgr, "N0", 8).unwrap();
             let pt = mgr.get("PT0").unwrap();
-            assert!(wait_for(5, || pt.num_blocks() == 2048).await);
+            assert!(wait_for(60, || pt.num_blocks() == 2048).await);
         });
     }
 

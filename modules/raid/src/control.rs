@@ -581,7 +581,13 @@ impl Raid {
                 }
                 drop(ctl);
                 let me = Arc::clone(self);
-                let done = move || persist::when_durable(&me, gen, Box::new(move |_| done()));
+                // Done once the superblock no longer says it is in sync,
+                // and, for a rebuild target, once the rebuild let go of
+                // it (so that it can be added again at once).
+                let done = move || {
+                    let me2 = Arc::clone(&me);
+                    persist::when_durable(&me, gen, Box::new(move |_| me2.after_rebuild(done)));
+                };
                 let Some(bdev) = bdev else {
                     self.close_member(i);
                     return done();
@@ -738,6 +744,7 @@ impl Raid {
                 done: 0,
                 total,
             });
+            ctl.rebuild_task = true;
             self.set_member_state(&mut ctl, slot, MEMBER_REBUILDING);
             bdev
         };

@@ -187,6 +187,11 @@ pub(crate) struct Control {
     pub(crate) data_size: u64,
     /// The start (superblock write, registration) is under way.
     pub(crate) starting: bool,
+    /// A rebuild task runs (from its start until it has let go of
+    /// everything it held, after `rebuild` is cleared).
+    pub(crate) rebuild_task: bool,
+    /// Waiting for the rebuild task to end (a removal of its target).
+    pub(crate) rebuild_waiters: Vec<Box<dyn FnOnce() + Send>>,
     /// Waiting `bdev_raid_delete` callers.
     pub(crate) deleting: Vec<Box<dyn FnOnce(Result<()>) + Send>>,
     pub(crate) delete_requested: bool,
@@ -245,6 +250,8 @@ fn control(names: Vec<String>) -> Control {
         bdev: None,
         data_size: 0,
         starting: false,
+        rebuild_task: false,
+        rebuild_waiters: Vec::new(),
         deleting: Vec::new(),
         delete_requested: false,
     }
@@ -733,6 +740,29 @@ impl Raid {
             o.process_window_size_kb.unwrap_or(1024).max(1),
             o.process_max_bandwidth_mb_sec.unwrap_or(0),
         )
+    }
+
+    /// Runs `f` once no rebuild task runs (at once if none does).
+    pub(crate) fn after_rebuild(&self, f: impl FnOnce() + Send + 'static) {
+        let mut ctl = self.ctl.lock();
+        if ctl.rebuild_task {
+            ctl.rebuild_waiters.push(Box::new(f));
+            return;
+        }
+        drop(ctl);
+        f();
+    }
+
+    /// The rebuild task ended (it holds nothing any more).
+    pub(crate) fn rebuild_task_ended(&self) {
+        let waiters = {
+            let mut ctl = self.ctl.lock();
+            ctl.rebuild_task = false;
+            std::mem::take(&mut ctl.rebuild_waiters)
+        };
+        for w in waiters {
+            w();
+        }
     }
 
     /// Records rebuild progress; `None` ends it.

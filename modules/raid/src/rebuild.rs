@@ -34,6 +34,7 @@ pub(crate) fn start(raid: Arc<Raid>, bdev: Arc<RaidBdev>, target: usize) {
     let Some(t) = Thread::current() else {
         tracing::error!(raid = %raid.name(), "raid rebuild must start on a bdevkit thread");
         raid.set_rebuild(None);
+        raid.rebuild_task_ended();
         return;
     };
     t.spawn_local(async move {
@@ -64,6 +65,7 @@ pub(crate) fn start(raid: Arc<Raid>, bdev: Arc<RaidBdev>, target: usize) {
                 raid.set_rebuild(None);
             }
         }
+        raid.rebuild_task_ended();
     });
 }
 
@@ -118,7 +120,9 @@ async fn copy_all(raid: &Arc<Raid>, bdev: &RaidBdev, target: usize) -> Result<u6
             );
             // In short naps, so that a raid going away is noticed soon.
             while let Some(wait) = due.checked_sub(started.elapsed()) {
-                if !matches!(raid.state(), RaidState::Online | RaidState::Degraded) {
+                if !matches!(raid.state(), RaidState::Online | RaidState::Degraded)
+                    || !raid.member_rebuilding(target)
+                {
                     break;
                 }
                 let nap = wait.min(Duration::from_millis(20));

@@ -56,7 +56,7 @@ mod tests {
                 bdevkit_raid::raid(&mgr, "r0").is_none(),
                 "deleted raid is forgotten"
             );
-            assert!(wait_for(5, || mgr.get("M2").unwrap().claim().is_none()).await);
+            assert!(wait_for(60, || mgr.get("M2").unwrap().claim().is_none()).await);
         });
     }
 
@@ -190,7 +190,7 @@ mod tests {
             n1.notify_resize(24 * MIB + 3);
             bdevkit_null::resize(&mgr, "N3", 24).unwrap();
             bdevkit_null::resize(&mgr, "N5", 24).unwrap();
-            assert!(wait_for(5, || resized.load(Ordering::SeqCst) == 2).await);
+            assert!(wait_for(60, || resized.load(Ordering::SeqCst) == 2).await);
             assert_eq!(blocks("r0"), 2 * 24 * MIB);
             assert_eq!(blocks("r1"), 24 * MIB);
             assert_eq!(blocks("c0"), 32 * MIB, "concat keeps its size");
@@ -234,7 +234,7 @@ mod tests {
             let ch = d.get_io_channel().unwrap();
             assert_eq!(remove("A1").await, Ok(json!(true)));
             assert_eq!(state(&mgr, "r1"), RaidState::Degraded);
-            assert!(wait_for(5, || unclaimed("A1")).await);
+            assert!(wait_for(60, || unclaimed("A1")).await);
             let data = conformance::pattern(512, 3);
             let expect = data.to_vec();
             ch.write(7, 1, data).await.unwrap();
@@ -245,19 +245,19 @@ mod tests {
             assert!(ch.read(7, 1, DmaBuf::new(512).unwrap()).await.is_err());
             drop(ch);
             drop(d);
-            assert!(wait_for(5, || mgr.get("r1").is_none()).await);
+            assert!(wait_for(60, || mgr.get("r1").is_none()).await);
 
             // raid0 has no redundancy: offline, its bdev unregistered; the
             // other member stays held until the raid is deleted.
             assert_eq!(remove("B1").await, Ok(json!(true)));
-            assert!(wait_for(5, || mgr.get("r0").is_none()).await);
+            assert!(wait_for(60, || mgr.get("r0").is_none()).await);
             assert_eq!(state(&mgr, "r0"), RaidState::Offline);
             assert!(unclaimed("B1") && !unclaimed("B0"));
             assert_eq!(
                 call(&reg, "bdev_raid_delete", json!({"name": "r0"})).await,
                 Ok(json!(true))
             );
-            assert!(wait_for(5, || unclaimed("B0")).await);
+            assert!(wait_for(60, || unclaimed("B0")).await);
 
             // A configuring raid waits for the member again.
             assert_eq!(remove("C0").await, Ok(json!(true)));
@@ -330,7 +330,7 @@ mod tests {
             assert_eq!(info["process"]["target"], "A2");
             assert_eq!(info["base_bdevs_list"][1]["name"], "A2");
             assert_eq!(info["num_base_bdevs_operational"], 1);
-            assert!(wait_for(10, || state(&mgr, "r1") == RaidState::Online).await);
+            assert!(wait_for(60, || state(&mgr, "r1") == RaidState::Online).await);
             let info = &bdevkit_raid::get_bdevs(&mgr, "all").unwrap()[0];
             assert!(info.get("process").is_none(), "{info}");
             assert_eq!(info["num_base_bdevs_operational"], 2);
@@ -352,6 +352,38 @@ mod tests {
                 cfg["params"]["base_bdevs"],
                 json!(["removed_base_bdev_0", "A2"])
             );
+        });
+    }
+
+    /// Taking out the member a rebuild writes to returns once the rebuild
+    /// let go of it: it can be added back at once (found by the stress
+    /// lane: the add failed with "Device or resource busy").
+    #[test]
+    fn a_rebuild_target_taken_out_can_be_added_back_at_once() {
+        env("0x1").run(|mgr| async move {
+            let reg = rpc::registry(&mgr, RPCS);
+            for n in ["B0", "B1", "B2"] {
+                malloc(&mgr, n, 4096);
+            }
+            degraded_raid1(&mgr, &reg, ["B0", "B1"]).await;
+            let slow = json!({"process_max_bandwidth_mb_sec": 1});
+            assert_eq!(
+                call(&reg, "bdev_raid_set_options", slow).await,
+                Ok(json!(true))
+            );
+            let add = json!({"raid_bdev": "r1", "base_bdev": "B2"});
+            for _ in 0..3 {
+                assert_eq!(
+                    call(&reg, "bdev_raid_add_base_bdev", add.clone()).await,
+                    Ok(json!(true))
+                );
+                assert!(bdevkit_raid::raid(&mgr, "r1").unwrap().is_rebuilding());
+                assert_eq!(
+                    call(&reg, "bdev_raid_remove_base_bdev", json!({"name": "B2"})).await,
+                    Ok(json!(true))
+                );
+                assert!(!bdevkit_raid::raid(&mgr, "r1").unwrap().is_rebuilding());
+            }
         });
     }
 
@@ -490,7 +522,7 @@ mod tests {
             );
             assert!(!done.get());
             bdevkit_error::resume_pending(&mgr, "EE_S").unwrap();
-            assert!(wait_for(10, || state(&mgr, "r1") == RaidState::Online).await);
+            assert!(wait_for(60, || state(&mgr, "r1") == RaidState::Online).await);
             assert!(done.get());
             assert!(
                 contents(&mgr, "T1", 8).await == expect,
@@ -591,7 +623,7 @@ mod tests {
                 call(&reg, "bdev_raid_delete", json!({"name": "r3"})).await,
                 Ok(json!(true))
             );
-            assert!(wait_for(5, || mgr.get("C2").unwrap().claim().is_none()).await);
+            assert!(wait_for(60, || mgr.get("C2").unwrap().claim().is_none()).await);
             // A configuring raid takes the member it waits for, and only that.
             bdevkit_raid::create(
                 &mgr,
@@ -633,7 +665,7 @@ mod tests {
                 .is_empty());
             let (tx, rx) = std::sync::mpsc::channel();
             mgr.wait_for_examine(move || tx.send(()).unwrap());
-            assert!(wait_for(5, || rx.try_recv().is_ok()).await);
+            assert!(wait_for(60, || rx.try_recv().is_ok()).await);
         });
     }
 
@@ -743,7 +775,7 @@ mod tests {
 
             // raid0 goes offline: its bdev is unregistered.
             delete_malloc(&mgr, "B1").await;
-            assert!(wait_for(5, || mgr.get("r0").is_none()).await);
+            assert!(wait_for(60, || mgr.get("r0").is_none()).await);
             assert_eq!(state(&mgr, "r0"), RaidState::Offline);
             let off = bdevkit_raid::get_bdevs(&mgr, "offline").unwrap();
             assert_eq!(off[0]["name"], "r0");
@@ -752,7 +784,7 @@ mod tests {
             assert!(mgr.get("B0").unwrap().claim().is_some());
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_raid::delete(&mgr, "r0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(mgr.get("B0").unwrap().claim().is_none());
             assert!(bdevkit_raid::raid(&mgr, "r0").is_none());
         });

@@ -201,7 +201,7 @@ mod tests {
             remove_member(&reg, "A1").await;
             add_member(&reg, "A2").await;
             let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
-            assert!(wait_for(10, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
+            assert!(wait_for(60, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
             let entries = saved(&mgr);
             assert_saved_members(&entries, &json!(["A0", "removed_base_bdev_1"]));
             let last = entries.last().unwrap();
@@ -317,14 +317,14 @@ mod tests {
         env().run(move |mgr| async move {
             aio(&mgr, &paths, 1);
             aio(&mgr, &paths, 0);
-            assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+            assert!(wait_for(60, || mgr.get("r1").is_some()).await);
             assert_eq!(state(&mgr, "r1"), Some(RaidState::Online));
             assert_eq!(mgr.get("r1").unwrap().uuid(), Uuid::from_u128(0x5eed));
             assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
             // Delete with clear_sb: examine no longer finds it.
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_raid::delete_with(&mgr, "r1", true, move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(10, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
         });
         for p in &f.paths {
             assert!(Superblock::decode(&std::fs::read(p).unwrap()[..512]).is_err());
@@ -368,7 +368,7 @@ mod tests {
                     aio(&mgr, &paths, 0);
                     aio(&mgr, &paths, 1);
                 }
-                assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+                assert!(wait_for(60, || mgr.get("r1").is_some()).await);
                 // Reads never come from A1 before it is rebuilt.
                 assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
                 assert!(rebuilt(&mgr, "r1").await, "A1 rebuilt");
@@ -432,7 +432,7 @@ mod tests {
             slow_rebuild(&reg).await;
             add_member(&reg, "A2").await;
             let raid = bdevkit_raid::raid(&mgr, "r1").unwrap();
-            assert!(wait_for(10, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
+            assert!(wait_for(60, || raid.rebuild_progress().is_some_and(|p| p.done > 0)).await);
             contents(&mgr, "r1", BLOCKS - SB_OFFSET).await
             // The runtime ends here, mid-rebuild.
         });
@@ -445,7 +445,7 @@ mod tests {
             // The target first: it must wait, not be trusted.
             aio(&mgr, &paths, 2);
             aio(&mgr, &paths, 0);
-            assert!(wait_for(10, || mgr.get("r1").is_some()).await);
+            assert!(wait_for(60, || mgr.get("r1").is_some()).await);
             assert_reads(&mgr, "r1", BLOCKS - SB_OFFSET, &expect).await;
             assert!(rebuilt(&mgr, "r1").await, "the rebuild finished");
         });

@@ -11,7 +11,6 @@ use bdevkit::bdev::module::{
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use crate::rpc::SplitCreateParams;
 use crate::{MODULE, PRODUCT_NAME};
@@ -179,7 +178,8 @@ fn attach(mgr: &BdevManager, cfg: &SplitCreateParams, base: &Bdev) -> Result<Vec
             offset_blocks: i * part_blocks,
         });
         shared.live_parts.fetch_add(1, Ordering::AcqRel);
-        match mgr.register_bdev(MODULE, part_props(&name, base, part_blocks), part) {
+        let props = part_props(&name, base, i * part_blocks, part_blocks);
+        match mgr.register_bdev(MODULE, props, part) {
             Ok(b) => {
                 registered.push(b);
                 names.push(name);
@@ -205,10 +205,11 @@ fn attach(mgr: &BdevManager, cfg: &SplitCreateParams, base: &Bdev) -> Result<Vec
     Ok(names)
 }
 
-fn part_props(name: &str, base: &Bdev, part_blocks: u64) -> BdevProps {
+fn part_props(name: &str, base: &Bdev, offset_blocks: u64, part_blocks: u64) -> BdevProps {
     let mut p = vbdev::props_over(base, name, PRODUCT_NAME, part_blocks);
-    // Stable across restarts: derived from the base's UUID and the name.
-    p.uuid = Some(Uuid::new_v5(&base.uuid(), name.as_bytes()));
+    // Stable across restarts, and SPDK's: derived from the base's UUID
+    // and the part's block range.
+    p.uuid = Some(vbdev::part_uuid(base.uuid(), offset_blocks, part_blocks));
     p
 }
 

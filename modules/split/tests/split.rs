@@ -129,13 +129,13 @@ mod tests {
             assert!(mgr.get("M0p0").is_some() && mgr.get("M0p1").is_some());
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_malloc::delete(&mgr, "M0", move |r| tx.send(r.is_ok()).unwrap());
-            assert!(wait_for(5, || rx.try_recv() == Ok(true)).await);
+            assert!(wait_for(60, || rx.try_recv() == Ok(true)).await);
             assert!(mgr.get("M0p0").is_none() && mgr.get("M0p1").is_none());
             malloc(&mgr, "M0", 256);
             assert!(mgr.get("M0p1").is_some(), "configuration kept");
             let (tx, rx) = std::sync::mpsc::channel();
             bdevkit_split::delete(&mgr, "M0", move || tx.send(()).unwrap()).unwrap();
-            assert!(wait_for(5, || rx.try_recv().is_ok()).await);
+            assert!(wait_for(60, || rx.try_recv().is_ok()).await);
             assert!(mgr.get("M0p0").is_none());
             assert!(mgr.get("M0").unwrap().claim().is_none());
         });
@@ -248,7 +248,7 @@ mod tests {
             }
             let r = call(&reg, "bdev_split_delete", json!({"base_bdev": "M0"})).await;
             assert_eq!(r, Ok(json!(true)));
-            assert!(wait_for(5, || mgr.get("M0p0").is_none()).await);
+            assert!(wait_for(60, || mgr.get("M0p0").is_none()).await);
             let r = call(&reg, "bdev_split_delete", json!({"base_bdev": "M0"})).await;
             assert_eq!(r, Err(RpcError::new(-32602, "No such file or directory")));
             let r = call(&reg, "bdev_split_delete", json!({"name": "M0"})).await;

@@ -156,7 +156,7 @@ pub fn qd_bench(b: &Backend) {
             let el = t0.elapsed().as_secs_f64();
             let cpu = (cpu_secs() - cpu0) / el * 100.0;
             d.stop.set(true);
-            wait_for(10, || d.inflight.get() == 0).await;
+            wait_for(60, || d.inflight.get() == 0).await;
             (n as f64 / el, d.errors.get(), cpu)
         })
         .expect("app thread");

@@ -292,7 +292,7 @@ pub fn delete_while_io_runs(b: &Backend) {
                 let _ = tx.send(r.is_ok());
             }),
         );
-        assert!(wait_for(10, || removed.load(Ordering::SeqCst) > 0).await);
+        assert!(wait_for(60, || removed.load(Ordering::SeqCst) > 0).await);
         drop(ch);
         drop(desc);
         let mut deleted = None;
@@ -343,7 +343,7 @@ pub fn rescan_after_growing_and_emptying_the_file(b: &Backend) {
     assert_eq!(env.mgr().get("kf_rs").expect("bdev").num_blocks(), 6144);
     let mgr = env.mgr().clone();
     assert!(
-        env.run(move |_| async move { wait_for(10, || resized.load(Ordering::SeqCst) == 1).await })
+        env.run(move |_| async move { wait_for(60, || resized.load(Ordering::SeqCst) == 1).await })
     );
     // Shrinking under an open descriptor is refused (SPDK: -EBUSY).
     f.set_len(1 << 20);
@@ -358,7 +358,7 @@ pub fn rescan_after_growing_and_emptying_the_file(b: &Backend) {
         b.rpc(&env, &rescan, json!({"name": "kf_rs"})),
         Ok(json!(true))
     );
-    assert!(env.run(move |_| async move { wait_for(10, || mgr.get("kf_rs").is_none()).await }));
+    assert!(env.run(move |_| async move { wait_for(60, || mgr.get("kf_rs").is_none()).await }));
 }
 
 /// The file shrinks under the bdev: a read that straddles the new end

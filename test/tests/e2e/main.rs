@@ -20,6 +20,8 @@ mod raid_sb;
 #[cfg(test)]
 mod readme;
 #[cfg(test)]
+mod spdk_configs;
+#[cfg(test)]
 mod spdk_rpc;
 #[cfg(test)]
 mod vbdev_rpc;

@@ -46,8 +46,9 @@ fn multipath_and_failover_with_spdks_client() {
     );
     ok(&exe, &d, &["nvmf_create_transport", "-t", "tcp"]);
     ok(&exe, &d, &["nvmf_create_subsystem", NQN, "-a"]);
-    // Its own UUID: the host's bdev of it lives in the same daemon as
-    // Malloc0, and bdev UUIDs are unique.
+    // Its own NGUID (the host's bdev UUID, as SPDK's) and UUID: the
+    // host's bdev of it lives in the same daemon as Malloc0, and bdev
+    // UUIDs are unique (the NGUID defaults to the bdev's UUID).
     ok(
         &exe,
         &d,
@@ -55,6 +56,8 @@ fn multipath_and_failover_with_spdks_client() {
             "nvmf_subsystem_add_ns",
             NQN,
             "Malloc0",
+            "-g",
+            "8C0E3B0C54D64A55A4C71E6A2E0C9D11",
             "-u",
             "8c0e3b0c-54d6-4a55-a4c7-1e6a2e0c9d11",
         ],

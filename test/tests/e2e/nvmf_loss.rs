@@ -11,7 +11,8 @@
 //! * A raid1 over namespaces of two targets: one target killed, verify
 //!   keeps running clean on the other member; the lost controller is
 //!   given up after `ctrlr_loss_timeout_sec` (bdev hot-removed, raid
-//!   degraded); the target restarted, the controller attached again and
+//!   degraded); a config saved once the target is back does not list the
+//!   stale member; the target restarted, the controller attached again and
 //!   added back with `bdev_raid_add_base_bdev`, the rebuild completes under
 //!   verify, and the two targets' files hold the same bytes.
 
@@ -268,6 +269,18 @@ fn raid(bp: &Daemon) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The `base_bdevs` that `save_config` (the client asks each subsystem
+/// with `framework_get_config`) records for `R1`.
+fn saved_raid_members(bp: &Daemon) -> Value {
+    let bdev = bp.ok("framework_get_config", Some(json!({"name": "bdev"})));
+    bdev.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["method"] == "bdev_raid_create" && e["params"]["name"] == "R1")
+        .map(|e| e["params"]["base_bdevs"].clone())
+        .unwrap_or(Value::Null)
+}
+
 #[test]
 fn raid1_across_two_targets_member_given_up_then_rebuilt() {
     raid1_across_two_targets(true);
@@ -358,6 +371,10 @@ fn raid1_across_two_targets(given_up: bool) {
             let c = bp.ok("bdev_nvme_get_controllers", Some(json!({"name": "NvmeB"})));
             c[0]["ctrlrs"][0]["state"] == "enabled"
         });
+        // Issue 31, point 2: B is back but missed writes; a config saved
+        // now must not describe it as an in-sync member.
+        let members = saved_raid_members(&bp);
+        assert_eq!(members, json!(["NvmeAn1", "removed_base_bdev_1"]));
         let _ = bp.ok(
             "bdev_raid_remove_base_bdev",
             Some(json!({"name": "NvmeBn1"})),

@@ -48,6 +48,9 @@ fn qpairs(env: &NvmfEnv) -> Vec<Value> {
     })
 }
 
+/// Keep alive timeout of the host that keeps its controller alive.
+const ALIVE_KATO_MS: u32 = 3000;
+
 #[test]
 fn keep_alive_timeout_tears_the_controller_down() {
     let tp = CreateTransportParams {
@@ -59,8 +62,17 @@ fn keep_alive_timeout_tears_the_controller_down() {
     // A host that keeps its controller alive.
     let mut alive = env.host();
     alive.icreq(OFF).unwrap();
+    // Its keep alive timeout is 3 s, the silent one's 1 s: the keep alives
+    // sent every 100 ms keep it through a stall of nearly 3 s.
     let c = alive
-        .connect(0, 32, 1000, 0xffff, SUBNQN, bdevkit_test::nvmf::HOSTNQN)
+        .connect(
+            0,
+            32,
+            ALIVE_KATO_MS,
+            0xffff,
+            SUBNQN,
+            bdevkit_test::nvmf::HOSTNQN,
+        )
         .unwrap();
     assert!(c.status().is_success());
     alive.enable().unwrap();
@@ -74,12 +86,24 @@ fn keep_alive_timeout_tears_the_controller_down() {
     dead.enable().unwrap();
     let mut dead_io = env.io(dead_id, OFF);
     assert_eq!(controllers(&env).len(), 2);
+    // Keep the live one alive until the silent one is gone and for longer
+    // than the live one's own timeout (so only its keep alives kept it),
+    // not for a fixed time that a loaded machine may not give either.
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(3000) {
+    let mut sent = 0u32;
+    while controllers(&env).len() == 2
+        || t0.elapsed() < Duration::from_millis(2 * u64::from(ALIVE_KATO_MS))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the silent controller stayed"
+        );
         let (c, _) = alive.exec(&KeepAlive, 0).unwrap();
         assert!(c.status().is_success());
-        std::thread::sleep(Duration::from_millis(200));
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(100));
     }
+    assert!(sent > 0);
     // The silent host's queues were closed by the target.
     assert_eq!(dead.recv().unwrap(), Reply::Closed);
     assert_eq!(dead_io.recv().unwrap(), Reply::Closed);

@@ -135,10 +135,11 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                 "'framework_get_subsystems' requires no arguments",
             ));
         }
-        // bdev, then what the app links, in the table's (initialisation) order.
+        // The built-ins, then what the app links, in the table's
+        // (initialisation) order.
         let list: Vec<Value> = crate::SUBSYSTEMS
             .iter()
-            .filter(|s| s.name == crate::BDEV_SUBSYSTEM || sh.linked(s.name).is_some())
+            .filter(|s| crate::BUILTIN_SUBSYSTEMS.contains(&s.name) || sh.linked(s.name).is_some())
             .map(|s| json!({"subsystem": s.name, "depends_on": s.depends_on}))
             .collect();
         resp.ok(Value::Array(list));
@@ -161,6 +162,9 @@ pub(crate) fn register(shared: &Arc<AppShared>) -> Result<(), jsonrpc::Error> {
                     entries
                 };
                 resp.ok(Value::Array(entries));
+            }
+            crate::KEYRING_SUBSYSTEM => {
+                resp.ok(Value::Array(sh.keyring.config_json()));
             }
             other => {
                 match sh.linked(other) {

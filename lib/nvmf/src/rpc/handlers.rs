@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use crate::error::Error;
 use crate::opts::{CreateTransportParams, SetConfigParams};
 use crate::params::{
-    AddNsParams, AllowAnyHostParams, CrdtParams, CreateSubsystemParams, GetSubsystemsParams,
-    GetTransportsParams, HostParams, ListenerParams, MaxSubsystemsParams, NqnParams,
-    RemoveNsParams, TARGET_NAME,
+    AddNsParams, AllowAnyHostParams, CrdtParams, CreateSubsystemParams, GetReferralsParams,
+    GetSubsystemsParams, GetTransportsParams, HostParams, ListenerParams, MaxSubsystemsParams,
+    NqnParams, ReferralParams, RemoveNsParams, TARGET_NAME,
 };
 use crate::service::Target;
 
@@ -382,5 +382,73 @@ pub(super) fn register(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Er
             }
         },
     )?;
-    Ok(())
+    register_referrals(r, t)
+}
+
+/// The discovery referral methods (SPDK's answers: -32602 for params,
+/// -32603 with SPDK's texts otherwise).
+fn register_referrals(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Error> {
+    reg(
+        r,
+        "nvmf_discovery_add_referral",
+        RUNTIME,
+        t,
+        |t, p: ReferralParams, resp| {
+            let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Unable to find a target.") else {
+                return;
+            };
+            if p.address.trsvcid.as_deref().is_none_or(str::is_empty) {
+                return resp.err(internal("Service ID is required."));
+            }
+            match t.add_referral(&p) {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e @ (Error::ListenAddress(_) | Error::InvalidTransport(_))) => {
+                    log_err("nvmf_discovery_add_referral", &e);
+                    resp.err(invalid());
+                }
+                Err(e) => {
+                    log_err("nvmf_discovery_add_referral", &e);
+                    resp.err(internal("Internal error"));
+                }
+            }
+        },
+    )?;
+    reg(
+        r,
+        "nvmf_discovery_remove_referral",
+        RUNTIME,
+        t,
+        |t, p: ReferralParams, resp| {
+            let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Unable to find a target.") else {
+                return;
+            };
+            // SPDK's remove decoder has no `secure_channel`.
+            if p.secure_channel.is_some() {
+                return resp.err(invalid());
+            }
+            match t.remove_referral(&p) {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e @ (Error::ListenAddress(_) | Error::InvalidTransport(_))) => {
+                    log_err("nvmf_discovery_remove_referral", &e);
+                    resp.err(invalid());
+                }
+                Err(e) => {
+                    log_err("nvmf_discovery_remove_referral", &e);
+                    resp.err(internal("Unable to remove a referral."));
+                }
+            }
+        },
+    )?;
+    reg(
+        r,
+        "nvmf_discovery_get_referrals",
+        RUNTIME,
+        t,
+        |t, p: GetReferralsParams, resp| {
+            let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Unable to find a target.") else {
+                return;
+            };
+            resp.ok(Value::Array(t.referrals_json()));
+        },
+    )
 }

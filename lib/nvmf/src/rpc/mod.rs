@@ -13,7 +13,7 @@ use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry};
 use crate::service::Target;
 
 /// The methods [`register_rpcs`] adds, in registration order.
-pub const METHODS: [&str; 18] = [
+pub const METHODS: [&str; 21] = [
     "nvmf_set_config",
     "nvmf_set_max_subsystems",
     "nvmf_set_crdt",
@@ -32,6 +32,9 @@ pub const METHODS: [&str; 18] = [
     "nvmf_subsystem_get_controllers",
     "nvmf_subsystem_get_qpairs",
     "nvmf_subsystem_get_listeners",
+    "nvmf_discovery_add_referral",
+    "nvmf_discovery_remove_referral",
+    "nvmf_discovery_get_referrals",
 ];
 
 /// Registers the nvmf methods ([`METHODS`]) on `reg` for `target`. Handlers run on the thread that polls

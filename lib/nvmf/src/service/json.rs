@@ -1,7 +1,7 @@
 //! Queries (`nvmf_get_*`, `nvmf_subsystem_get_*`) and the `nvmf` section
 //! of `save_config`, in SPDK's shapes and order: target settings, the
-//! transport, then subsystems, hosts, namespaces and listeners, so that
-//! replaying the list rebuilds the target.
+//! transport, the discovery referrals, then subsystems, hosts, namespaces
+//! and listeners, so that replaying the list rebuilds the target.
 
 use std::sync::Arc;
 
@@ -87,6 +87,7 @@ impl Target {
     /// The `nvmf` subsystem's config entries (`framework_get_config nvmf`).
     #[must_use]
     pub fn config_json(&self) -> Vec<Value> {
+        let referrals = self.referrals_config_json();
         let st = self.0.core.state.lock();
         let mut out = vec![
             st.conf.set_config_json(),
@@ -106,6 +107,8 @@ impl Target {
         if let Some(o) = &st.transport {
             out.push(json!({"method": "nvmf_create_transport", "params": o.to_json()}));
         }
+        // SPDK writes the referrals after the transport.
+        out.extend(referrals);
         let nvm = || st.subsystems.iter().filter(|s| !s.discovery);
         out.extend(nvm().map(|s| s.create_config_json()));
         for s in nvm() {
@@ -120,7 +123,7 @@ impl Target {
             for n in s.namespaces.values() {
                 out.push(json!({
                     "method": "nvmf_subsystem_add_ns",
-                    "params": {"nqn": s.nqn, "namespace": n.config_json()}
+                    "params": {"nqn": s.nqn, "namespace": n.config_json(s.ana_reporting)}
                 }));
             }
         }

@@ -8,11 +8,12 @@
 //! removal, disconnects, queue pair listings) walk the groups with
 //! messages and finish on the app thread. The files below split the
 //! operations: `subsys.rs` (transports, subsystems, hosts, listeners),
-//! `ns.rs` (namespaces, hot remove and resize), `json.rs` (queries and
-//! `save_config`).
+//! `ns.rs` (namespaces, hot remove and resize), `referral.rs` (discovery
+//! referrals), `json.rs` (queries and `save_config`).
 
 mod json;
 mod ns;
+mod referral;
 mod subsys;
 
 use std::net::TcpStream;

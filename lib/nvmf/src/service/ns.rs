@@ -47,8 +47,10 @@ impl Target {
         if p.ptpl_file.is_some() {
             return Err(Error::NotSupported("ptpl_file"));
         }
+        // SPDK v26.05 deprecates it; bdevs with metadata are refused
+        // below anyway, so there is nothing to hide.
         if p.hide_metadata == Some(true) {
-            return Err(Error::NotSupported("hide_metadata"));
+            tracing::warn!(nqn, "hide_metadata: accepted, no effect here");
         }
         let bad = |param: &'static str| Error::SubsystemParam {
             param,
@@ -122,7 +124,7 @@ impl Target {
             desc: Arc::new(desc),
             nguid,
             eui64,
-            anagrpid: p.anagrpid.unwrap_or(0),
+            anagrpid: p.anagrpid.filter(|&g| g != 0).unwrap_or(nsid),
         });
         let mut st = self.0.core.state.lock();
         let s = st

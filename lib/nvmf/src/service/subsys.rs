@@ -87,9 +87,6 @@ impl Target {
     pub fn create_transport(&self, p: &CreateTransportParams) -> Result<()> {
         check_tgt(p.tgt_name.as_deref())?;
         let o = TransportOpts::from_params(p)?;
-        if o.sock_priority != 0 {
-            return Err(Error::NotSupported("sock_priority"));
-        }
         let cache = o.cache_size(self.group_count())?;
         let mut st = self.0.core.state.lock();
         if st.transport.is_some() {
@@ -116,14 +113,17 @@ impl Target {
             nqn: p.nqn.clone(),
             source,
         })?;
-        if p.ana_reporting == Some(true) {
-            return Err(Error::NotSupported("ana_reporting"));
-        }
-        if p.passthrough == Some(true) {
-            return Err(Error::NotSupported("passthrough"));
-        }
-        if p.enable_nssr == Some(true) {
-            return Err(Error::NotSupported("enable_nssr"));
+        // Accepted without effect (doc/rpc.md): what they switch on is
+        // only reported, and this target reports none of it, so a host
+        // sees a plain controller (no ANA: every path optimized).
+        for (key, on) in [
+            ("ana_reporting", p.ana_reporting),
+            ("passthrough", p.passthrough),
+            ("enable_nssr", p.enable_nssr),
+        ] {
+            if on == Some(true) {
+                tracing::warn!(nqn = %p.nqn, key, "accepted, no effect here (not supported)");
+            }
         }
         let mut st = self.0.core.state.lock();
         if st.find(&p.nqn).is_some() || p.nqn == "discovery" {
@@ -174,6 +174,9 @@ impl Target {
         if let Some(w) = p.wzsl {
             s.wzsl = w;
         }
+        s.ana_reporting = p.ana_reporting.unwrap_or(false);
+        s.passthrough = p.passthrough.unwrap_or(false);
+        s.enable_nssr = p.enable_nssr.unwrap_or(false);
         st.next_subsys_id += 1;
         st.subsystems.push(s);
         st.discovery_changed();

@@ -12,8 +12,15 @@ pub trait Sock: Read + Write {}
 
 impl<T: Read + Write> Sock for T {}
 
-/// Receive buffer size (many PDUs per `read`).
+/// Receive buffer size (many PDUs per `read`) once a queue is connected.
 pub(crate) const RBUF_SIZE: usize = 64 * 1024;
+/// Receive buffer of a connection before its Connect (it grows to
+/// [`RBUF_SIZE`] then): room for any PDU header (132 bytes at most, with
+/// its digest) and more. The Connect capsule's 1 KiB of data takes a few
+/// more `read`s, once per queue; a connection that never connects (idle,
+/// or sending slowly until the connect timeout cuts it) holds 512 bytes,
+/// not 64 KiB.
+pub(crate) const RBUF_PRE_CONNECT: usize = 512;
 /// Most iovecs per `writev`.
 const MAX_IOV: usize = 64;
 
@@ -61,6 +68,20 @@ impl RxBuf {
             start: 0,
             end: 0,
         }
+    }
+
+    /// Grows the buffer to `size` bytes (never shrinks it), keeping the
+    /// bytes waiting.
+    pub fn grow(&mut self, size: usize) {
+        if size <= self.buf.len() {
+            return;
+        }
+        let mut buf = vec![0u8; size].into_boxed_slice();
+        let n = self.len();
+        buf[..n].copy_from_slice(self.avail());
+        self.buf = buf;
+        self.start = 0;
+        self.end = n;
     }
 
     /// Bytes waiting to be consumed.
@@ -333,6 +354,22 @@ mod tests {
         assert_eq!(rx.avail(), &[1, 2]);
         let mut empty: &[u8] = &[];
         assert_eq!(rx.read_from(&mut empty).unwrap(), ReadOutcome::Eof);
+    }
+
+    #[test]
+    fn rx_buffer_grows_keeping_what_waits() {
+        let mut rx = RxBuf::new(8);
+        let mut src: &[u8] = &[1, 2, 3, 4, 5, 6, 7, 8, 9];
+        assert_eq!(rx.read_from(&mut src).unwrap(), ReadOutcome::Got(8));
+        rx.consume(3);
+        rx.grow(4);
+        assert_eq!(rx.avail(), &[4, 5, 6, 7, 8]);
+        rx.grow(32);
+        assert_eq!(rx.avail(), &[4, 5, 6, 7, 8]);
+        let mut src: &[u8] = &[9; 30];
+        assert_eq!(rx.read_from(&mut src).unwrap(), ReadOutcome::Got(27));
+        assert_eq!(rx.len(), 32);
+        assert_eq!(&rx.avail()[..6], &[4, 5, 6, 7, 8, 9]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use bdevkit_nvme_spec::sgl::{SglType, SGL_SUBTYPE_OFFSET, SGL_SUBTYPE_TRANSPORT}
 use bdevkit_nvme_spec::zerocopy::FromBytes;
 use bdevkit_nvme_spec::{Sqe, Status};
 
-use super::conn::Sock;
+use super::conn::{Sock, RBUF_SIZE};
 use super::qpair::{Assoc, Phase, QpInner, Qpair};
 use super::slot::{Slot, SlotState};
 use super::view::Env;
@@ -283,6 +283,7 @@ impl<S: Sock + 'static> QpInner<S> {
             }
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         }
+        self.rx.grow(RBUF_SIZE);
         self.tx.reserve(2 * n + 4);
         self.retired.reserve(2 * n + 4);
         self.aers.reserve(MAX_AERS);

@@ -25,7 +25,7 @@ use bdevkit_nvme_spec::tcp::{
 };
 use bdevkit_nvme_spec::Status;
 
-use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_SIZE};
+use super::conn::{ReadOutcome, RxBuf, Sock, TxItem, TxKind, TxQueue, RBUF_PRE_CONNECT};
 use super::pool::{BufWaiter, GroupBufs};
 use super::slot::{Slot, SlotState};
 use super::view::{Env, SubsysView};
@@ -202,7 +202,7 @@ impl<S: Sock + 'static> Qpair<S> {
                 phase: Phase::IcReq,
                 rcfg,
                 txcfg: TxConfig::default(),
-                rx: RxBuf::new(RBUF_SIZE),
+                rx: RxBuf::new(RBUF_PRE_CONNECT),
                 rxs: RxState::Header,
                 tx: TxQueue::with_capacity(8),
                 retired: Vec::with_capacity(8),

@@ -210,7 +210,7 @@ mod tests {
     /// the VM lane runs against).
     fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../nvme-spec/tests/fixtures/{name}",
+            "{}/../../lib/nvme-spec/tests/fixtures/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))

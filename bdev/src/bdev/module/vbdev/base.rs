@@ -296,6 +296,26 @@ pub fn props_over(base: &Bdev, name: &str, product_name: &str, num_blocks: u64) 
     p
 }
 
+/// SPDK's namespace of part UUIDs (`BDEV_PART_NAMESPACE_UUID`,
+/// lib/bdev/part.c).
+const PART_NAMESPACE_UUID: uuid::Uuid =
+    uuid::Uuid::from_u128(0x976b_899e_3e1e_4d71_ab69_c2b0_8e9d_f8b8);
+
+/// The UUID SPDK's `spdk_bdev_part_construct` gives a part (a split part,
+/// an error bdev) of `base` covering `num_blocks` blocks from
+/// `offset_blocks`: v5 in SPDK's part namespace of the base's UUID bytes
+/// followed by the two numbers as little-endian `u64`s (SPDK hashes that
+/// struct in memory: x86-64 and aarch64 are little-endian), so the same
+/// config names the same bdevs in both.
+#[must_use]
+pub fn part_uuid(base: uuid::Uuid, offset_blocks: u64, num_blocks: u64) -> uuid::Uuid {
+    let mut name = [0u8; 32];
+    name[..16].copy_from_slice(base.as_bytes());
+    name[16..24].copy_from_slice(&offset_blocks.to_le_bytes());
+    name[24..].copy_from_slice(&num_blocks.to_le_bytes());
+    uuid::Uuid::new_v5(&PART_NAMESPACE_UUID, &name)
+}
+
 /// The bdev registered as `name` whose implementation is `ops`: how a
 /// virtual bdev finds its own bdev (to unregister itself, or to follow a
 /// resize of its base). `None` once it is unregistered, or when another

@@ -29,7 +29,8 @@ mod configs;
 mod forward;
 
 pub use base::{
-    own_bdev, props_over, resize_own, unregister_own, BaseBdev, BaseEvents, BaseLink, StackedBdev,
+    own_bdev, part_uuid, props_over, resize_own, unregister_own, BaseBdev, BaseEvents, BaseLink,
+    StackedBdev,
 };
 pub use configs::{VbdevConfig, VbdevConfigs, VbdevModule};
 pub use forward::{complete_parent, forward};

@@ -260,3 +260,23 @@ fn props_follow_the_base_and_own_bdev_is_this_one() {
     unregister_own(&mgr, "V", &*ops);
     assert!(mgr.get("V").is_none());
 }
+
+/// Part UUIDs are SPDK's: these are the UUIDs SPDK v26.05 gave an error
+/// bdev over a 16384-block base and two split parts
+/// (test/tests/e2e/fixtures/spdk-v26.05-bdev-bdevs.json).
+#[test]
+fn part_uuids_are_spdks() {
+    let u = |s: &str| Uuid::parse_str(s).unwrap();
+    assert_eq!(
+        part_uuid(u("0e110000-0000-4000-8000-000000000000"), 0, 16384),
+        u("7a211790-3574-5c0e-b97e-2ae3b38370ab")
+    );
+    assert_eq!(
+        part_uuid(u("3a110c00-0000-4000-8000-000000000007"), 0, 8192),
+        u("0dddb156-76c8-54e8-b037-e24720676562")
+    );
+    assert_eq!(
+        part_uuid(u("0e110000-0000-4000-8000-000000000002"), 2048, 2048),
+        u("13f28fae-b6c3-5f9c-8e53-0809353dde2a")
+    );
+}

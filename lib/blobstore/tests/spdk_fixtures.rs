@@ -1,0 +1,240 @@
+//! Stores made by SPDK v26.05 (tests/fixtures/make-fixtures.sh) load here:
+//! names and uuids from the xattrs, blob ids, sizes, thin/thick flags,
+//! cluster maps, and the data spdk_dd wrote into a thin lvol.
+
+mod common;
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::rc::Rc;
+
+    use bdevkit_blobstore::{bstype, BlobDevice, BlobId, Blobstore, LoadOptions, MemDevice};
+
+    use crate::common::{check_invariants, run, state};
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+    fn image(name: &str) -> Vec<u8> {
+        let f = std::fs::File::open(format!("{FIXTURES}/{name}")).expect("fixture");
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(f)
+            .read_to_end(&mut out)
+            .expect("gunzip");
+        out
+    }
+
+    fn device(bytes: &[u8], block_size: u32) -> Rc<MemDevice> {
+        let d = Rc::new(MemDevice::new(
+            block_size,
+            bytes.len() as u64 / u64::from(block_size),
+        ));
+        d.poke(0, bytes);
+        d
+    }
+
+    fn uuids() -> serde_json::Value {
+        let s =
+            std::fs::read_to_string(format!("{FIXTURES}/fixtures.json")).expect("fixtures.json");
+        serde_json::from_str(&s).expect("json")
+    }
+
+    /// A NUL-terminated (and maybe zero-padded) string xattr.
+    fn cstr(v: &[u8]) -> String {
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        String::from_utf8_lossy(&v[..end]).into_owned()
+    }
+
+    fn by_name(bs: &Blobstore<Rc<MemDevice>>) -> std::collections::BTreeMap<String, BlobId> {
+        let sb = bs.super_blob();
+        bs.blob_ids()
+            .into_iter()
+            .filter(|id| Some(*id) != sb)
+            .map(|id| (cstr(&bs.open_blob(id).unwrap().xattr("name").unwrap()), id))
+            .collect()
+    }
+
+    fn lvs(bs: &Blobstore<Rc<MemDevice>>) -> (String, String) {
+        let sb = bs.open_blob(bs.super_blob().expect("super blob")).unwrap();
+        let uuid = sb.xattr("uuid").unwrap();
+        assert_eq!(uuid.len(), 37, "uuid: 36 characters and a NUL");
+        (cstr(&sb.xattr("name").unwrap()), cstr(&uuid))
+    }
+
+    /// The pattern make-fixtures.sh writes: each 4 KiB block holds its index.
+    fn check_pattern(dev: &MemDevice, lba: u64, first_block: u32, mib: u32) {
+        let mut buf = vec![0u8; (mib as usize) << 20];
+        run(dev.read(lba, &mut buf)).unwrap();
+        for (i, blk) in buf.chunks(4096).enumerate() {
+            let want = (first_block + u32::try_from(i).unwrap()).to_le_bytes();
+            assert!(
+                blk.chunks(4).all(|w| w == want),
+                "block {i} of the pattern at lba {lba}"
+            );
+        }
+    }
+
+    #[test]
+    fn clean_spdk_lvstore_loads() {
+        let img = image("spdk-clean.img.gz");
+        let dev = device(&img, 4096);
+        let u = &uuids()["clean"];
+        let bs = run(Blobstore::load(
+            dev.clone(),
+            &LoadOptions {
+                bstype: bstype("LVOLSTORE"),
+                ..LoadOptions::default()
+            },
+        ))
+        .unwrap();
+        let info = bs.info();
+        assert!(info.clean_on_disk);
+        assert_eq!(
+            (info.cluster_size, info.io_unit_size, info.total_clusters),
+            (1 << 20, 4096, 64)
+        );
+        assert_eq!(
+            lvs(&bs),
+            (
+                "lvs0".to_string(),
+                u["lvs_uuid"].as_str().unwrap().to_string()
+            )
+        );
+        assert_eq!(bs.super_blob(), Some(0x1_0000_0000));
+        let names = by_name(&bs);
+        assert_eq!(
+            names.keys().collect::<Vec<_>>(),
+            ["small", "thick0", "thin0"]
+        );
+        for (name, &id) in &names {
+            let b = bs.open_blob(id).unwrap();
+            assert_eq!(
+                cstr(&b.xattr("uuid").unwrap()),
+                u[name].as_str().unwrap(),
+                "{name}"
+            );
+            assert_eq!(
+                b.xattr("name").unwrap().len(),
+                64,
+                "lvol names are stored 64 bytes long"
+            );
+            assert!(b.uses_extent_table());
+        }
+        let thick = bs.open_blob(names["thick0"]).unwrap();
+        assert!(!thick.is_thin());
+        assert_eq!(
+            (thick.num_clusters(), thick.num_allocated_clusters()),
+            (8, 8)
+        );
+        let thin = bs.open_blob(names["thin0"]).unwrap();
+        assert!(thin.is_thin());
+        assert_eq!(thin.num_clusters(), 16);
+        let alloc: Vec<u64> = thin.allocated_clusters().iter().map(|&(i, _)| i).collect();
+        assert_eq!(alloc, [0, 9]);
+        check_pattern(&dev, thin.cluster_lba(0).unwrap(), 0, 1);
+        check_pattern(&dev, thin.cluster_lba(9).unwrap(), 2304, 1);
+        let small = bs.open_blob(names["small"]).unwrap();
+        assert_eq!(
+            (
+                small.num_clusters(),
+                small.num_allocated_clusters(),
+                small.is_thin()
+            ),
+            (1, 0, true)
+        );
+        check_invariants(&bs);
+        assert_eq!(bs.info().free_clusters, bs.info().total_data_clusters - 10);
+
+        // Recovery from the same image finds the same thing.
+        let again = run(Blobstore::load(
+            device(&img, 4096),
+            &LoadOptions {
+                force_recover: true,
+                ..LoadOptions::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(state(&again), state(&bs));
+        assert_eq!(again.info().free_clusters, bs.info().free_clusters);
+
+        // And the library can go on with it.
+        drop((thick, thin, small));
+        run(async {
+            let b = bs.open_blob(names["small"]).unwrap();
+            b.allocate_cluster(0).await.unwrap();
+            drop(b);
+            bs.unload().await.unwrap();
+        });
+        let bs = run(Blobstore::load(dev, &LoadOptions::default())).unwrap();
+        check_invariants(&bs);
+        assert_eq!(
+            bs.open_blob(names["small"])
+                .unwrap()
+                .num_allocated_clusters(),
+            1
+        );
+    }
+
+    #[test]
+    fn dirty_spdk_lvstore_recovers() {
+        let img = image("spdk-dirty.img.gz");
+        let dev = device(&img, 512);
+        let u = &uuids()["dirty"];
+        let bs = run(Blobstore::load(
+            dev.clone(),
+            &LoadOptions {
+                bstype: bstype("LVOLSTORE"),
+                ..LoadOptions::default()
+            },
+        ))
+        .unwrap();
+        let info = bs.info();
+        assert!(!info.clean_on_disk, "killed with SIGKILL: dirty");
+        assert_eq!(
+            (info.cluster_size, info.io_unit_size, info.total_clusters),
+            (4 << 20, 512, 16)
+        );
+        assert_eq!(
+            lvs(&bs),
+            (
+                "lvs1".to_string(),
+                u["lvs_uuid"].as_str().unwrap().to_string()
+            )
+        );
+        let names = by_name(&bs);
+        assert_eq!(names.keys().collect::<Vec<_>>(), ["a2", "b", "c", "snap"]);
+        for (name, &id) in &names {
+            assert_eq!(
+                cstr(&bs.open_blob(id).unwrap().xattr("uuid").unwrap()),
+                u[name].as_str().unwrap(),
+                "{name}"
+            );
+        }
+        let a = bs.open_blob(names["a2"]).unwrap();
+        assert_eq!(
+            (a.num_clusters(), a.num_allocated_clusters(), a.is_thin()),
+            (3, 3, false)
+        );
+        let c = bs.open_blob(names["c"]).unwrap();
+        assert_eq!(
+            (c.num_clusters(), c.num_allocated_clusters(), c.is_thin()),
+            (1, 1, false)
+        );
+        // The snapshot took b's clusters; b is its thin clone.
+        let snap = bs.open_blob(names["snap"]).unwrap();
+        assert!(snap.is_read_only());
+        assert_eq!(snap.num_clusters(), 10);
+        let alloc: Vec<u64> = snap.allocated_clusters().iter().map(|&(i, _)| i).collect();
+        assert_eq!(alloc, [1]);
+        check_pattern(&dev, snap.cluster_lba(1).unwrap(), 1024, 2);
+        let b = bs.open_blob(names["b"]).unwrap();
+        assert!(b.is_thin());
+        assert_eq!((b.num_clusters(), b.num_allocated_clusters()), (10, 0));
+        assert_eq!(
+            b.internal_xattr("SNAP"),
+            Some(names["snap"].to_le_bytes().to_vec())
+        );
+        check_invariants(&bs);
+        assert_eq!(bs.info().free_clusters, bs.info().total_data_clusters - 5);
+    }
+}
