@@ -114,7 +114,8 @@ expect_fail verify-Null0-catches "verify: bad" "${CONF[@]}" --name=v --filename=
     --rw=randwrite --verify=crc32c --bs=4k --size=4M --iodepth=8
 
 # Several jobs on several bdevs each (':'-separated), a mixed workload with
-# trims and flushes, batched submission and completion.
+# trims and flushes, sequential reads and writes, batched submission and
+# completion.
 cat > "$WORK/multi.fio" <<EOF
 [global]
 ioengine=external:$ENGINE
@@ -140,13 +141,17 @@ numjobs=2
 filename=Malloc1
 rw=randtrim
 size=4M
+[sequential]
+filename=Null1
+rw=readwrite
+bs=64k
 EOF
 run multi 60 "$WORK/multi.fio"
-if [ "$rc" -eq 0 ] && [ "$(grep -c 'err= 0' "$WORK/multi.log")" -eq 5 ] &&
+if [ "$rc" -eq 0 ] && [ "$(grep -c 'err= 0' "$WORK/multi.log")" -eq 6 ] &&
     grep -q "sync (usec)" "$WORK/multi.log" && grep -q "trim: IOPS" "$WORK/multi.log"; then
     ok multi
 else
-    bad multi "exit status $rc, expected 5 jobs with err= 0, syncs and trims"
+    bad multi "exit status $rc, expected 6 jobs with err= 0, syncs and trims"
 fi
 
 # verify across jobs, each on its own bdevs, in one run.

@@ -14,6 +14,7 @@
 //! the lists have the job's queue depth as capacity from the start.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,8 +72,9 @@ pub struct Request {
 /// Completions reach the job here, from the bdev layer, on the job's
 /// thread.
 struct Reaper {
-    /// Completed and not yet handed to fio.
-    ready: RefCell<Vec<Event>>,
+    /// Completed and not yet handed to fio, oldest first (a ring: fio
+    /// taking fewer than are ready shifts nothing).
+    ready: RefCell<VecDeque<Event>>,
     /// Submitted and not completed.
     inflight: Cell<usize>,
 }
@@ -87,7 +89,7 @@ impl IoCompletion for Reaper {
         // The borrowed view of fio's buffer goes before fio sees the io_u.
         drop(io.take_buf());
         self.inflight.set(self.inflight.get() - 1);
-        self.ready.borrow_mut().push(Event {
+        self.ready.borrow_mut().push_back(Event {
             io_u: io.tag(),
             err,
         });
@@ -280,7 +282,7 @@ impl Job {
         }
         let depth = args.iodepth.max(1);
         let reaper = Rc::new(Reaper {
-            ready: RefCell::new(Vec::with_capacity(depth)),
+            ready: RefCell::new(VecDeque::with_capacity(depth)),
             inflight: Cell::new(0),
         });
         let on_done: Rc<dyn IoCompletion> = Rc::clone(&reaper) as Rc<dyn IoCompletion>;
@@ -411,7 +413,7 @@ impl Job {
                 "I/O refused (reported once per job)"
             );
         }
-        r.ready.borrow_mut().push(Event {
+        r.ready.borrow_mut().push_back(Event {
             io_u: io.tag(),
             err: error.errno(),
         });
@@ -428,7 +430,9 @@ impl Job {
         };
         loop {
             self.thread.poll();
+            // Nothing in flight: no more will come (never spin forever).
             if self.reaper.ready.borrow().len() >= min
+                || self.reaper.inflight.get() == 0
                 || timeout.is_some_and(|t| t.is_zero())
                 || deadline.is_some_and(|d| Instant::now() >= d)
             {
@@ -439,11 +443,7 @@ impl Job {
         let mut reported = self.reported.borrow_mut();
         reported.clear();
         let n = ready.len().min(max);
-        if n == ready.len() {
-            std::mem::swap(&mut *ready, &mut *reported);
-        } else {
-            reported.extend(ready.drain(..n));
-        }
+        reported.extend(ready.drain(..n));
         n
     }
 
