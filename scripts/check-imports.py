@@ -218,7 +218,7 @@ def main():
     if not args:
         for base in ("bdev", "jsonrpc", "test", "bench"):
             args.append(os.path.join(top, base))
-        for group in ("modules", "apps"):
+        for group in ("lib", "modules", "apps"):
             d = os.path.join(top, group)
             if os.path.isdir(d):
                 args += [os.path.join(d, n) for n in sorted(os.listdir(d))]

@@ -17,6 +17,9 @@ fi
 export SPDK_RPC="$PWD/.venv/bin/spdk-rpc"
 # The spdk-rpc tests must run here, never skip (doc/testing.md).
 unset BDEVKIT_SKIP_SPDK_RPC
+# The TLS interop tests against `openssl s_client`/`s_server` must run too
+# (the `openssl` binary: Debian's package `openssl`).
+export BDEVKIT_REQUIRE_OPENSSL_CLI=1
 
 # Debian's fio and its configured source (cached per version): the fio
 # engine (apps/fio) is built against the headers of the installed fio, so

@@ -94,7 +94,8 @@ impl NvmfEnv {
                     let mut p = CreateSubsystemParams::new(SUBNQN);
                     p.serial_number = Some("BDEVKITTEST".into());
                     t.create_subsystem(&p).map_err(|e| e.to_string())?;
-                    t.add_host(SUBNQN, HOSTNQN).map_err(|e| e.to_string())?;
+                    t.add_host(SUBNQN, HOSTNQN, None)
+                        .map_err(|e| e.to_string())?;
                     t.add_listener(&listener(SUBNQN, port))
                         .map_err(|e| e.to_string())?;
                     Ok(())

@@ -1,5 +1,5 @@
 //! The host's side of one DH-HMAC-CHAP transaction, on one queue:
-//! Negotiate → (Challenge) → Reply → (Success1) → [Success2]. Sans I/O:
+//! Negotiate → (Challenge) → Reply → (Success1) → \[Success2\]. Sans I/O:
 //! it makes the payloads of Authentication Send and reads those of
 //! Authentication Receive; the caller moves them.
 

@@ -5,9 +5,9 @@
 //! | message | type/id | layout after the 6-byte header (type, id, 2 reserved, t_id) |
 //! |---|---|---|
 //! | AUTH_Negotiate | 0/0x00 | sc_c, napd, napd × 64-byte descriptors (auth_id, rsvd, halen, dhlen, 30 hash ids, 30 group ids) |
-//! | DH-HMAC-CHAP_Challenge | 1/0x01 | hl, rsvd, hash, group, dhvlen (2), seqnum (4), cval[hl], dhv[dhvlen] |
-//! | DH-HMAC-CHAP_Reply | 1/0x02 | hl, rsvd, cvalid, rsvd, dhvlen (2), seqnum (4), rval[hl], cval[hl], dhv[dhvlen] |
-//! | DH-HMAC-CHAP_Success1 | 1/0x03 | hl, rsvd, rvalid, 7 rsvd, rval[hl] |
+//! | DH-HMAC-CHAP_Challenge | 1/0x01 | hl, rsvd, hash, group, dhvlen (2), seqnum (4), `cval[hl]`, `dhv[dhvlen]` |
+//! | DH-HMAC-CHAP_Reply | 1/0x02 | hl, rsvd, cvalid, rsvd, dhvlen (2), seqnum (4), `rval[hl]`, `cval[hl]`, `dhv[dhvlen]` |
+//! | DH-HMAC-CHAP_Success1 | 1/0x03 | hl, rsvd, rvalid, 7 rsvd, `rval[hl]` |
 //! | DH-HMAC-CHAP_Success2 | 1/0x04 | 10 reserved |
 //! | AUTH_Failure2 / Failure1 | 0/0xF0, 0xF1 | rescode (1: failure), rescode explanation |
 //!

@@ -322,3 +322,38 @@ impl<Q: QueueTransport> AdminQueue<Q> {
         }
     }
 }
+
+/// An admin command from outside the driver, made safe to send: the data
+/// pointer comes from the driver's buffer or is cleared, the metadata
+/// pointer is cleared, and commands that carry host addresses elsewhere
+/// (or would undo what the driver set up) are refused with the status
+/// they complete with.
+pub(crate) fn vet_admin(mut sqe: Sqe, has_buf: bool) -> std::result::Result<Sqe, Status> {
+    use bdevkit_nvme_spec::opcode::{
+        AdminOpcode as A, ADMIN_VENDOR_SPECIFIC_START, FABRICS_OPCODE,
+    };
+    /// Set Features: Host Memory Buffer (its descriptor list address is
+    /// in dwords 13 to 15).
+    const FID_HOST_MEMORY_BUFFER: u32 = 0x0d;
+    let op = sqe.opcode;
+    let owned_by_driver = [
+        A::DeleteIoSq,
+        A::CreateIoSq,
+        A::DeleteIoCq,
+        A::CreateIoCq,
+        A::DoorbellBufferConfig,
+    ]
+    .iter()
+    .any(|a| *a as u8 == op);
+    if owned_by_driver || op == FABRICS_OPCODE || op >= ADMIN_VENDOR_SPECIFIC_START {
+        return Err(Status::INVALID_OPCODE);
+    }
+    if op == A::SetFeatures as u8 && sqe.cdw10.get() & 0xff == FID_HOST_MEMORY_BUFFER {
+        return Err(Status::INVALID_FIELD);
+    }
+    sqe.mptr.set(0);
+    if !has_buf {
+        sqe.set_prps(0, 0);
+    }
+    Ok(sqe)
+}

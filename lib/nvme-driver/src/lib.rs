@@ -16,7 +16,8 @@
 //! qpair      Qpair<Q, C>: slots (CID = slot index), completions, timeouts
 //!            by ageing, fused pairs; one per thread, no locks
 //! transport  Transport / QueueTransport: the seam
-//! any        AnyTransport: PCIe or TCP behind one type
+//! any        AnyTransport: every transport behind one type, generated
+//!            from one list (a new transport is its module and a line)
 //! tcp        TcpTransport: NVMe/TCP connections per queue, properties,
 //!            in-capsule / R2T writes, C2H reads, digests
 //! pcie       PcieTransport: SQ/CQ rings, phase tags, doorbells, PRP/SGL per

@@ -4,7 +4,10 @@
 //! here too: registers become Property Get/Set, a queue becomes a
 //! connection, data pointers become in-capsule data or R2T transfers.
 //! Nothing above this file knows what a doorbell or a PRP is.
-//! [`crate::tcp::TcpTransport`] is the second.
+//! [`crate::tcp::TcpTransport`] is the second. A new transport (RDMA)
+//! implements [`Transport`] and [`QueueTransport`] in a module of its own
+//! and adds one line to the list in `any.rs`, which generates
+//! [`crate::AnyTransport`] and [`crate::AnyQueue`] and their forwarding.
 
 use std::fmt;
 use std::os::fd::RawFd;

@@ -1,15 +1,23 @@
 //! Transport addresses (SPDK's `listen_address` object: `trtype`,
-//! `adrfam`, `traddr`, `trsvcid`) and their socket addresses.
+//! `adrfam`, `traddr`, `trsvcid`) and their socket addresses. Which
+//! `trtype`s exist is the transport registry's to say:
+//! `ListenAddr::from_params` is in `transport/registry.rs`, and checks
+//! the address with [`ListenAddr::parse`] here.
 
 use std::net::{IpAddr, SocketAddr};
 
+use bdevkit_nvme_spec::discovery::DiscoveryLogEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::opts::TRTYPE_TCP;
 
-/// Address families of NVMe/TCP listeners.
+/// A transport's discovery log entry for a listener (SPDK's
+/// `listener_discover`): subtype, subsystem NQN, the listener, its port
+/// id; `None` when the entry cannot be made (a field too long).
+pub(crate) type DiscoverFn = fn(u8, &str, &ListenAddr, u16) -> Option<DiscoveryLogEntry>;
+
+/// Address families of IP listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AdrFam {
     /// IPv4.
@@ -42,7 +50,7 @@ impl AdrFam {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenAddressParams {
-    /// Transport type (`tcp`, any case).
+    /// Transport type (`tcp`, any case: a registered transport).
     pub trtype: String,
     /// Address family (`ipv4`, `ipv6`, any case; IPv4 when absent, as SPDK).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,9 +62,11 @@ pub struct ListenAddressParams {
     pub trsvcid: Option<String>,
 }
 
-/// A validated TCP transport address.
+/// A validated transport address (an IP address and port).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListenAddr {
+    /// Transport type, the registry's spelling (`TCP`).
+    pub trtype: &'static str,
     /// Address family.
     pub adrfam: AdrFam,
     /// The address as given (SPDK reports it as given).
@@ -65,17 +75,18 @@ pub struct ListenAddr {
     pub trsvcid: String,
     /// The socket address.
     pub sock: SocketAddr,
+    /// A listener that takes TLS connections only (`secure_channel`);
+    /// not part of the address (`same` ignores it).
+    pub secure_channel: bool,
 }
 
 impl ListenAddr {
-    /// Parses and checks `p` (SPDK's `rpc_listen_address_to_trid` rules,
-    /// for TCP): trtype TCP, a known address family matching the address,
-    /// a numeric port.
-    pub fn from_params(p: &ListenAddressParams) -> Result<ListenAddr> {
+    /// Checks `p` as an address of transport `trtype` (SPDK's
+    /// `rpc_listen_address_to_trid` rules, for IP transports): a known
+    /// address family matching the address, a numeric port. The trtype
+    /// was checked already (`from_params`).
+    pub(crate) fn parse(trtype: &'static str, p: &ListenAddressParams) -> Result<ListenAddr> {
         let bad = |why: &str| Error::ListenAddress(format!("{why} ({p:?})"));
-        if !p.trtype.eq_ignore_ascii_case(TRTYPE_TCP) {
-            return Err(Error::InvalidTransport(p.trtype.clone()));
-        }
         let adrfam = match p.adrfam.as_deref() {
             None => AdrFam::Ipv4,
             Some(a) if a.eq_ignore_ascii_case("ipv4") => AdrFam::Ipv4,
@@ -98,17 +109,21 @@ impl ListenAddr {
             return Err(bad("trsvcid is not a port"));
         }
         Ok(ListenAddr {
+            trtype,
             adrfam,
             traddr: p.traddr.clone(),
             trsvcid,
             sock: SocketAddr::new(ip, port),
+            secure_channel: false,
         })
     }
 
-    /// The address of a socket (a connected peer, or a listener).
+    /// The address of an IP socket of transport `trtype` (the registry's
+    /// spelling): a connected peer, or a listener.
     #[must_use]
-    pub fn of_socket(sock: SocketAddr) -> ListenAddr {
+    pub fn of_socket(trtype: &'static str, sock: SocketAddr) -> ListenAddr {
         ListenAddr {
+            trtype,
             adrfam: if sock.is_ipv4() {
                 AdrFam::Ipv4
             } else {
@@ -117,6 +132,7 @@ impl ListenAddr {
             traddr: sock.ip().to_string(),
             trsvcid: sock.port().to_string(),
             sock,
+            secure_channel: false,
         }
     }
 
@@ -124,23 +140,24 @@ impl ListenAddr {
     #[must_use]
     pub fn to_json(&self) -> Value {
         json!({
-            "trtype": TRTYPE_TCP,
+            "trtype": self.trtype,
             "adrfam": self.adrfam.name(),
             "traddr": self.traddr,
             "trsvcid": self.trsvcid,
         })
     }
 
-    /// Whether `other` names the same listener (same socket address).
+    /// Whether `other` names the same listener (same transport, same
+    /// socket address).
     #[must_use]
     pub fn same(&self, other: &ListenAddr) -> bool {
-        self.sock == other.sock
+        self.sock == other.sock && self.trtype == other.trtype
     }
 }
 
 impl std::fmt::Display for ListenAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TCP {}:{}", self.traddr, self.trsvcid)
+        write!(f, "{} {}:{}", self.trtype, self.traddr, self.trsvcid)
     }
 }
 

@@ -441,7 +441,8 @@ mod tests {
 
     fn ctrl(discovery: bool, kato: u32) -> (Runtime, Controller) {
         let rt = Runtime::start(RuntimeOptions::interrupt(CpuSet::single(0))).unwrap();
-        let addr = ListenAddr::of_socket("127.0.0.1:4420".parse().unwrap());
+        let addr =
+            ListenAddr::of_socket(crate::opts::TRTYPE_TCP, "127.0.0.1:4420".parse().unwrap());
         let c = Controller::new(
             CtrlParams {
                 cntlid: 1,

@@ -13,7 +13,7 @@ pub enum Error {
     /// A transport of that type exists already.
     #[error("transport type '{0}' already exists")]
     TransportExists(String),
-    /// No transport of that type (only TCP exists).
+    /// No transport of that type is implemented (not in the registry).
     #[error("invalid transport type '{0}'")]
     InvalidTransport(String),
     /// The transport named by a listener was not created.
@@ -56,6 +56,21 @@ pub enum Error {
     /// The operation does not apply to the discovery subsystem.
     #[error("not allowed on the discovery subsystem")]
     Discovery,
+    /// A host's TLS PSK (`psk`, a keyring key name) cannot be used.
+    #[error("TLS PSK {key}: {why}")]
+    Psk {
+        /// The key's name.
+        key: String,
+        /// Why (never key material).
+        why: String,
+    },
+    /// `secure_channel` on a subsystem that any host may connect to
+    /// (SPDK refuses it: a PSK is per host).
+    #[error("Cannot establish secure channel, when 'allow_any_host' is set")]
+    SecureAnyHost,
+    /// A listener address already open with the other `secure_channel`.
+    #[error("listener {0} is already open with another secure_channel")]
+    SecureMismatch(String),
     /// A feature this target does not have (ANA, passthrough, TLS, ...).
     #[error("{0} is not supported")]
     NotSupported(&'static str),
@@ -146,6 +161,9 @@ impl Error {
             | Error::BdevGeometry { .. }
             | Error::InvalidNsid(_)
             | Error::ListenAddress(_)
+            | Error::Psk { .. }
+            | Error::SecureAnyHost
+            | Error::SecureMismatch(_)
             | Error::Discovery => libc::EINVAL,
             Error::NoTransport(_)
             | Error::NoSubsystem(_)

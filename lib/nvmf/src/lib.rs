@@ -1,10 +1,11 @@
 //! # bdevkit-nvmf
 //!
-//! An NVMe-over-Fabrics target (SPDK's `lib/nvmf`) over the NVMe/TCP
-//! transport: any bdev becomes a namespace that the Linux kernel's
-//! nvme-tcp host, nvme-cli and SPDK's initiator use. It reaches bdevs only
-//! through the public bdev API (`bdevkit::bdev`) and speaks the wire with
-//! the spec crate (`bdevkit_nvme_spec`: PDUs, commands, Identify, log pages).
+//! An NVMe-over-Fabrics target (SPDK's `lib/nvmf`), today over the
+//! NVMe/TCP transport: any bdev becomes a namespace that the Linux
+//! kernel's nvme-tcp host, nvme-cli and SPDK's initiator use. It reaches
+//! bdevs only through the public bdev API (`bdevkit::bdev`) and speaks
+//! the wire with the spec crate (`bdevkit_nvme_spec`: PDUs, commands,
+//! Identify, log pages).
 //!
 //! # Model
 //!
@@ -14,10 +15,15 @@
 //!   host's admin Connect creates a *controller* (dynamic model); its I/O
 //!   queues connect to it. Namespace changes (RPC, bdev hot-remove,
 //!   resize) reach the controllers as Namespace Attribute Changed events.
-//! * **Threads**: the listening sockets are polled on the app thread;
+//! * **Transports**: a transport (`nvmf_create_transport -t TCP`, from the
+//!   registry of transport types) listens, accepts and moves a command's
+//!   bytes; the transport-neutral core decides what the command means.
+//!   A new transport is a folder implementing the seam's traits and one
+//!   line in the registry (`doc/nvmf.md`, "Transports").
+//! * **Threads**: each transport's listeners are polled on the app thread;
 //!   each accepted connection (a queue pair) belongs to one *poll group*,
-//!   a lightweight thread per reactor core, which polls its sockets
-//!   (epoll, so an idle reactor sleeps in interrupt mode) and submits bdev
+//!   a lightweight thread per reactor core, which polls its connections
+//!   (TCP: epoll, so an idle reactor sleeps in interrupt mode) and submits bdev
 //!   I/O on its own channels. No locks and no allocation per command:
 //!   request slots and their in-capsule buffers are made once per queue;
 //!   larger transfers borrow from the transport's bounded pool of shared
@@ -59,6 +65,7 @@
 
 mod addr;
 mod admin;
+mod core;
 mod ctrlr;
 mod error;
 pub mod opts;
@@ -68,7 +75,10 @@ mod service;
 mod subsystem;
 mod target;
 pub mod tcp;
+mod tls;
+mod transport;
 
+pub use crate::core::pool::BufferStats;
 pub use addr::{AdrFam, ListenAddr, ListenAddressParams};
 pub use ctrlr::{Controller, DeathCause};
 pub use error::{Error, Result};
@@ -76,4 +86,3 @@ pub use opts::{CreateTransportParams, SetConfigParams, TransportOpts};
 pub use params::{CreateSubsystemParams, HostParams, ListenerParams, NamespaceParams};
 pub use service::Target;
 pub use subsystem::{Namespace, Subsystem};
-pub use tcp::pool::BufferStats;

@@ -9,8 +9,9 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 
-/// The only transport type: NVMe/TCP (SPDK's name, which `trtype` matches
-/// case-insensitively).
+/// NVMe/TCP's transport type (SPDK's name, which `trtype` matches
+/// case-insensitively); the transports that exist are in the registry
+/// (`transport/registry.rs`).
 pub const TRTYPE_TCP: &str = "TCP";
 /// SPDK's `max_queue_depth` default.
 pub const DEFAULT_MAX_QUEUE_DEPTH: u16 = 128;
@@ -59,12 +60,12 @@ const ONCS_FEATURES: [(&str, u16); 5] = [
     ("nvmcpys", 1 << 8),
 ];
 
-/// `nvmf_create_transport` params: SPDK's generic and TCP options. Options
-/// of other transports are refused (there is only TCP).
+/// `nvmf_create_transport` params: SPDK's generic and TCP options, and the
+/// other transports' options `spdk-rpc` sends (accepted, ignored).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTransportParams {
-    /// Transport type: `TCP` (any case).
+    /// Transport type: `TCP` (any case; a registered transport).
     pub trtype: String,
     /// Target name (only the default target exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,9 +172,14 @@ pub struct CreateTransportParams {
     pub disable_shadow_doorbells: Option<bool>,
 }
 
-/// The options of the (TCP) transport.
+/// The options of a transport: SPDK's generic transport options and the
+/// TCP transport's own (`c2h_success`, `sock_priority`). The defaults
+/// ([`Default`]) are SPDK's TCP transport's; another transport starts from
+/// its own (its registry entry's `opts_init`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportOpts {
+    /// The transport type, the registry's spelling (`TCP`).
+    pub trtype: &'static str,
     /// Most entries of an I/O queue (2..=65535).
     pub max_queue_depth: u16,
     /// Most I/O queues per controller.
@@ -229,6 +235,7 @@ pub struct TransportOpts {
 impl Default for TransportOpts {
     fn default() -> Self {
         TransportOpts {
+            trtype: TRTYPE_TCP,
             max_queue_depth: DEFAULT_MAX_QUEUE_DEPTH,
             max_io_qpairs_per_ctrlr: DEFAULT_MAX_IO_QPAIRS_PER_CTRLR,
             in_capsule_data_size: DEFAULT_IN_CAPSULE_DATA_SIZE,
@@ -265,13 +272,13 @@ fn bad(option: &'static str, why: impl Into<String>) -> Error {
 }
 
 impl TransportOpts {
-    /// The options `p` asks for, defaults elsewhere, validated.
-    pub fn from_params(p: &CreateTransportParams) -> Result<TransportOpts> {
-        if !p.trtype.eq_ignore_ascii_case(TRTYPE_TCP) {
-            return Err(Error::InvalidTransport(p.trtype.clone()));
-        }
-        let d = TransportOpts::default();
+    /// These options (a transport's defaults) changed by what `p` asks
+    /// for, validated. `TransportOpts::from_params` (the registry's: it
+    /// knows each transport's defaults) calls it.
+    pub(crate) fn apply(&self, p: &CreateTransportParams) -> Result<TransportOpts> {
+        let d = self;
         let mut o = TransportOpts {
+            trtype: d.trtype,
             max_queue_depth: p.max_queue_depth.unwrap_or(d.max_queue_depth),
             max_io_qpairs_per_ctrlr: p
                 .max_io_qpairs_per_ctrlr
@@ -403,7 +410,7 @@ impl TransportOpts {
         let mut put = |k: &str, v: Value| {
             m.insert(k.into(), v);
         };
-        put("trtype", json!(TRTYPE_TCP));
+        put("trtype", json!(self.trtype));
         put("max_queue_depth", json!(self.max_queue_depth));
         put(
             "max_io_qpairs_per_ctrlr",

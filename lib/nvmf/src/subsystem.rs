@@ -128,6 +128,8 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     /// Hosts allowed to connect, in the order added.
     pub hosts: Vec<String>,
+    /// Hosts given a TLS PSK: (host NQN, keyring key name).
+    pub host_psks: Vec<(String, String)>,
     /// Listeners, in the order added.
     pub listeners: Vec<ListenAddr>,
     /// Namespaces by id.
@@ -162,6 +164,7 @@ impl Subsystem {
             next_cntlid: MIN_CNTLID,
             allow_any_host: discovery,
             hosts: Vec::new(),
+            host_psks: Vec::new(),
             listeners: Vec::new(),
             namespaces: BTreeMap::new(),
             ctrlrs: Vec::new(),
@@ -170,6 +173,25 @@ impl Subsystem {
             ana_reporting: false,
             passthrough: false,
             enable_nssr: false,
+        }
+    }
+
+    /// The name of the TLS PSK of `hostnqn`, if it has one.
+    #[must_use]
+    pub fn host_psk(&self, hostnqn: &str) -> Option<&str> {
+        self.host_psks
+            .iter()
+            .find(|(h, _)| h == hostnqn)
+            .map(|(_, k)| k.as_str())
+    }
+
+    /// A host as `nvmf_get_subsystems` shows it: `{nqn}`, with `psk`
+    /// (the key's name) when it has one, as SPDK.
+    #[must_use]
+    pub fn host_json(&self, hostnqn: &str) -> Value {
+        match self.host_psk(hostnqn) {
+            Some(k) => json!({"nqn": hostnqn, "psk": k}),
+            None => json!({"nqn": hostnqn}),
         }
     }
 
@@ -237,7 +259,7 @@ impl Subsystem {
         m.insert("allow_any_host".into(), json!(self.allow_any_host));
         m.insert(
             "hosts".into(),
-            Value::Array(self.hosts.iter().map(|h| json!({"nqn": h})).collect()),
+            Value::Array(self.hosts.iter().map(|h| self.host_json(h)).collect()),
         );
         if !self.discovery {
             m.insert("serial_number".into(), json!(self.serial_number));

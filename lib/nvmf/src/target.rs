@@ -1,8 +1,9 @@
-//! The target's state and the rules that only need it: transports,
-//! subsystems, hosts, the Connect checks (SPDK's `nvmf_ctrlr_cmd_connect`
-//! order and status codes), and the discovery log page. Reaching the poll
-//! groups (namespace channels, queue pairs) is `service.rs`'s job, above
-//! this file and the transport.
+//! The target's state and the rules that only need it: transports (their
+//! options and buffer pools), subsystems, hosts, the Connect checks
+//! (SPDK's `nvmf_ctrlr_cmd_connect` order and status codes), and the
+//! discovery log page. Reaching the poll groups (namespace channels,
+//! queue pairs) and the transports themselves is `service/`'s job, above
+//! this file.
 
 use std::sync::Arc;
 
@@ -16,11 +17,11 @@ use bdevkit_nvme_spec::fabrics::{
 use bdevkit_nvme_spec::Status;
 use parking_lot::Mutex;
 
-use crate::addr::ListenAddr;
+use crate::addr::{DiscoverFn, ListenAddr};
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, CtrlParams, DeathCause};
 use crate::opts::{filter, TargetConf, TransportOpts};
 use crate::subsystem::{Namespace, Subsystem};
-use crate::tcp::pool::BufPool;
 
 /// Byte offsets of Connect fields, for Connect Invalid Parameters
 /// (SPDK's `offsetof` of the command and data structures).
@@ -47,6 +48,18 @@ pub(crate) struct Port {
     pub id: u16,
 }
 
+/// A created transport as the target's state knows it.
+#[derive(Debug)]
+pub(crate) struct TransportRecord {
+    /// Its type (the registry's spelling).
+    pub name: &'static str,
+    pub opts: TransportOpts,
+    /// Its shared data buffers.
+    pub pool: Arc<BufPool>,
+    /// Its listeners' discovery log entries.
+    pub discover: DiscoverFn,
+}
+
 /// A discovery referral (`nvmf_discovery_add_referral`): an entry of the
 /// discovery log pointing at another port.
 #[derive(Debug, Clone)]
@@ -56,6 +69,8 @@ pub(crate) struct Referral {
     pub subnqn: String,
     /// The entry's TREQ says a secure channel is required.
     pub secure_channel: bool,
+    /// The discovery log entry of its transport (`addr.trtype`'s).
+    pub discover: DiscoverFn,
 }
 
 impl Referral {
@@ -72,16 +87,7 @@ impl Referral {
         } else {
             discovery::subtype::NVME
         };
-        let a = &self.addr;
-        let mut e = DiscoveryLogEntry::tcp(
-            subtype,
-            &self.subnqn,
-            a.adrfam.code(),
-            &a.traddr,
-            &a.trsvcid,
-            0,
-        )
-        .ok()?;
+        let mut e = (self.discover)(subtype, &self.subnqn, &self.addr, 0)?;
         e.asqsz.set(0);
         e.treq = if self.secure_channel {
             discovery::treq::SECURE_CHANNEL_REQUIRED
@@ -96,9 +102,8 @@ impl Referral {
 #[derive(Debug)]
 pub(crate) struct TargetState {
     pub conf: TargetConf,
-    pub transport: Option<TransportOpts>,
-    /// The transport's shared data buffers.
-    pub pool: Option<Arc<BufPool>>,
+    /// The transports created, in creation order (one per type).
+    pub transports: Vec<TransportRecord>,
     /// The discovery subsystem first, then the NVM subsystems in creation order.
     pub subsystems: Vec<Subsystem>,
     pub next_subsys_id: u32,
@@ -141,9 +146,19 @@ impl TargetState {
         self.subsystems.iter_mut().find(|s| s.id == id)
     }
 
-    /// The transport's options, or defaults (no transport: nothing connects).
-    pub fn opts(&self) -> TransportOpts {
-        self.transport.clone().unwrap_or_default()
+    /// The transport of type `trtype` (any case), if created.
+    pub fn transport(&self, trtype: &str) -> Option<&TransportRecord> {
+        self.transports
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(trtype))
+    }
+
+    /// The options of transport `trtype`, or defaults (no transport:
+    /// nothing connects through it).
+    pub fn opts_for(&self, trtype: &str) -> TransportOpts {
+        self.transport(trtype)
+            .map(|t| t.opts.clone())
+            .unwrap_or_default()
     }
 
     /// The discovery log changed: bump the generation counter and tell the
@@ -205,14 +220,15 @@ fn invalid_data(offset: u16) -> Refused {
 pub(crate) struct Core {
     pub state: Mutex<TargetState>,
     pub mgr: BdevManager,
+    /// Host PSKs and the TLS server config of `secure_channel` listeners.
+    pub tls: crate::tls::TlsKeys,
 }
 
 impl Core {
     pub fn new(mgr: BdevManager) -> Core {
         let mut state = TargetState {
             conf: TargetConf::default(),
-            transport: None,
-            pool: None,
+            transports: Vec::new(),
             subsystems: Vec::new(),
             next_subsys_id: 1,
             discovery_genctr: 0,
@@ -226,6 +242,7 @@ impl Core {
         Core {
             state: Mutex::new(state),
             mgr,
+            tls: crate::tls::TlsKeys::default(),
         }
     }
 
@@ -241,7 +258,7 @@ impl Core {
         let subnqn = data.subnqn();
         let hostnqn = data.hostnqn();
         let mut st = self.state.lock();
-        let opts = st.opts();
+        let opts = st.opts_for(via.trtype);
         let discovery_nqn = subnqn == DISCOVERY_NQN;
         let Some(sub) = st.subsystems.iter_mut().find(|s| s.nqn == subnqn) else {
             tracing::info!(%subnqn, %hostnqn, "connect to an unknown subsystem");
@@ -349,7 +366,6 @@ impl Core {
     pub fn discovery_log(&self, hostnqn: &str, via: &ListenAddr) -> Vec<u8> {
         let st = self.state.lock();
         let filt = st.conf.discovery_filter;
-        let asqsz = u16::try_from(st.opts().max_aq_depth).unwrap_or(u16::MAX);
         let matches = |l: &ListenAddr| {
             (filt & filter::ADDRESS == 0
                 || (l.adrfam == via.adrfam && l.traddr.eq_ignore_ascii_case(&via.traddr)))
@@ -361,24 +377,26 @@ impl Core {
                 continue;
             }
             for l in s.listeners.iter().filter(|l| matches(l)) {
+                // A listener's transport exists (listeners need one).
+                let Some(t) = st.transport(l.trtype) else {
+                    continue;
+                };
                 let portid = st.ports.iter().find(|p| p.addr.same(l)).map_or(0, |p| p.id);
                 let subtype = if s.discovery {
                     discovery::subtype::CURRENT_DISCOVERY
                 } else {
                     discovery::subtype::NVME
                 };
-                let Ok(mut e) = DiscoveryLogEntry::tcp(
-                    subtype,
-                    &s.nqn,
-                    l.adrfam.code(),
-                    &l.traddr,
-                    &l.trsvcid,
-                    portid,
-                ) else {
+                let Some(mut e) = (t.discover)(subtype, &s.nqn, l, portid) else {
                     continue;
                 };
-                e.asqsz.set(asqsz);
-                e.treq = discovery::treq::SECURE_CHANNEL_NOT_REQUIRED;
+                e.asqsz
+                    .set(u16::try_from(t.opts.max_aq_depth).unwrap_or(u16::MAX));
+                e.treq = if l.secure_channel {
+                    discovery::treq::SECURE_CHANNEL_REQUIRED
+                } else {
+                    discovery::treq::SECURE_CHANNEL_NOT_REQUIRED
+                };
                 if s.discovery {
                     e.eflags.set(
                         discovery::eflags::DUPLICATE_INFO
@@ -403,15 +421,30 @@ mod tests {
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
     const SUB: &str = "nqn.2016-06.io.spdk:cnode1";
 
+    /// The TCP transport's discovery entries, as the registry has them.
+    fn discover() -> DiscoverFn {
+        crate::transport::find(crate::opts::TRTYPE_TCP)
+            .unwrap()
+            .listener_discover
+    }
+
     fn addr(port: u16) -> ListenAddr {
-        ListenAddr::of_socket(format!("127.0.0.1:{port}").parse().unwrap())
+        ListenAddr::of_socket(
+            crate::opts::TRTYPE_TCP,
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        )
     }
 
     fn core() -> Core {
         let c = Core::new(BdevManager::default());
         {
             let mut st = c.state.lock();
-            st.transport = Some(TransportOpts::default());
+            st.transports.push(TransportRecord {
+                name: crate::opts::TRTYPE_TCP,
+                opts: TransportOpts::default(),
+                pool: BufPool::new(4096, 1, 0),
+                discover: discover(),
+            });
             let mut s = Subsystem::new(1, SUB, false);
             s.listeners.push(addr(4420));
             st.subsystems.push(s);
@@ -542,11 +575,13 @@ mod tests {
                 addr: addr(4430),
                 subnqn: DISCOVERY_NQN.into(),
                 secure_channel: false,
+                discover: discover(),
             });
             st.referrals.push(Referral {
                 addr: addr(4431),
                 subnqn: SUB.into(),
                 secure_channel: true,
+                discover: discover(),
             });
         }
         let log = c.discovery_log("nqn.2014-08.org.nvmexpress:uuid:other", &addr(8009));

@@ -418,6 +418,9 @@ impl NvmeCtrlr {
             p["trsvcid"] = json!(o.trsvcid);
             p["subnqn"] = json!(o.subnqn);
             p["hostnqn"] = json!(t.hostnqn());
+            if let Some((name, _)) = o.psk.as_deref() {
+                p["psk"] = json!(name);
+            }
             p["hdgst"] = json!(o.digests.header);
             p["ddgst"] = json!(o.digests.data);
             p["fabrics_connect_timeout_us"] =

@@ -182,6 +182,22 @@ fn send_cmd_result(st: Status, dw0: u32, data: Option<&[u8]>) -> Value {
     out
 }
 
+/// The TLS PSK named `name` in the app's keyring; SPDK's -ENOKEY when
+/// there is no such key (or it is no TLS PSK).
+fn tls_psk(mgr: &BdevManager, name: &str) -> Result<bdevkit_nvme_auth::TlsPsk, RpcError> {
+    let key = mgr
+        .service::<bdevkit_keyring::Keyring>()
+        .and_then(|k| k.get(name))
+        .ok_or_else(|| {
+            tracing::error!(key = name, "Could not load PSK");
+            RpcError::from_errno(libc::ENOKEY)
+        })?;
+    key.tls_psk().map_err(|e| {
+        tracing::error!(key = name, error = %e, "Could not load PSK");
+        RpcError::from_errno(libc::ENOKEY)
+    })
+}
+
 /// The NVMe/TCP options of an attach (SPDK's checks: adrfam, NQNs).
 fn tcp_options(p: &AttachParams) -> Result<TcpOptions, RpcError> {
     if let Some(a) = &p.adrfam {
@@ -367,11 +383,22 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
                 return;
             };
-            // No TLS, no DH-HMAC-CHAP here: connecting without them
-            // would send in clear what was meant to be protected.
-            if p.psk.is_some() || p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
-                tracing::error!(ctrlr = %p.name, "psk and dhchap keys are not supported");
+            // No DH-HMAC-CHAP here: connecting without it would send
+            // in clear what was meant to be protected.
+            if p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
+                tracing::error!(ctrlr = %p.name, "dhchap keys are not supported");
                 return resp.err(RpcError::from_errno(libc::ENOTSUP));
+            }
+            let mut tcp = tcp;
+            if let Some(name) = &p.psk {
+                match (tcp.as_mut(), tls_psk(&m, name)) {
+                    (Some(o), Ok(k)) => o.psk = Some(Box::new((name.clone(), k))),
+                    (None, _) => {
+                        tracing::error!(ctrlr = %p.name, "psk is for NVMe/TCP only");
+                        return resp.err(RpcError::from_errno(libc::EINVAL));
+                    }
+                    (_, Err(e)) => return resp.err(e),
+                }
             }
             if p.max_bdevs == Some(0) {
                 resp.err(RpcError::new(-22, "max_bdevs cannot be zero"));

@@ -42,7 +42,7 @@ mod tests {
             bdevkit_test::malloc(&mgr, bdev, 8192);
             let r = tg
                 .create_subsystem(&CreateSubsystemParams::new(nqn))
-                .and_then(|()| tg.add_host(nqn, HOSTNQN));
+                .and_then(|()| tg.add_host(nqn, HOSTNQN, None));
             if let Err(e) = r {
                 let _ = tx.send(Err(e.to_string()));
                 return;

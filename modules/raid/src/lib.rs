@@ -73,6 +73,8 @@ mod assemble;
 mod config;
 mod control;
 mod io;
+mod json;
+mod layout;
 pub mod map;
 mod persist;
 mod raid;

@@ -16,6 +16,8 @@ mod nvmf_loss;
 #[cfg(test)]
 mod nvmf_rpc;
 #[cfg(test)]
+mod nvmf_tls;
+#[cfg(test)]
 mod raid_sb;
 #[cfg(test)]
 mod readme;

@@ -86,7 +86,7 @@ fn start_target(cfg: &Path) -> Daemon {
 
 /// `bdevperf -z` with `cfg`, verify at QD 8 of 4 KiB by default, on
 /// bdev `only` (not on whatever else is unclaimed when a test starts).
-fn start_bdevperf(cfg: &Path, only: &str) -> Daemon {
+pub(crate) fn start_bdevperf(cfg: &Path, only: &str) -> Daemon {
     Daemon::start_program(
         "bdevperf",
         &[
@@ -110,7 +110,7 @@ fn start_bdevperf(cfg: &Path, only: &str) -> Daemon {
 }
 
 /// Runs `perform_tests` for `secs` on a thread of its own.
-fn perform_tests(bp: &Daemon, secs: u64) -> JoinHandle<Result<Value, RpcError>> {
+pub(crate) fn perform_tests(bp: &Daemon, secs: u64) -> JoinHandle<Result<Value, RpcError>> {
     let mut c = bp.client();
     c.set_timeout(Some(TIMEOUT * 2));
     std::thread::spawn(move || {
@@ -123,7 +123,7 @@ fn perform_tests(bp: &Daemon, secs: u64) -> JoinHandle<Result<Value, RpcError>> 
 }
 
 /// Every job of a `perform_tests` answer finished with no failed I/O.
-fn assert_clean(r: &Value, what: &str) {
+pub(crate) fn assert_clean(r: &Value, what: &str) {
     let jobs = r["results"].as_array().unwrap();
     assert!(!jobs.is_empty(), "{what}: {r}");
     for j in jobs {

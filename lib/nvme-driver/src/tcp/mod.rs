@@ -17,6 +17,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use bdevkit_nvme_auth::TlsPsk;
 use bdevkit_nvme_spec::fabrics::{
     uuid_nqn, Connect, ConnectData, ConnectResponse, ADMIN_QID, CNTLID_DYNAMIC,
 };
@@ -24,6 +25,7 @@ use bdevkit_nvme_spec::identify::{IdentifyController, SglSupport};
 use bdevkit_nvme_spec::tcp::Digests;
 use bdevkit_nvme_spec::zerocopy::IntoBytes;
 use bdevkit_nvme_spec::Command;
+use bdevkit_nvme_tls::{ClientConfig, Stream, TlsConn};
 
 use self::connect::Connecting;
 use self::paths::Paths;
@@ -57,6 +59,9 @@ pub struct TcpOptions {
     pub keep_alive_timeout_ms: u32,
     /// Largest transfer per command (capped by the controller's MDTS).
     pub max_data_bytes: usize,
+    /// TLS 1.3 with this PSK on every queue (the handshake comes before
+    /// the ICReq), and its keyring name (saved configs show the name).
+    pub psk: Option<Box<(String, TlsPsk)>>,
 }
 
 impl TcpOptions {
@@ -72,6 +77,7 @@ impl TcpOptions {
             connect_timeout: Duration::from_secs(10),
             keep_alive_timeout_ms: 10_000,
             max_data_bytes: DEFAULT_MAX_DATA,
+            psk: None,
         }
     }
 }
@@ -117,6 +123,12 @@ impl TcpTransport {
             }
             None => uuid_nqn(&hostid),
         };
+        // A PSK that cannot make an identity and a config fails the
+        // attach, not each queue later.
+        if let Some((name, psk)) = opts.psk.as_deref() {
+            ClientConfig::new(psk, &hostnqn, &opts.subnqn)
+                .map_err(|e| Error::InvalidArg(format!("TLS PSK {name}: {e}")))?;
+        }
         Ok(TcpTransport {
             opts,
             paths: Paths::new(first),
@@ -206,6 +218,19 @@ impl TcpTransport {
             crate::sys::tcp_connect_nonblocking(&addr)
         }
         .map_err(Error::sys("connect to the NVMe/TCP controller"))?;
+        sock.set_nonblocking(true)
+            .map_err(Error::sys("nonblocking socket"))?;
+        let sock = match self.opts.psk.as_deref() {
+            // The handshake moves on in the queue's polls, before the
+            // ICReq. A config per connection (made at connect time only:
+            // it keeps the transport small).
+            Some((_, psk)) => {
+                let tls = |e: bdevkit_nvme_tls::Error| Error::InvalidArg(e.to_string());
+                let cfg = ClientConfig::new(psk, &self.hostnqn, &self.opts.subnqn).map_err(tls)?;
+                Stream::Tls(Box::new(TlsConn::connect(&cfg, sock).map_err(tls)?))
+            }
+            None => Stream::Plain(sock),
+        };
         let data = ConnectData::new(self.hostid, cntlid, &self.opts.subnqn, &self.hostnqn)
             .map_err(|e| Error::InvalidArg(e.to_string()))?;
         let c = Connect::new(qid, u32::from(entries), kato_ms);

@@ -28,6 +28,8 @@
 use std::collections::VecDeque;
 use std::io::{self, Read as _, Write as _};
 use std::net::TcpStream;
+
+use bdevkit_nvme_tls::Stream;
 use std::os::fd::{AsRawFd, RawFd};
 
 use bdevkit_nvme_spec::sgl::SglDescriptor;
@@ -42,6 +44,7 @@ use crate::error::{Error, Result};
 use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError};
 
 mod connecting;
+mod submit;
 
 /// The reason of a deliberate close (disconnect, reset): not a warning.
 const CLEARED: &str = "queue cleared";
@@ -110,7 +113,7 @@ struct Payload {
 pub struct TcpQueue {
     qid: u16,
     depth: u16,
-    sock: Option<TcpStream>,
+    sock: Option<Stream<TcpStream>>,
     tx: TxConfig,
     rx: RecvConfig,
     maxh2cdata: u32,
@@ -153,12 +156,15 @@ impl TcpQueue {
     pub(crate) fn new(
         qid: u16,
         depth: u16,
-        sock: TcpStream,
+        sock: Stream<TcpStream>,
         max_data: usize,
         conn: Connecting,
     ) -> Result<Self> {
-        sock.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
-        sock.set_nonblocking(true)
+        sock.get_ref()
+            .set_nodelay(true)
+            .map_err(io_err("TCP_NODELAY"))?;
+        sock.get_ref()
+            .set_nonblocking(true)
             .map_err(io_err("nonblocking socket"))?;
         let mut q = TcpQueue {
             qid,
@@ -239,13 +245,15 @@ impl TcpQueue {
     /// Closes the connection: every command in flight completes with
     /// Transient Transport Error.
     fn close(&mut self, why: &str) {
-        if let Some(s) = self.sock.take() {
+        if let Some(mut s) = self.sock.take() {
             if why == CLEARED {
                 tracing::debug!(qid = self.qid, "NVMe/TCP connection closed");
             } else {
                 tracing::warn!(qid = self.qid, reason = why, "NVMe/TCP connection closed");
             }
-            let _ = s.shutdown(std::net::Shutdown::Both);
+            // TLS: close_notify, if the socket takes it now.
+            let _ = s.close_notify();
+            let _ = s.get_ref().shutdown(std::net::Shutdown::Both);
             self.dead_reason = Some(why.to_string());
         }
         self.conn = None;
@@ -603,15 +611,6 @@ unsafe impl Request for Bytes<'_> {
     }
 }
 
-fn data_len(req: &dyn Request, data: Data) -> usize {
-    if data == Data::None {
-        return 0;
-    }
-    (0..req.segment_count(data))
-        .map(|i| req.segment(data, i).1)
-        .sum()
-}
-
 impl QueueTransport for TcpQueue {
     fn qid(&self) -> u16 {
         self.qid
@@ -621,69 +620,34 @@ impl QueueTransport for TcpQueue {
         self.depth
     }
 
+    // `submit` and `submit_short` hand `submit_cmd` a fresh copy of the
+    // command: inlined into the caller's `match` over transports
+    // (`AnyQueue`), the copy is made in this arm only, so the caller's
+    // command never has its address taken and stays in registers on the
+    // PCIe arm.
+    #[inline(always)]
     fn submit(
         &mut self,
         slot: u16,
-        mut sqe: Sqe,
+        sqe: Sqe,
         req: &dyn Request,
         data: Data,
         dir: Dir,
     ) -> std::result::Result<Release, SubmitError> {
-        if self.sock.is_none() {
-            return Err(SubmitError::Disconnected);
-        }
-        if slot >= self.depth {
-            return Err(SubmitError::Invalid);
-        }
-        let len = data_len(req, data);
-        if len > self.max_data {
-            return Err(SubmitError::Invalid);
-        }
-        let len32 = u32::try_from(len).map_err(|_| SubmitError::Invalid)?;
-        // While connecting, the command waits in the queue (its write data
-        // in the slot's buffer) and goes out once the queue is ready.
-        let connecting = self.conn.is_some();
-        let in_capsule = !connecting && dir == Dir::ToDevice && len > 0 && len <= self.icd_max;
-        if !connecting && !self.push_capsule(&mut sqe, len32, in_capsule) {
-            return Err(SubmitError::Invalid);
-        }
-        let tx = self.tx;
-        let s = &mut self.slots[usize::from(slot)];
-        s.busy = true;
-        s.completed = false;
-        s.bad_digest = false;
-        s.got = 0;
-        s.len = len;
-        s.from_dev = dir == Dir::FromDevice && len > 0;
-        s.in_capsule = in_capsule;
-        if in_capsule {
-            let mut digest = DataDigest::new();
-            let out = &mut self.out;
-            req.for_each_segment(data, &mut |seg| {
-                out.extend_from_slice(seg);
-                digest.update(seg);
-            });
-            if tx.digests.data {
-                out.extend_from_slice(&digest.finish().to_le_bytes());
-            }
-        } else if len > 0 {
-            if s.buf.len() < len {
-                s.buf.resize(len, 0);
-            }
-            if dir == Dir::ToDevice {
-                let mut at = 0;
-                let buf = &mut s.buf;
-                req.for_each_segment(data, &mut |seg| {
-                    buf[at..at + seg.len()].copy_from_slice(seg);
-                    at += seg.len();
-                });
-            }
-        }
-        if let Some(c) = self.conn.as_mut() {
-            c.held.push_back((slot, sqe));
-        }
-        // The slot's state is reset, and read data copied, at release.
-        Ok(Release::Needed)
+        self.submit_cmd(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir)
+    }
+
+    #[inline(always)]
+    fn submit_short(
+        &mut self,
+        slot: u16,
+        sqe: Sqe,
+        req: &dyn Request,
+        data: Data,
+        dir: Dir,
+    ) -> std::result::Result<(), SubmitError> {
+        self.submit_cmd(slot, Sqe::from_dwords(sqe.to_dwords()), req, data, dir)
+            .map(drop)
     }
 
     fn submit_with_page(

@@ -227,6 +227,10 @@ pub(super) fn register(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Er
             match t.add_listener(&p) {
                 Ok(()) => resp.ok(json!(true)),
                 Err(Error::NotRunning) => resp.err(internal("Internal error")),
+                Err(e @ Error::SecureAnyHost) => {
+                    log_err("nvmf_subsystem_add_listener", &e);
+                    resp.err(internal(e.to_string()));
+                }
                 Err(e) => {
                     log_err("nvmf_subsystem_add_listener", &e);
                     resp.err(invalid());
@@ -261,11 +265,11 @@ pub(super) fn register(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Er
             let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Unable to find a target.") else {
                 return;
             };
-            if p.psk.is_some() || p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
+            if p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
                 // TLS and authentication are not supported: as an unknown key.
                 return resp.err(invalid());
             }
-            match t.add_host(&p.nqn, &p.host) {
+            match t.add_host(&p.nqn, &p.host, p.psk.as_deref()) {
                 Ok(()) => resp.ok(json!(true)),
                 Err(e @ Error::NoSubsystem(_)) => {
                     log_err("nvmf_subsystem_add_host", &e);

@@ -1,7 +1,7 @@
 //! Queries (`nvmf_get_*`, `nvmf_subsystem_get_*`) and the `nvmf` section
 //! of `save_config`, in SPDK's shapes and order: target settings, the
-//! transport, the discovery referrals, then subsystems, hosts, namespaces
-//! and listeners, so that replaying the list rebuilds the target.
+//! transports, the discovery referrals, then subsystems, hosts,
+//! namespaces and listeners, so that replaying the list rebuilds the target.
 
 use std::sync::Arc;
 
@@ -11,18 +11,17 @@ use uuid::Uuid;
 
 use super::Target;
 use crate::error::{Error, Result};
-use crate::opts::TRTYPE_TCP;
 
 impl Target {
     /// `nvmf_get_transports`.
     pub fn transports_json(&self, trtype: Option<&str>) -> Result<Vec<Value>> {
         let st = self.0.core.state.lock();
-        let t = st.transport.as_ref();
-        match (trtype, t) {
-            (Some(tt), Some(o)) if tt.eq_ignore_ascii_case(TRTYPE_TCP) => Ok(vec![o.to_json()]),
-            (Some(tt), _) => Err(Error::NoTransport(tt.into())),
-            (None, Some(o)) => Ok(vec![o.to_json()]),
-            (None, None) => Ok(Vec::new()),
+        match trtype {
+            Some(tt) => st
+                .transport(tt)
+                .map(|t| vec![t.opts.to_json()])
+                .ok_or_else(|| Error::NoTransport(tt.into())),
+            None => Ok(st.transports.iter().map(|t| t.opts.to_json()).collect()),
         }
     }
 
@@ -104,18 +103,22 @@ impl Target {
                 }
             }),
         ];
-        if let Some(o) = &st.transport {
-            out.push(json!({"method": "nvmf_create_transport", "params": o.to_json()}));
+        for t in &st.transports {
+            out.push(json!({"method": "nvmf_create_transport", "params": t.opts.to_json()}));
         }
-        // SPDK writes the referrals after the transport.
+        // SPDK writes the referrals after the transports.
         out.extend(referrals);
         let nvm = || st.subsystems.iter().filter(|s| !s.discovery);
         out.extend(nvm().map(|s| s.create_config_json()));
         for s in nvm() {
             for h in &s.hosts {
+                let mut params = json!({"nqn": s.nqn, "host": h});
+                if let Some(k) = s.host_psk(h) {
+                    params["psk"] = json!(k);
+                }
                 out.push(json!({
                     "method": "nvmf_subsystem_add_host",
-                    "params": {"nqn": s.nqn, "host": h}
+                    "params": params
                 }));
             }
         }
@@ -134,7 +137,7 @@ impl Target {
                     "params": {
                         "nqn": s.nqn,
                         "listen_address": l.to_json(),
-                        "secure_channel": false,
+                        "secure_channel": l.secure_channel,
                     }
                 }));
             }

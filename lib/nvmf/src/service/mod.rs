@@ -1,7 +1,9 @@
 //! [`Target`]: the NVMe-oF target an application embeds. It owns the
 //! target's state (`target.rs`), the poll groups (one lightweight thread
 //! per core of the app's mask, the per-thread contexts of the target's
-//! I/O device) and the listening sockets (polled on the app thread).
+//! I/O device), and the transports it created (`transport/`), whose new
+//! connections an accept poller per transport takes on the app thread
+//! and hands to the poll groups, round robin.
 //!
 //! Control operations run on the app thread (RPC handlers, config
 //! replay); those that touch the poll groups (namespaces, subsystem
@@ -16,7 +18,6 @@ mod ns;
 mod referral;
 mod subsys;
 
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -24,23 +25,35 @@ use bdevkit::bdev::BdevManager;
 use bdevkit::thread::{CpuSet, IoDevice, PollerStatus, RuntimeHandle, Thread, ThreadHandle};
 use parking_lot::Mutex;
 
-use crate::addr::ListenAddr;
+use crate::core::group::PollGroup;
+use crate::core::pool::BufPool;
 use crate::ctrlr::DeathCause;
 use crate::error::{Error, Result};
+use crate::opts::TransportOpts;
 use crate::target::Core;
-use crate::tcp::acceptor::Acceptor;
-use crate::tcp::group::PollGroup;
+use crate::transport::{Accepted, Transport};
 
 /// The I/O device name of the target (its per-thread contexts are the
 /// poll groups).
 const DEVICE_NAME: &str = "nvmf_tgt";
+
+/// A created transport, as the service drives it (its options and buffer
+/// pool are also in the target's state, for the Connect rules and RPCs).
+#[derive(Debug, Clone)]
+pub(crate) struct Live {
+    pub trtype: &'static str,
+    pub t: Arc<dyn Transport>,
+    pub opts: TransportOpts,
+    pub pool: Arc<BufPool>,
+}
 
 pub(crate) struct Inner {
     pub core: Arc<Core>,
     pub runtime: RuntimeHandle,
     pub device: IoDevice<PollGroup>,
     pub groups: Mutex<Vec<ThreadHandle>>,
-    pub acceptor: Mutex<Option<Acceptor>>,
+    /// The transports created, in creation order.
+    pub transports: Mutex<Vec<Live>>,
     next_group: AtomicUsize,
     running: AtomicBool,
     stopping: AtomicBool,
@@ -74,7 +87,7 @@ impl Target {
             runtime,
             device,
             groups: Mutex::new(Vec::new()),
-            acceptor: Mutex::new(None),
+            transports: Mutex::new(Vec::new()),
             next_group: AtomicUsize::new(0),
             running: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -88,8 +101,8 @@ impl Target {
     }
 
     /// Starts the poll groups (one thread per core of the app's mask, or
-    /// of `poll_groups_mask`) and the acceptor poller. Call on the app
-    /// thread (SPDK's nvmf subsystem init).
+    /// of `poll_groups_mask`) and the transports' accept pollers. Call on
+    /// the app thread (SPDK's nvmf subsystem init).
     pub fn start(&self) -> Result<()> {
         if self.0.running.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -120,18 +133,27 @@ impl Target {
         }
         tracing::info!(groups = groups.len(), "nvmf target started");
         *self.0.groups.lock() = groups;
-        let acceptor = Acceptor::new()?;
-        let fd = acceptor.fd();
-        *self.0.acceptor.lock() = Some(acceptor);
-        let irq = if interrupt {
-            thread.register_interrupt_fd(fd).ok()
+        let live = self.0.transports.lock().clone();
+        for l in live {
+            self.start_accepting(&thread, l);
+        }
+        Ok(())
+    }
+
+    /// The accept poller of transport `l` on `thread` (the app thread):
+    /// woken by the transport's fd in interrupt mode, else every
+    /// `acceptor_poll_rate`.
+    pub(crate) fn start_accepting(&self, thread: &Thread, l: Live) {
+        let irq = if self.0.runtime.interrupt_mode() {
+            l.t.accept_fd()
+                .and_then(|fd| thread.register_interrupt_fd(fd).ok())
         } else {
             None
         };
         let period = if irq.is_some() {
             0
         } else {
-            u64::from(self.0.core.state.lock().opts().acceptor_poll_rate)
+            u64::from(l.opts.acceptor_poll_rate)
         };
         let weak = Arc::downgrade(&self.0);
         let mut irq = irq;
@@ -146,46 +168,47 @@ impl Target {
                 p.unregister();
                 return PollerStatus::Idle;
             }
-            let conns = match inner.acceptor.lock().as_mut() {
-                Some(a) => a.accept(),
-                None => Vec::new(),
-            };
-            let busy = !conns.is_empty();
-            for (s, via) in conns {
-                Target(Arc::clone(&inner)).dispatch(s, via);
-            }
-            PollerStatus::from(busy)
+            let target = Target(inner);
+            let n = l.t.accept(&mut |q| target.dispatch(&l, q));
+            PollerStatus::from(n > 0)
         });
-        Ok(())
     }
 
-    /// Hands a new connection to the next poll group.
-    fn dispatch(&self, stream: TcpStream, via: ListenAddr) {
+    /// Hands a new connection of transport `l` to the next poll group.
+    fn dispatch(&self, l: &Live, q: Accepted) {
         let groups = self.0.groups.lock();
         if groups.is_empty() || self.0.stopping.load(Ordering::Acquire) {
             return;
         }
         let i = self.0.next_group.fetch_add(1, Ordering::Relaxed) % groups.len();
-        let (opts, pool) = {
-            let st = self.0.core.state.lock();
-            (st.opts(), st.pool.clone())
-        };
-        let Some(pool) = pool else { return };
+        let l = l.clone();
         let dev = self.0.device.clone();
         let _ = groups[i].send_msg(move || {
             if dev.is_unregistering() {
                 return;
             }
             if let Ok(ch) = dev.get_channel() {
-                ch.add_connection(stream, via, opts, &pool);
+                ch.add_qpair(&l.t, l.trtype, q, &l.opts, &l.pool);
             }
         });
     }
 
-    /// The transport's data buffer accounting (`None`: no transport yet).
+    /// The created transport `trtype` names (any case).
+    pub(crate) fn live(&self, trtype: &str) -> Option<Live> {
+        self.0
+            .transports
+            .lock()
+            .iter()
+            .find(|l| l.trtype.eq_ignore_ascii_case(trtype))
+            .cloned()
+    }
+
+    /// The data buffer accounting of the first transport created (`None`:
+    /// no transport yet).
     #[must_use]
     pub fn buffer_stats(&self) -> Option<crate::BufferStats> {
-        self.0.core.state.lock().pool.as_ref().map(|p| p.stats())
+        let st = self.0.core.state.lock();
+        st.transports.first().map(|t| t.pool.stats())
     }
 
     /// How many poll groups there are (or will be, before the start: one
@@ -215,8 +238,9 @@ impl Target {
         if self.0.stopping.swap(true, Ordering::AcqRel) {
             return done();
         }
-        if let Some(a) = self.0.acceptor.lock().as_mut() {
-            a.close_all();
+        let live = self.0.transports.lock().clone();
+        for l in &live {
+            l.t.shutdown();
         }
         let ctrlrs: Vec<_> = {
             let st = self.0.core.state.lock();

@@ -13,6 +13,7 @@ use crate::addr::ListenAddr;
 use crate::error::{Error, Result};
 use crate::params::ReferralParams;
 use crate::target::Referral;
+use crate::transport;
 
 impl Target {
     /// `nvmf_discovery_add_referral`: a referral that exists already is
@@ -20,6 +21,9 @@ impl Target {
     pub fn add_referral(&self, p: &ReferralParams) -> Result<()> {
         check_tgt(p.tgt_name.as_deref())?;
         let addr = ListenAddr::from_params(&p.address)?;
+        let discover = transport::find(addr.trtype)
+            .ok_or_else(|| Error::InvalidTransport(addr.trtype.into()))?
+            .listener_discover;
         let subnqn = p.subnqn.clone().unwrap_or_else(|| DISCOVERY_NQN.into());
         validate_nqn(&subnqn).map_err(|source| Error::InvalidNqn {
             nqn: subnqn.clone(),
@@ -36,6 +40,7 @@ impl Target {
                 addr,
                 subnqn,
                 secure_channel: p.secure_channel.unwrap_or(false),
+                discover,
             },
         );
         st.discovery_changed();

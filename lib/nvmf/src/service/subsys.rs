@@ -1,4 +1,4 @@
-//! Target-wide settings, the transport, subsystems, hosts and listeners.
+//! Target-wide settings, transports, subsystems, hosts and listeners.
 
 use std::sync::Arc;
 
@@ -6,13 +6,14 @@ use bdevkit_nvme_spec::fabrics::validate_nqn;
 
 use super::Target;
 use crate::addr::ListenAddr;
+use crate::core::pool::BufPool;
 use crate::ctrlr::{Controller, DeathCause};
 use crate::error::{Error, Result};
-use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts, TRTYPE_TCP};
+use crate::opts::{CreateTransportParams, SetConfigParams, TransportOpts};
 use crate::params::{CreateSubsystemParams, ListenerParams, TARGET_NAME};
 use crate::subsystem::{valid_model, valid_serial, Subsystem};
-use crate::target::Port;
-use crate::tcp::pool::BufPool;
+use crate::target::{Port, TransportRecord};
+use crate::transport;
 
 /// Checks `tgt_name` (only the default target exists).
 pub(crate) fn check_tgt(name: Option<&str>) -> Result<()> {
@@ -83,22 +84,47 @@ impl Target {
         self.0.core.state.lock().conf.crdt = crdt;
     }
 
-    /// `nvmf_create_transport`.
+    /// `nvmf_create_transport`: the registry's type `trtype` names makes
+    /// the transport; it listens where subsystems add listeners of its
+    /// type. Call on the app thread (its accept poller runs there).
     pub fn create_transport(&self, p: &CreateTransportParams) -> Result<()> {
         check_tgt(p.tgt_name.as_deref())?;
         let o = TransportOpts::from_params(p)?;
+        let def =
+            transport::find(o.trtype).ok_or_else(|| Error::InvalidTransport(p.trtype.clone()))?;
         let cache = o.cache_size(self.group_count())?;
-        let mut st = self.0.core.state.lock();
-        if st.transport.is_some() {
-            return Err(Error::TransportExists(TRTYPE_TCP.into()));
+        let t = (def.create)(&o)?;
+        let live = {
+            let mut st = self.0.core.state.lock();
+            if st.transport(def.name).is_some() {
+                return Err(Error::TransportExists(def.name.into()));
+            }
+            tracing::info!(?o, cache, "{} transport created", def.name);
+            let pool = BufPool::new(
+                o.max_io_size as usize,
+                o.num_shared_buffers as usize,
+                cache as usize,
+            );
+            st.transports.push(TransportRecord {
+                name: def.name,
+                opts: o.clone(),
+                pool: Arc::clone(&pool),
+                discover: def.listener_discover,
+            });
+            let live = super::Live {
+                trtype: def.name,
+                t,
+                opts: o,
+                pool,
+            };
+            self.0.transports.lock().push(live.clone());
+            live
+        };
+        if self.0.running.load(std::sync::atomic::Ordering::Acquire) {
+            if let Some(thread) = bdevkit::thread::Thread::current() {
+                self.start_accepting(&thread, live);
+            }
         }
-        tracing::info!(?o, cache, "TCP transport created");
-        st.pool = Some(BufPool::new(
-            o.max_io_size as usize,
-            o.num_shared_buffers as usize,
-            cache as usize,
-        ));
-        st.transport = Some(o);
         Ok(())
     }
 
@@ -196,6 +222,9 @@ impl Target {
                     let id = s.id;
                     let i = st.subsystems.iter().position(|s| s.id == id).unwrap_or(0);
                     let s = st.subsystems.remove(i);
+                    for (h, _) in &s.host_psks {
+                        self.0.core.tls.remove(h, &s.nqn);
+                    }
                     for l in &s.listeners {
                         self.release_port(&mut st.ports, l);
                     }
@@ -235,8 +264,8 @@ impl Target {
             ports[i].users -= 1;
             if ports[i].users == 0 {
                 ports.remove(i);
-                if let Some(a) = self.0.acceptor.lock().as_mut() {
-                    a.unlisten(addr);
+                if let Some(l) = self.live(addr.trtype) {
+                    l.t.stop_listen(addr);
                 }
             }
         }
@@ -244,16 +273,23 @@ impl Target {
 
     fn listen_params(p: &ListenerParams) -> Result<ListenAddr> {
         check_tgt(p.tgt_name.as_deref())?;
-        if p.secure_channel == Some(true) {
-            return Err(Error::NotSupported("secure_channel"));
-        }
-        if p.sock_impl.as_deref().is_some_and(|s| s != "posix") {
-            return Err(Error::NotSupported("sock_impl other than posix"));
+        let secure = p.secure_channel == Some(true);
+        // SPDK's names: `posix` for plain listeners, `ssl` for secure ones
+        // (a secure listener without sock_impl is `ssl`).
+        let want = if secure { "ssl" } else { "posix" };
+        if p.sock_impl.as_deref().is_some_and(|s| s != want) {
+            return Err(Error::NotSupported(if secure {
+                "secure_channel with a sock_impl other than ssl"
+            } else {
+                "sock_impl other than posix (ssl needs secure_channel)"
+            }));
         }
         if p.ana_state.as_deref().is_some_and(|s| s != "optimized") {
             return Err(Error::NotSupported("ana_state"));
         }
-        ListenAddr::from_params(&p.listen_address)
+        let mut a = ListenAddr::from_params(&p.listen_address)?;
+        a.secure_channel = secure;
+        Ok(a)
     }
 
     /// `nvmf_subsystem_add_listener`: binds the socket the first time an
@@ -261,8 +297,8 @@ impl Target {
     pub fn add_listener(&self, p: &ListenerParams) -> Result<()> {
         let addr = Self::listen_params(p)?;
         let mut st = self.0.core.state.lock();
-        if st.transport.is_none() {
-            return Err(Error::NoTransport(TRTYPE_TCP.into()));
+        if st.transport(addr.trtype).is_none() {
+            return Err(Error::NoTransport(addr.trtype.into()));
         }
         let sub = st
             .find(&p.nqn)
@@ -270,12 +306,20 @@ impl Target {
         if sub.listeners.iter().any(|l| l.same(&addr)) {
             return Err(Error::ListenerExists(addr.to_string()));
         }
+        if addr.secure_channel && sub.allow_any_host {
+            return Err(Error::SecureAnyHost);
+        }
         if let Some(port) = st.ports.iter_mut().find(|x| x.addr.same(&addr)) {
+            if port.addr.secure_channel != addr.secure_channel {
+                return Err(Error::SecureMismatch(addr.to_string()));
+            }
             port.users += 1;
         } else {
-            match self.0.acceptor.lock().as_mut() {
-                Some(a) => a.listen(&addr)?,
-                None => return Err(Error::NotRunning),
+            match self.live(addr.trtype) {
+                Some(l) if self.0.running.load(std::sync::atomic::Ordering::Acquire) => {
+                    l.t.listen(&addr)?;
+                }
+                _ => return Err(Error::NotRunning),
             }
             let id = st.next_port_id;
             st.next_port_id = st.next_port_id.wrapping_add(1);
@@ -303,8 +347,8 @@ impl Target {
             let addr = ListenAddr::from_params(&p.listen_address)?;
             check_tgt(p.tgt_name.as_deref())?;
             let mut st = self.0.core.state.lock();
-            if st.transport.is_none() {
-                return Err(Error::NoTransport(TRTYPE_TCP.into()));
+            if st.transport(addr.trtype).is_none() {
+                return Err(Error::NoTransport(addr.trtype.into()));
             }
             let s = st
                 .find_mut(&p.nqn)
@@ -339,8 +383,9 @@ impl Target {
         );
     }
 
-    /// `nvmf_subsystem_add_host`.
-    pub fn add_host(&self, nqn: &str, host: &str) -> Result<()> {
+    /// `nvmf_subsystem_add_host`; `psk`: the name of the host's TLS PSK
+    /// in the keyring (its retained PSK is derived now, as SPDK's).
+    pub fn add_host(&self, nqn: &str, host: &str, psk: Option<&str>) -> Result<()> {
         validate_nqn(host).map_err(|source| Error::InvalidNqn {
             nqn: host.into(),
             source,
@@ -354,6 +399,10 @@ impl Target {
         }
         if s.hosts.iter().any(|h| h == host) {
             return Err(Error::HostExists(host.into()));
+        }
+        if let Some(k) = psk {
+            self.0.core.tls.insert(&self.0.core.mgr, host, nqn, k)?;
+            s.host_psks.push((host.into(), k.into()));
         }
         s.hosts.push(host.into());
         st.discovery_changed();
@@ -373,6 +422,10 @@ impl Target {
             .position(|h| h == host)
             .ok_or_else(|| Error::NoHost(host.into()))?;
         s.hosts.remove(i);
+        if let Some(j) = s.host_psks.iter().position(|(h, _)| h == host) {
+            s.host_psks.remove(j);
+            self.0.core.tls.remove(host, nqn);
+        }
         let gone = revoked(s);
         st.discovery_changed();
         drop(st);

@@ -1,7 +1,8 @@
-//! The listening sockets. They are polled from one poller on the app
-//! thread (every `acceptor_poll_rate` µs, or when one becomes readable in
-//! interrupt mode); each accepted connection goes to a poll group, round
-//! robin, by message.
+//! The TCP transport's listening sockets, in one epoll set. The core polls
+//! them from the transport's accept poller on the app thread (every
+//! `acceptor_poll_rate` µs, or when one becomes readable in interrupt
+//! mode); each accepted connection goes to a poll group, round robin, by
+//! message, as an [`Accept`].
 
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -22,6 +23,14 @@ const ACCEPT_BATCH: usize = 1024;
 /// (it retries after 1, 3, 7 s ...). The kernel caps it at
 /// `net.core.somaxconn`.
 const LISTEN_BACKLOG: i32 = 512;
+
+/// A connection accepted on a listener, on its way to a poll group.
+#[derive(Debug)]
+pub(crate) struct Accept {
+    pub stream: TcpStream,
+    /// The listener it came through.
+    pub via: ListenAddr,
+}
 
 /// The listening sockets and their epoll set.
 #[derive(Debug)]
@@ -96,15 +105,17 @@ impl Acceptor {
         }
     }
 
-    /// Accepts what is waiting; returns the connections and the listener
-    /// each came through.
-    pub fn accept(&mut self) -> Vec<(TcpStream, ListenAddr)> {
+    /// Accepts what is waiting; returns the connections.
+    pub fn accept(&mut self) -> Vec<Accept> {
         let _ = self.poll.poll(&mut self.events, Some(Duration::ZERO));
         let mut out = Vec::new();
         for (_, l, a) in &self.listeners {
             for _ in 0..ACCEPT_BATCH {
                 match l.accept() {
-                    Ok((s, _)) => out.push((s, a.clone())),
+                    Ok((stream, _)) => out.push(Accept {
+                        stream,
+                        via: a.clone(),
+                    }),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) => {
                         tracing::warn!(listener = %a, error = %e, "accept failed");
@@ -120,6 +131,7 @@ impl Acceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::opts::TRTYPE_TCP;
 
     /// The kernel's cap on listen backlogs.
     fn somaxconn() -> Option<usize> {
@@ -139,8 +151,11 @@ mod tests {
             return;
         }
         let mut a = Acceptor::new().unwrap();
-        a.listen(&ListenAddr::of_socket("127.0.0.1:0".parse().unwrap()))
-            .unwrap();
+        a.listen(&ListenAddr::of_socket(
+            TRTYPE_TCP,
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .unwrap();
         let at = a.listeners[0].1.local_addr().unwrap();
         // Nothing accepts meanwhile: every connection waits in the
         // listen queue. One past the backlog would not connect (the

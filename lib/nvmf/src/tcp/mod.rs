@@ -1,44 +1,116 @@
-//! The NVMe/TCP transport.
+//! The NVMe/TCP transport (TP 8000): how commands, data and responses
+//! move over TCP. What they mean is the core's (`core/`); this folder is
+//! the transport seam's TCP implementation (`transport/`).
 //!
-//! * `acceptor`: the listening sockets, polled on the app thread; new
-//!   connections go to the poll groups round robin.
-//! * `group`: a poll group per reactor core (a lightweight thread): its
-//!   connections in one epoll set, their service, keep alive checks.
-//! * `qpair`: one connection: the receive state machine over the spec
-//!   crate's parser; `close` (closing and draining); `dispatch` (capsules, fabrics
-//!   and admin commands), `exec_io` (I/O on bdevs), `fused` (fused
-//!   Compare and Write), `respond` (responses,
-//!   C2HData, R2T, the send queue flush).
-//! * `conn`: receive buffer and send queue (batched `read`/`readv`,
-//!   `writev`); `slot`: the per-entry request slots; `view`: a group's
-//!   namespaces with its bdev channels; `pool`: the transport's shared
-//!   data buffers and the groups' caches in front of them.
+//! * `TRANSPORT`: the registry entry (`-t TCP`); `TcpTransport` the
+//!   created transport (listeners, accept).
+//! * `acceptor`: the listening sockets, polled on the app thread.
+//! * `group`: the TCP side of a poll group: its connections in one epoll
+//!   set.
+//! * `qpair`: one connection's transport half: the receive state machine
+//!   (ICReq, capsules, H2CData, digests, TermReq) and the SGL rules;
+//!   `respond` (responses, C2HData, R2T, the send queue flush); `conn`
+//!   (receive buffer and send queue: batched `read`/`readv`, `writev`).
 //!
-//! Steady state allocates nothing per command: slots, their in-capsule
-//! buffers, the send queue and the completion list are sized at Connect;
-//! larger transfers borrow a shared buffer, allocated once.
+//! Steady state allocates nothing per command: the send queue and the
+//! slots' PDU headers are sized at Connect.
 
 pub(crate) mod acceptor;
-pub(crate) mod close;
 pub(crate) mod conn;
-pub(crate) mod dispatch;
-pub(crate) mod exec_io;
-pub(crate) mod fused;
 pub(crate) mod group;
-pub(crate) mod pool;
 pub(crate) mod qpair;
 pub(crate) mod respond;
-pub(crate) mod slot;
-pub(crate) mod view;
 
 pub use conn::Sock;
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::Arc;
+
+use bdevkit_nvme_spec::discovery::DiscoveryLogEntry;
+use parking_lot::Mutex;
 
 use crate::addr::ListenAddr;
+use crate::core::qpair::Qpair;
+use crate::core::view::Env;
 use crate::error::{Error, Result};
+use crate::opts::{TransportOpts, TRTYPE_TCP};
 use crate::service::Target;
+use crate::transport::{Accepted, Transport, TransportDef, TransportPollGroup};
+use acceptor::Acceptor;
+use qpair::TcpQpair;
+
+/// The TCP transport's registry entry.
+pub(crate) static TRANSPORT: TransportDef = TransportDef {
+    name: TRTYPE_TCP,
+    opts_init: TransportOpts::default,
+    create,
+    listener_discover,
+};
+
+/// `sock_priority` is accepted and reported, not applied (`opts.rs`
+/// warns).
+fn create(_: &TransportOpts) -> Result<Arc<dyn Transport>> {
+    let t = TcpTransport {
+        acceptor: Mutex::new(Acceptor::new()?),
+    };
+    Ok(Arc::new(t))
+}
+
+fn listener_discover(
+    subtype: u8,
+    subnqn: &str,
+    l: &ListenAddr,
+    portid: u16,
+) -> Option<DiscoveryLogEntry> {
+    DiscoveryLogEntry::tcp(
+        subtype,
+        subnqn,
+        l.adrfam.code(),
+        &l.traddr,
+        &l.trsvcid,
+        portid,
+    )
+    .ok()
+}
+
+/// A created TCP transport: its listening sockets.
+#[derive(Debug)]
+pub(crate) struct TcpTransport {
+    acceptor: Mutex<Acceptor>,
+}
+
+impl Transport for TcpTransport {
+    fn listen(&self, addr: &ListenAddr) -> Result<()> {
+        self.acceptor.lock().listen(addr)
+    }
+
+    fn stop_listen(&self, addr: &ListenAddr) {
+        self.acceptor.lock().unlisten(addr);
+    }
+
+    fn accept_fd(&self) -> Option<RawFd> {
+        Some(self.acceptor.lock().fd())
+    }
+
+    fn accept(&self, new_qpair: &mut dyn FnMut(Accepted)) -> usize {
+        let conns = self.acceptor.lock().accept();
+        let n = conns.len();
+        for c in conns {
+            new_qpair(Box::new(c));
+        }
+        n
+    }
+
+    fn poll_group_create(&self) -> std::io::Result<Box<dyn TransportPollGroup>> {
+        Ok(Box::new(group::TcpPollGroup::new()?))
+    }
+
+    fn shutdown(&self) {
+        self.acceptor.lock().close_all();
+    }
+}
 
 /// One target-side NVMe/TCP connection over any byte stream, driven by
 /// hand: the protocol core without sockets or poll groups, for tests and
@@ -50,14 +122,15 @@ use crate::service::Target;
 /// controller goes) without waiting for bdev I/O in flight.
 #[derive(Debug)]
 pub struct Connection<S: Sock + 'static> {
-    q: Rc<qpair::Qpair<S>>,
-    env: view::Env,
+    q: Rc<Qpair<TcpQpair<S>>>,
+    env: Env,
 }
 
 impl<S: Sock + 'static> Connection<S> {
     /// A connection of `target` over `sock`, from `peer`, as accepted on
     /// the listener `via` (Connect checks it against the subsystem's
-    /// listeners). Needs the target's transport; call on a bdevkit thread.
+    /// listeners). Needs the target's TCP transport; call on a bdevkit
+    /// thread.
     pub fn new(
         target: &Target,
         sock: S,
@@ -65,20 +138,21 @@ impl<S: Sock + 'static> Connection<S> {
         via: SocketAddr,
     ) -> Result<Connection<S>> {
         let t = bdevkit::thread::Thread::current().ok_or(Error::NotRunning)?;
-        let core = std::sync::Arc::clone(&target.0.core);
+        let core = Arc::clone(&target.0.core);
         let (opts, pool) = {
             let st = core.state.lock();
-            match (&st.transport, &st.pool) {
-                (Some(o), Some(p)) => (o.clone(), std::sync::Arc::clone(p)),
-                _ => return Err(Error::NoTransport(crate::opts::TRTYPE_TCP.into())),
+            match st.transport(TRTYPE_TCP) {
+                Some(r) => (r.opts.clone(), Arc::clone(&r.pool)),
+                None => return Err(Error::NoTransport(TRTYPE_TCP.into())),
             }
         };
-        let env = view::Env::new(core, t.handle(), t.name().to_string());
+        let env = Env::new(core, t.handle(), t.name().to_string());
         let bufs = env.group_bufs(&pool);
-        let q = qpair::Qpair::new(
-            sock,
-            ListenAddr::of_socket(peer),
-            ListenAddr::of_socket(via),
+        let tp = TcpQpair::new(sock, &opts);
+        let q = Qpair::new(
+            tp,
+            ListenAddr::of_socket(TRTYPE_TCP, peer),
+            ListenAddr::of_socket(TRTYPE_TCP, via),
             opts,
             bufs,
         );
@@ -102,7 +176,7 @@ impl<S: Sock + 'static> Connection<S> {
 
     /// Runs `f` on the stream (feed a fake socket, take its output).
     pub fn with_sock<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
-        f(&mut self.q.q.borrow_mut().sock)
+        f(&mut self.q.q.borrow_mut().tp.sock)
     }
 }
 

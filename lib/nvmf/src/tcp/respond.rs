@@ -1,69 +1,46 @@
-//! What a queue pair sends: response capsules, C2HData (with the SUCCESS
-//! flag when allowed, saving the response), R2Ts, and the flush of the
-//! send queue in as few `writev`s as the socket takes. A slot is freed
-//! once its last PDU has left.
+//! What an NVMe/TCP queue pair sends, as the core asks: response capsules,
+//! C2HData (with the SUCCESS flag when allowed, saving the response), R2Ts,
+//! and the flush of the send queue in as few `writev`s as the socket
+//! takes. A slot is released once its last PDU has left.
 
 use std::rc::Rc;
 
-use bdevkit_nvme_spec::cmd::Fuse;
 use bdevkit_nvme_spec::tcp::{self, DataHeader};
-use bdevkit_nvme_spec::{Cqe, Status};
+use bdevkit_nvme_spec::Cqe;
 
 use super::conn::{Sock, TxItem, TxKind};
-use super::qpair::{Phase, QpInner, Qpair};
-use super::slot::{AfterTx, Slot, SlotState};
+use super::qpair::{AfterTx, Qp, TcpQpair, TcpReq};
+use crate::core::qpair::{QpInner, Sent};
+use crate::core::slot::Slot;
 
-impl<S: Sock + 'static> QpInner<S> {
-    fn next_sqhd(&mut self) -> u16 {
-        self.sqhd = if self.sqhd + 1 >= self.sq_entries {
-            0
-        } else {
-            self.sqhd + 1
-        };
-        self.sqhd
-    }
-
-    /// Queues the response capsule of `slot` (a fused half answered on its
-    /// own takes its other half with it: `fused.rs`).
-    pub(crate) fn respond(&mut self, slot: u16, status: Status, dw0: u32, dw1: u32) {
-        if self
-            .slots
-            .get(usize::from(slot))
-            .is_some_and(|s| s.fuse != Fuse::Normal)
-        {
-            self.fused_answered(slot);
+impl<S: Sock> TcpQpair<S> {
+    /// Queues the response capsule of `slot`.
+    pub(crate) fn queue_resp(&mut self, s: &mut Slot<TcpReq>, slot: u16, cqe: &Cqe) -> bool {
+        match tcp::build_capsule_resp(&mut s.tp.resp, cqe, &self.txcfg) {
+            Ok(n) => s.tp.resp_len = u8::try_from(n).unwrap_or(0),
+            Err(_) => return false,
         }
-        let sqhd = self.next_sqhd();
-        let qid = self.conn.as_ref().map_or(0, |a| a.qid);
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
-            return;
-        };
-        let mut cqe = Cqe::new(s.cid(), status, dw0);
-        cqe.dw1.set(dw1);
-        cqe.sqhd.set(sqhd);
-        cqe.sqid.set(qid);
-        match tcp::build_capsule_resp(&mut s.resp, &cqe, &self.txcfg) {
-            Ok(n) => s.resp_len = u8::try_from(n).unwrap_or(0),
-            Err(_) => return,
-        }
-        s.state = SlotState::Tx;
-        s.after_tx = AfterTx::Free;
-        s.tx_parts += 1;
+        s.tp.after_tx = AfterTx::Free;
+        s.tp.tx_parts += 1;
         self.tx.push(TxItem {
             kind: TxKind::Resp,
             slot,
         });
+        true
     }
 
-    /// Queues `len` bytes of the slot's buffer as C2HData, then the
-    /// response unless the SUCCESS flag may replace it (SPDK's rule:
-    /// `c2h_success` on and the response carries nothing but success).
-    pub(crate) fn send_data(&mut self, slot: u16, len: u32, dw0: u32) {
-        let success = self.opts.c2h_success && dw0 == 0;
+    /// Queues `len` bytes of the slot's buffer as C2HData, with the
+    /// SUCCESS flag in place of a response when SPDK's rule allows
+    /// (`c2h_success` on and the response carries nothing but success).
+    pub(crate) fn queue_c2h(
+        &mut self,
+        s: &mut Slot<TcpReq>,
+        slot: u16,
+        len: u32,
+        dw0: u32,
+    ) -> Sent {
+        let success = self.c2h_success && dw0 == 0;
         let txcfg = self.txcfg;
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
-            return;
-        };
         let h = DataHeader {
             cccid: s.cid(),
             ttag: 0,
@@ -72,65 +49,63 @@ impl<S: Sock + 'static> QpInner<S> {
             last: true,
             success,
         };
-        match tcp::build_c2h_data(&mut s.hdr, &h, &txcfg) {
-            Ok(n) => s.hdr_len = u8::try_from(n).unwrap_or(0),
-            Err(_) => return,
+        match tcp::build_c2h_data(&mut s.tp.hdr, &h, &txcfg) {
+            Ok(n) => s.tp.hdr_len = u8::try_from(n).unwrap_or(0),
+            Err(_) => return Sent::Failed,
         }
-        s.c2h_len = len;
+        s.tp.c2h_len = len;
         if txcfg.digests.data {
             let d = tcp::data_digest(s.data().get(..len as usize).unwrap_or(&[]));
-            s.ddgst = d.to_le_bytes();
+            s.tp.ddgst = d.to_le_bytes();
         }
-        s.state = SlotState::Tx;
-        s.after_tx = AfterTx::Free;
-        s.tx_parts += 1;
+        s.tp.after_tx = AfterTx::Free;
+        s.tp.tx_parts += 1;
         self.tx.push(TxItem {
             kind: TxKind::Data,
             slot,
         });
-        if !success {
-            self.respond(slot, Status::SUCCESS, dw0, 0);
+        if success {
+            Sent::Answered
+        } else {
+            Sent::NeedsResponse
         }
     }
 
     /// Asks the host for the slot's data (one R2T for all of it).
-    pub(crate) fn send_r2t(&mut self, slot: u16) {
-        let txcfg = self.txcfg;
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
-            return;
-        };
+    pub(crate) fn queue_r2t(&mut self, s: &mut Slot<TcpReq>, slot: u16) -> bool {
         let (cid, xfer) = (s.cid(), s.xfer);
-        let r = tcp::build_r2t(&mut s.hdr, cid, slot, 0, xfer, &txcfg);
-        match r {
-            Ok(n) => s.hdr_len = u8::try_from(n).unwrap_or(0),
-            Err(_) => return,
+        match tcp::build_r2t(&mut s.tp.hdr, cid, slot, 0, xfer, &self.txcfg) {
+            Ok(n) => s.tp.hdr_len = u8::try_from(n).unwrap_or(0),
+            Err(_) => return false,
         }
-        s.c2h_len = 0;
-        s.h2c_done = 0;
-        s.state = SlotState::AwaitData;
-        s.after_tx = AfterTx::Keep;
-        s.tx_parts += 1;
+        s.tp.c2h_len = 0;
+        s.tp.h2c_done = 0;
+        s.tp.after_tx = AfterTx::Keep;
+        s.tp.tx_parts += 1;
         self.tx.push(TxItem {
             kind: TxKind::Data,
             slot,
         });
+        true
     }
+}
 
+impl<S: Sock + 'static> QpInner<TcpQpair<S>> {
     /// Sends what is queued; frees the slots whose last PDU left.
-    pub(crate) fn flush_tx(&mut self, me: &Rc<Qpair<S>>) -> bool {
-        if self.tx.is_empty() || self.tx_blocked {
+    pub(crate) fn flush_tx(&mut self, me: &Rc<Qp<S>>) -> bool {
+        if self.tp.tx.is_empty() || self.tp.tx_blocked {
             return false;
         }
-        let digests = self.txcfg.digests;
-        let QpInner {
+        let digests = self.tp.txcfg.digests;
+        let QpInner { tp, slots, .. } = self;
+        let TcpQpair {
             sock,
             tx,
-            slots,
             ctl,
             ctl_len,
             retired,
             ..
-        } = self;
+        } = tp;
         let parts = |item: TxItem| -> [&[u8]; 3] {
             match item.kind {
                 TxKind::Control => {
@@ -139,34 +114,34 @@ impl<S: Sock + 'static> QpInner<S> {
                 }
                 TxKind::Resp => {
                     let s = &slots[usize::from(item.slot)];
-                    [&s.resp[..usize::from(s.resp_len)], &[], &[]]
+                    [&s.tp.resp[..usize::from(s.tp.resp_len)], &[], &[]]
                 }
                 TxKind::Data => data_parts(&slots[usize::from(item.slot)], digests.data),
             }
         };
         let r = tx.flush(sock, parts, retired);
-        let busy = !self.retired.is_empty();
-        let retired = std::mem::take(&mut self.retired);
+        let busy = !self.tp.retired.is_empty();
+        let retired = std::mem::take(&mut self.tp.retired);
         for item in &retired {
             if item.kind == TxKind::Control {
                 continue;
             }
             let s = &mut self.slots[usize::from(item.slot)];
-            s.tx_parts = s.tx_parts.saturating_sub(1);
-            if s.tx_parts == 0 && s.after_tx == AfterTx::Free {
+            s.tp.tx_parts = s.tp.tx_parts.saturating_sub(1);
+            if s.tp.tx_parts == 0 && s.tp.after_tx == AfterTx::Free {
                 self.release_slot(item.slot);
             }
         }
         let mut retired = retired;
         retired.clear();
-        self.retired = retired;
+        self.tp.retired = retired;
         match r {
             Ok(true) => {}
-            Ok(false) => self.tx_blocked = true,
+            Ok(false) => self.tp.tx_blocked = true,
             Err(e) => {
                 tracing::debug!(peer = %self.peer, error = %e, "send failed");
-                self.tx_blocked = true;
-                if !matches!(self.phase, Phase::Closing { .. }) {
+                self.tp.tx_blocked = true;
+                if !self.closing() {
                     self.begin_close("send error", false);
                 }
                 // Nothing more will go out: drop the queue's claims.
@@ -178,12 +153,12 @@ impl<S: Sock + 'static> QpInner<S> {
 }
 
 /// The pieces of a slot's data PDU: header (+digest, padding), data, digest.
-fn data_parts(s: &Slot, ddgst: bool) -> [&[u8]; 3] {
-    let hdr = &s.hdr[..usize::from(s.hdr_len)];
-    if s.c2h_len == 0 {
+fn data_parts(s: &Slot<TcpReq>, ddgst: bool) -> [&[u8]; 3] {
+    let hdr = &s.tp.hdr[..usize::from(s.tp.hdr_len)];
+    if s.tp.c2h_len == 0 {
         return [hdr, &[], &[]];
     }
-    let data = s.data().get(..s.c2h_len as usize).unwrap_or(&[]);
-    let dg: &[u8] = if ddgst { &s.ddgst } else { &[] };
+    let data = s.data().get(..s.tp.c2h_len as usize).unwrap_or(&[]);
+    let dg: &[u8] = if ddgst { &s.tp.ddgst } else { &[] };
     [hdr, data, dg]
 }

@@ -122,7 +122,8 @@ impl TcpQueue {
             let left = deadline.saturating_duration_since(Instant::now());
             if let Some(sock) = self.sock.as_ref() {
                 if !left.is_zero() {
-                    sock.set_read_timeout(Some(left))
+                    sock.get_ref()
+                        .set_read_timeout(Some(left))
                         .map_err(io_err("socket timeout"))?;
                 }
             }
@@ -149,9 +150,11 @@ impl TcpQueue {
         let Some(sock) = self.sock.as_ref() else {
             return Ok(());
         };
-        sock.set_nonblocking(!on)
+        sock.get_ref()
+            .set_nonblocking(!on)
             .map_err(io_err("nonblocking socket"))?;
-        sock.set_read_timeout(None)
+        sock.get_ref()
+            .set_read_timeout(None)
             .map_err(io_err("socket timeout"))
     }
 }

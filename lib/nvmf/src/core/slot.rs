@@ -1,7 +1,9 @@
 //! Request slots: one per submission queue entry, allocated when the
 //! queue connects and reused for every command after that. A slot holds
-//! the command, its data buffer, the headers it sends (C2HData or R2T,
-//! CapsuleResp, with digests and padding) and where it is in its life.
+//! the command, its data buffer, where it is in its life (the state
+//! machine below, the same for every transport) and, in `tp`, what its
+//! transport keeps per request (for TCP the PDU headers it sends: C2HData
+//! or R2T, CapsuleResp, with digests and padding).
 //!
 //! On I/O queues a slot owns an in-capsule buffer of
 //! `in_capsule_data_size` (a [`DmaBuf`]): in-capsule data lands there, and
@@ -15,20 +17,17 @@ use bdevkit::dma::DmaBuf;
 use bdevkit_nvme_spec::cmd::Fuse;
 use bdevkit_nvme_spec::{Sqe, Status};
 
-/// Bytes of a data PDU header (24), its header digest (4) and padding up
-/// to the host's data alignment (HPDA at most 31: 128 bytes).
-pub(crate) const DATA_HDR_MAX: usize = 128;
-/// A response capsule (24) and its header digest.
-pub(crate) const RESP_MAX: usize = 28;
-
-/// Where a slot is.
+/// Where a slot is. The core moves a slot between these states; its
+/// transport reads them (a data PDU for a slot that does not await data
+/// is a protocol error) and sets `Capsule` when a command arrives (through
+/// [`Slot::start`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SlotState {
     /// Unused.
     Free,
     /// Its capsule (header and in-capsule data) is being received.
     Capsule,
-    /// R2T sent: waiting for H2CData.
+    /// Its host data is being fetched (TCP: R2T sent, waiting for H2CData).
     AwaitData,
     /// Executing (bdev I/O in flight, or queued for a `BdevIo`).
     Exec,
@@ -38,22 +37,14 @@ pub(crate) enum SlotState {
     Held,
     /// An Asynchronous Event Request waiting for an event.
     Aer,
-    /// Its PDUs are queued for sending.
+    /// Its answer (data, response) is with the transport to send; the
+    /// transport frees the slot (`release_slot`) once it is sent.
     Tx,
 }
 
-/// What happens when the last queued PDU of a slot is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterTx {
-    /// The command is done: free the slot.
-    Free,
-    /// An R2T went out: keep waiting for data.
-    Keep,
-}
-
-/// One request slot.
+/// One request slot; `R` is its transport's part.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct Slot<R> {
     pub state: SlotState,
     pub sqe: Sqe,
     /// I/O queue in-capsule buffer (`None` while a bdev I/O owns it).
@@ -72,9 +63,8 @@ pub(crate) struct Slot {
     pub icd_len: u32,
     /// Offset of the command's data in the received in-capsule data.
     pub icd_off: u32,
-    /// H2C data bytes received so far.
-    pub h2c_done: u32,
-    /// A data digest did not match: fail the command with Transient
+    /// The transport could not move the command's data intact (TCP: a
+    /// data digest did not match): fail the command with Transient
     /// Transport Error.
     pub digest_error: bool,
     /// Bdev I/Os of this command still in flight (DSM ranges).
@@ -87,24 +77,13 @@ pub(crate) struct Slot {
     pub pair: Option<u16>,
     /// Set: the fused command fails with this when it would run.
     pub fused_abort: Option<Status>,
-    /// C2H data bytes to send (0: none).
-    pub c2h_len: u32,
-    /// Queued PDUs not yet sent.
-    pub tx_parts: u8,
-    pub after_tx: AfterTx,
-    /// C2HData or R2T header, its digest and padding.
-    pub hdr: [u8; DATA_HDR_MAX],
-    pub hdr_len: u8,
-    /// CapsuleResp and its digest.
-    pub resp: [u8; RESP_MAX],
-    pub resp_len: u8,
-    /// Data digest of the C2H data, little-endian.
-    pub ddgst: [u8; 4],
+    /// What the transport keeps for this request.
+    pub tp: R,
 }
 
-impl Slot {
+impl<R: Default> Slot<R> {
     /// A free slot; `icd` is its in-capsule buffer (I/O queues).
-    pub fn new(icd: Option<DmaBuf>) -> Slot {
+    pub fn new(icd: Option<DmaBuf>) -> Slot<R> {
         Slot {
             state: SlotState::Free,
             sqe: Sqe::default(),
@@ -116,41 +95,31 @@ impl Slot {
             xfer: 0,
             icd_len: 0,
             icd_off: 0,
-            h2c_done: 0,
             digest_error: false,
             children: 0,
             status: Status::SUCCESS,
             fuse: Fuse::Normal,
             pair: None,
             fused_abort: None,
-            c2h_len: 0,
-            tx_parts: 0,
-            after_tx: AfterTx::Free,
-            hdr: [0; DATA_HDR_MAX],
-            hdr_len: 0,
-            resp: [0; RESP_MAX],
-            resp_len: 0,
-            ddgst: [0; 4],
+            tp: R::default(),
         }
     }
+}
 
-    /// Readies the slot for a new command.
+impl<R> Slot<R> {
+    /// Readies the slot for a new command (the transport readies `tp`).
     pub fn start(&mut self, sqe: Sqe, icd_len: u32) {
         self.state = SlotState::Capsule;
         self.sqe = sqe;
         self.xfer = 0;
         self.icd_len = icd_len;
         self.icd_off = 0;
-        self.h2c_done = 0;
         self.digest_error = false;
         self.children = 0;
         self.status = Status::SUCCESS;
         self.fuse = Fuse::Normal;
         self.pair = None;
         self.fused_abort = None;
-        self.c2h_len = 0;
-        self.tx_parts = 0;
-        self.after_tx = AfterTx::Free;
         self.vec.clear();
     }
 

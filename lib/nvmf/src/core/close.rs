@@ -1,15 +1,14 @@
-//! A connection's end: closing (no more input; what waits for a
-//! `BdevIo`, a data buffer or its fused partner is released, I/O in
-//! flight drains, queued PDUs go out within a linger), the end of its
-//! association, and what goes back when the queue pair is dropped.
+//! A connection's end, transport-neutral: closing (no more input; what
+//! waits for a `BdevIo`, a data buffer or its fused partner is released,
+//! I/O in flight drains, queued PDUs go out within a linger), the end of
+//! its association, and what goes back when the queue pair is dropped.
 
-use super::conn::Sock;
-use super::qpair::{Phase, QpInner, LINGER_US};
+use super::qpair::{Phase, QpInner, QpTransport, LINGER_US};
 use super::slot::SlotState;
 use super::view::Env;
 use bdevkit::clock;
 
-impl<S: Sock> Drop for QpInner<S> {
+impl<T: QpTransport> Drop for QpInner<T> {
     /// The queue goes: shared buffers it holds go back to the pool, its
     /// in-capsule buffers leave the accounting (and are freed with it).
     fn drop(&mut self) {
@@ -23,7 +22,7 @@ impl<S: Sock> Drop for QpInner<S> {
     }
 }
 
-impl<S: Sock + 'static> QpInner<S> {
+impl<T: QpTransport> QpInner<T> {
     /// Starts closing: no more input; `linger` lets queued PDUs (a
     /// TermReq) go out first, within [`LINGER_US`].
     pub(crate) fn begin_close(&mut self, why: &'static str, linger: bool) {

@@ -32,8 +32,7 @@ use bdevkit_nvme_spec::io::IoCommand;
 use bdevkit_nvme_spec::opcode::NvmOpcode;
 use bdevkit_nvme_spec::Status;
 
-use super::conn::Sock;
-use super::qpair::{Phase, QpInner, Qpair};
+use super::qpair::{Phase, QpInner, QpTransport, Qpair};
 use super::slot::SlotState;
 use super::view::SubsysView;
 use crate::opts::FUSES_COMPARE_AND_WRITE;
@@ -71,7 +70,7 @@ fn rw_range(cmd: &IoCommand) -> Option<(u64, u32)> {
     }
 }
 
-impl<S: Sock + 'static> QpInner<S> {
+impl<T: QpTransport> QpInner<T> {
     /// A capsule arrived in `slot` while fused state is pending or it is
     /// fused itself: settles the pairing in submission order. `true` when
     /// the command was answered here.
@@ -187,7 +186,7 @@ impl<S: Sock + 'static> QpInner<S> {
 
     /// `slot`, a fused half, has its data: held until the other half has
     /// its own, then both run as one compare-and-write.
-    pub(crate) fn fused_exec(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+    pub(crate) fn fused_exec(&mut self, me: &Rc<Qpair<T>>, slot: u16) {
         let i = usize::from(slot);
         if let Some(st) = self.slots[i].fused_abort {
             return self.respond(slot, st, 0, 0);
@@ -206,7 +205,7 @@ impl<S: Sock + 'static> QpInner<S> {
         self.submit_caw(me, first, second);
     }
 
-    fn submit_caw(&mut self, me: &Rc<Qpair<S>>, first: u16, second: u16) {
+    fn submit_caw(&mut self, me: &Rc<Qpair<T>>, first: u16, second: u16) {
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.fused_fail(first, second, Status::INTERNAL_ERROR);
         };

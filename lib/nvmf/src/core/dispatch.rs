@@ -1,39 +1,26 @@
-//! A received command capsule: where its data is (the SGL: in-capsule,
-//! or to fetch with R2T, or to send as C2HData), then the fabrics
-//! commands (Connect, Property Get/Set, Disconnect) and the admin
-//! commands; I/O commands go to `exec_io.rs`.
+//! A received command, transport-neutral: where its data is (the
+//! transport reads the SGL: [`QpTransport::setup_xfer`]; this file has the
+//! rules every transport shares), then the fabrics commands (Connect,
+//! Property Get/Set, Disconnect) and the admin commands; I/O commands go
+//! to `exec_io.rs`.
 
 use std::rc::Rc;
 
 use bdevkit_nvme_spec::fabrics::{ConnectData, ConnectResponse, FabricsCommand};
 use bdevkit_nvme_spec::opcode::{DataTransfer, FabricsType, FABRICS_OPCODE};
-use bdevkit_nvme_spec::sgl::{SglType, SGL_SUBTYPE_OFFSET, SGL_SUBTYPE_TRANSPORT};
+use bdevkit_nvme_spec::sgl::SglDescriptor;
 use bdevkit_nvme_spec::zerocopy::FromBytes;
 use bdevkit_nvme_spec::{Sqe, Status};
 
-use super::conn::{Sock, RBUF_SIZE};
-use super::qpair::{Assoc, Phase, QpInner, Qpair};
+use super::qpair::{Assoc, Phase, QpInner, QpTransport, Qpair, Xfer};
 use super::slot::{Slot, SlotState};
 use super::view::Env;
 use crate::admin::{AdminCtx, AdminResult};
 use crate::ctrlr::MAX_AERS;
 
-/// Where a command's data is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Xfer {
-    /// No data.
-    None,
-    /// Host data in the capsule (already received).
-    InCapsule,
-    /// Host data to fetch with R2T.
-    Fetch,
-    /// Data to send to the host.
-    Send,
-}
-
 /// The data direction of `sqe`: bits 1:0 of the opcode, or of the
 /// command type for fabrics commands.
-fn direction(sqe: &Sqe) -> DataTransfer {
+pub(crate) fn direction(sqe: &Sqe) -> DataTransfer {
     if sqe.opcode == FABRICS_OPCODE {
         FabricsType::from_u8(sqe.fctype()).map_or(DataTransfer::None, FabricsType::data_transfer)
     } else {
@@ -41,67 +28,44 @@ fn direction(sqe: &Sqe) -> DataTransfer {
     }
 }
 
-/// Checks the SGL of the slot's command against its capsule and `max`
-/// (the largest transfer); sets `xfer` and `icd_off`.
-pub(crate) fn setup_xfer(s: &mut Slot, max: u32) -> Result<Xfer, Status> {
-    let sqe = s.sqe;
-    if !sqe.psdt().is_sgl() {
-        return Err(Status::INVALID_FIELD.with_dnr());
-    }
-    let dir = direction(&sqe);
-    let sgl = sqe.sgl1();
+/// The rules every transport shares for an SGL that is not its own
+/// (called from [`QpTransport::setup_xfer`]): an in-capsule data block
+/// (Data Block, subtype Offset: host-to-controller data within what the
+/// capsule carried) sets `icd_off` and `xfer`; any other descriptor is
+/// refused unless the command has no data at all.
+pub(crate) fn common_xfer<R>(s: &mut Slot<R>, sgl: &SglDescriptor) -> Result<Xfer, Status> {
+    use bdevkit_nvme_spec::sgl::{SglType, SGL_SUBTYPE_OFFSET};
     let len = sgl.length();
-    match (sgl.kind(), sgl.subtype()) {
-        (SglType::DataBlock, SGL_SUBTYPE_OFFSET) => {
-            if dir != DataTransfer::HostToController {
-                return Err(Status::INVALID_FIELD.with_dnr());
-            }
-            let off = sgl.address.get();
-            if off > u64::from(s.icd_len) {
-                return Err(Status::SGL_OFFSET_INVALID.with_dnr());
-            }
-            let off = u32::try_from(off).unwrap_or(u32::MAX);
-            if len > s.icd_len - off {
-                return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
-            }
-            s.icd_off = off;
-            s.xfer = len;
-            Ok(if len == 0 {
-                Xfer::None
-            } else {
-                Xfer::InCapsule
-            })
+    if (sgl.kind(), sgl.subtype()) == (SglType::DataBlock, SGL_SUBTYPE_OFFSET) {
+        if direction(&s.sqe) != DataTransfer::HostToController {
+            return Err(Status::INVALID_FIELD.with_dnr());
         }
-        (SglType::TransportDataBlock, SGL_SUBTYPE_TRANSPORT) => {
-            if s.icd_len != 0 {
-                // Data came in the capsule but the SGL does not describe it.
-                return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
-            }
-            if len > max {
-                return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
-            }
-            s.xfer = len;
-            Ok(match (len, dir) {
-                (0, _) | (_, DataTransfer::None) => Xfer::None,
-                (_, DataTransfer::HostToController) => Xfer::Fetch,
-                (_, DataTransfer::ControllerToHost) => Xfer::Send,
-                (_, DataTransfer::Bidirectional) => {
-                    return Err(Status::INVALID_FIELD.with_dnr());
-                }
-            })
+        let off = sgl.address.get();
+        if off > u64::from(s.icd_len) {
+            return Err(Status::SGL_OFFSET_INVALID.with_dnr());
         }
-        _ => {
-            if direction(&sqe) == DataTransfer::None && len == 0 && s.icd_len == 0 {
-                return Ok(Xfer::None);
-            }
-            Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_dnr())
+        let off = u32::try_from(off).unwrap_or(u32::MAX);
+        if len > s.icd_len - off {
+            return Err(Status::DATA_SGL_LENGTH_INVALID.with_dnr());
         }
+        s.icd_off = off;
+        s.xfer = len;
+        return Ok(if len == 0 {
+            Xfer::None
+        } else {
+            Xfer::InCapsule
+        });
     }
+    if direction(&s.sqe) == DataTransfer::None && len == 0 && s.icd_len == 0 {
+        return Ok(Xfer::None);
+    }
+    Err(Status::SGL_DESCRIPTOR_TYPE_INVALID.with_dnr())
 }
 
-impl<S: Sock + 'static> QpInner<S> {
-    /// A capsule (and its in-capsule data) arrived in `slot`.
-    pub(crate) fn on_capsule(&mut self, me: &Rc<Qpair<S>>, env: &Env, slot: u16) {
+impl<T: QpTransport> QpInner<T> {
+    /// A capsule (and its in-capsule data) arrived in `slot` (the
+    /// transport calls this).
+    pub(crate) fn on_capsule(&mut self, me: &Rc<Qpair<T>>, env: &Env, slot: u16) {
         let s = &self.slots[usize::from(slot)];
         if s.digest_error {
             self.respond(slot, Status::TRANSIENT_TRANSPORT_ERROR, 0, 0);
@@ -118,9 +82,11 @@ impl<S: Sock + 'static> QpInner<S> {
         }
     }
 
-    /// The data fetched by R2T for `slot` is complete.
-    pub(crate) fn on_data_received(&mut self, me: &Rc<Qpair<S>>, env: &Env, slot: u16) {
-        let s = &self.slots[usize::from(slot)];
+    /// The data fetched for `slot` ([`QpInner::fetch_data`]) is all in
+    /// its buffer (the transport calls this).
+    pub(crate) fn on_data_received(&mut self, me: &Rc<Qpair<T>>, env: &Env, slot: u16) {
+        let s = &mut self.slots[usize::from(slot)];
+        s.state = SlotState::Exec;
         if s.digest_error {
             self.respond(slot, Status::TRANSIENT_TRANSPORT_ERROR, 0, 0);
             return;
@@ -141,12 +107,12 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// Sets up a fabrics or admin command's data transfer: `true` when it
-    /// can run now; otherwise it was answered (bad transfer) or an R2T
-    /// asks for its data and it runs when that arrives.
+    /// can run now; otherwise it was answered (bad transfer) or its data
+    /// is being fetched and it runs when that is in.
     fn data_ready(&mut self, slot: u16) -> bool {
         let max = self.max_xfer();
         let s = &mut self.slots[usize::from(slot)];
-        let x = match setup_xfer(s, max) {
+        let x = match T::setup_xfer(s, max) {
             Ok(x) => x,
             Err(st) => {
                 self.respond(slot, st, 0, 0);
@@ -156,13 +122,13 @@ impl<S: Sock + 'static> QpInner<S> {
         if x == Xfer::Fetch {
             let len = s.xfer as usize;
             s.ensure(len, true);
-            self.send_r2t(slot);
+            self.fetch_data(slot);
             return false;
         }
         true
     }
 
-    fn fabrics(&mut self, _me: &Rc<Qpair<S>>, env: &Env, slot: u16) {
+    fn fabrics(&mut self, _me: &Rc<Qpair<T>>, env: &Env, slot: u16) {
         if self.data_ready(slot) {
             self.fabrics_exec(env, slot);
         }
@@ -228,6 +194,9 @@ impl<S: Sock + 'static> QpInner<S> {
         c: &bdevkit_nvme_spec::fabrics::Connect,
         cd: &ConnectData,
     ) {
+        if let Some(st) = self.secure_refusal(cd) {
+            return self.respond(slot, st, 0, 0);
+        }
         let r = env.core.connect(&self.via, c, cd, &env.thread);
         let (ctrlr, view, opts) = match r {
             Err((st, dw0)) => return self.respond(slot, st, dw0, 0),
@@ -283,9 +252,7 @@ impl<S: Sock + 'static> QpInner<S> {
             }
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
         }
-        self.rx.grow(RBUF_SIZE);
-        self.tx.reserve(2 * n + 4);
-        self.retired.reserve(2 * n + 4);
+        self.tp.connected(n);
         self.aers.reserve(MAX_AERS);
         self.io_wait.reserve(n);
         self.sq_entries = entries;
@@ -307,6 +274,31 @@ impl<S: Sock + 'static> QpInner<S> {
         });
         let dw0 = ConnectResponse { cntlid, authreq: 0 }.to_dword();
         self.respond(slot, Status::SUCCESS, dw0, 0);
+    }
+
+    /// A Connect over a secure channel names the host and subsystem its
+    /// PSK authenticated, or is refused (Connect Invalid Host); so is a
+    /// plain connection on a secure listener (the transport lets none
+    /// through).
+    fn secure_refusal(&self, cd: &ConnectData) -> Option<Status> {
+        let id = self.tp.secure_identity();
+        if id.is_none() && !self.via.secure_channel {
+            return None;
+        }
+        let (hostnqn, subnqn) = (cd.hostnqn(), cd.subnqn());
+        match id {
+            Some((h, s)) if h == hostnqn && s == subnqn => None,
+            other => {
+                tracing::warn!(
+                    peer = %self.peer,
+                    %hostnqn,
+                    %subnqn,
+                    tls_identity = ?other,
+                    "connect refused: its NQNs are not those of the TLS PSK identity"
+                );
+                Some(Status::CONNECT_INVALID_HOST.with_dnr())
+            }
+        }
     }
 
     fn admin(&mut self, env: &Env, slot: u16) {

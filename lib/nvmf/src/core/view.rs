@@ -82,9 +82,9 @@ pub(crate) struct Env {
     /// The group's thread name (`nvmf_tgt_poll_group_000`).
     pub name: String,
     views: RefCell<HashMap<u32, Rc<SubsysView>>>,
-    /// This thread's side of the transport's buffer pool (made at the
-    /// first connection).
-    bufs: RefCell<Option<Rc<GroupBufs>>>,
+    /// This thread's side of each transport's buffer pool (made at the
+    /// transport's first connection here).
+    bufs: RefCell<Vec<Rc<GroupBufs>>>,
 }
 
 impl Env {
@@ -94,28 +94,34 @@ impl Env {
             thread,
             name,
             views: RefCell::new(HashMap::new()),
-            bufs: RefCell::new(None),
+            bufs: RefCell::new(Vec::new()),
         }
     }
 
     /// This thread's side of `pool`.
     pub fn group_bufs(&self, pool: &Arc<BufPool>) -> Rc<GroupBufs> {
         let mut b = self.bufs.borrow_mut();
-        match &*b {
-            Some(g) if g.is_of(pool) => Rc::clone(g),
-            _ => {
-                let g = GroupBufs::new(pool, self.thread.clone());
-                *b = Some(Rc::clone(&g));
-                g
-            }
+        if let Some(g) = b.iter().find(|g| g.is_of(pool)) {
+            return Rc::clone(g);
         }
+        let g = GroupBufs::new(pool, self.thread.clone());
+        b.push(Rc::clone(&g));
+        g
     }
 
     /// Hands shared buffers to requests that wait for them (see
     /// [`GroupBufs::serve`]); whether it did anything.
     pub fn serve_bufs(&self) -> bool {
-        let g = self.bufs.borrow().clone();
-        g.is_some_and(|g| g.serve())
+        let mut busy = false;
+        let mut i = 0;
+        // One at a time, outside the borrow: serving runs queue pairs.
+        loop {
+            let g = self.bufs.borrow().get(i).cloned();
+            let Some(g) = g else { break };
+            busy |= g.serve();
+            i += 1;
+        }
+        busy
     }
 
     /// The view of subsystem `id`, created from `namespaces` (its
@@ -154,7 +160,7 @@ impl Env {
 
     /// Drops every view and the buffer cache (target shutdown).
     pub fn drop_all(&self) {
-        self.bufs.borrow_mut().take();
+        self.bufs.borrow_mut().clear();
         let all: Vec<Rc<SubsysView>> = self.views.borrow_mut().drain().map(|(_, v)| v).collect();
         for v in all {
             v.ns.borrow_mut().clear();

@@ -1,11 +1,11 @@
-//! I/O commands on bdevs: Read, Write, Compare, Flush, Write Zeroes and
-//! Dataset Management (deallocate), checked (namespace, LBA range, data
-//! length) before any data is fetched, then given a data buffer (the
-//! slot's in-capsule one when the transfer fits, else a shared one from
-//! the transport's pool, waiting for one in order when none is left) and
-//! submitted as bdev I/O on this thread's channel; the completion turns
-//! the bdev status into an NVMe status and queues the answer. No
-//! allocation and no lock on this path.
+//! I/O commands on bdevs, transport-neutral: Read, Write, Compare, Flush,
+//! Write Zeroes and Dataset Management (deallocate), checked (namespace,
+//! LBA range, data length) before any data is fetched, then given a data
+//! buffer (the slot's in-capsule one when the transfer fits, else a
+//! shared one from the transport's pool, waiting for one in order when
+//! none is left) and submitted as bdev I/O on this thread's channel; the
+//! completion turns the bdev status into an NVMe status and queues the
+//! answer. No allocation and no lock on this path.
 
 use std::rc::Rc;
 
@@ -16,10 +16,8 @@ use bdevkit_nvme_spec::io::{DsmRange, IoCommand};
 use bdevkit_nvme_spec::zerocopy::FromBytes;
 use bdevkit_nvme_spec::Status;
 
-use super::conn::Sock;
-use super::dispatch::{setup_xfer, Xfer};
 use super::pool::{BufWaiter, Ready, Take};
-use super::qpair::{Phase, QpInner, Qpair};
+use super::qpair::{Phase, QpInner, QpTransport, Qpair, Xfer};
 use super::slot::{Slot, SlotState};
 use super::view::NsChan;
 
@@ -49,7 +47,7 @@ pub(crate) fn status_of_rejection(e: &bdevkit::Error) -> Status {
 /// Range `i` of a Dataset Management command's range list: in the
 /// command's data as its SGL describes it (an in-capsule data block at
 /// `icd_off`, or the data pulled with R2T at 0), never past `xfer`.
-fn dsm_range(s: &Slot, i: usize) -> Option<DsmRange> {
+fn dsm_range<R>(s: &Slot<R>, i: usize) -> Option<DsmRange> {
     let len = size_of::<DsmRange>();
     let at = i.checked_mul(len)?;
     if at.checked_add(len)? > s.xfer as usize {
@@ -113,13 +111,13 @@ fn check(cmd: &IoCommand, ns: Option<&NsChan>, fused: bool) -> Result<u32, Statu
     }
 }
 
-impl<S: Sock + 'static> QpInner<S> {
+impl<T: QpTransport> QpInner<T> {
     fn ns_index(nsid: u32) -> Option<usize> {
         usize::try_from(nsid).ok()?.checked_sub(1)
     }
 
-    /// An I/O command arrived: checks, then data (R2T) or submission.
-    pub(crate) fn io(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+    /// An I/O command arrived: checks, then its data fetched, or submission.
+    pub(crate) fn io(&mut self, me: &Rc<Qpair<T>>, slot: u16) {
         let max = self.opts.max_io_size;
         let Some(view) = self.conn.as_ref().and_then(|a| a.view.clone()) else {
             return self.respond(slot, Status::INTERNAL_ERROR, 0, 0);
@@ -133,7 +131,7 @@ impl<S: Sock + 'static> QpInner<S> {
         }
         let s = &mut self.slots[usize::from(slot)];
         let fused = s.fuse == Fuse::First;
-        let x = match setup_xfer(s, max) {
+        let x = match T::setup_xfer(s, max) {
             Ok(x) => x,
             Err(st) => return self.respond(slot, st, 0, 0),
         };
@@ -183,15 +181,15 @@ impl<S: Sock + 'static> QpInner<S> {
             }
         }
         if x == Xfer::Fetch {
-            return self.send_r2t(slot);
+            return self.fetch_data(slot);
         }
         s.state = SlotState::Exec;
         self.io_submit(me, slot);
     }
 
     /// A shared buffer for `slot`, which waited for one: its data is
-    /// fetched (R2T) or its read submitted now.
-    fn buf_arrived(&mut self, me: &Rc<Qpair<S>>, slot: u16, buf: Option<DmaBuf>) -> Ready {
+    /// fetched or its read submitted now.
+    fn buf_arrived(&mut self, me: &Rc<Qpair<T>>, slot: u16, buf: Option<DmaBuf>) -> Ready {
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             return Ready::Unused(buf);
         };
@@ -206,7 +204,7 @@ impl<S: Sock + 'static> QpInner<S> {
         s.pool = Some(b);
         s.uses_pool = true;
         if s.fetch_after_buf {
-            self.send_r2t(slot);
+            self.fetch_data(slot);
         } else {
             s.state = SlotState::Exec;
             self.io_submit(me, slot);
@@ -215,7 +213,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// Submits the slot's command (its data is in the slot's buffer).
-    pub(crate) fn io_submit(&mut self, me: &Rc<Qpair<S>>, slot: u16) {
+    pub(crate) fn io_submit(&mut self, me: &Rc<Qpair<T>>, slot: u16) {
         if self.slots[usize::from(slot)].fuse != Fuse::Normal {
             return self.fused_exec(me, slot);
         }
@@ -305,7 +303,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// Dataset Management: one unmap per non-empty range.
-    fn dsm(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan, n: usize) {
+    fn dsm(&mut self, me: &Rc<Qpair<T>>, slot: u16, ns: &NsChan, n: usize) {
         let blocks = ns.bdev.num_blocks();
         let s = &mut self.slots[usize::from(slot)];
         let mut count = 0u32;
@@ -367,7 +365,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// No `BdevIo` free: the slot waits, and the pool calls back.
-    pub(crate) fn wait_for_io(&mut self, me: &Rc<Qpair<S>>, slot: u16, ns: &NsChan) {
+    pub(crate) fn wait_for_io(&mut self, me: &Rc<Qpair<T>>, slot: u16, ns: &NsChan) {
         self.io_wait.push_back(slot);
         if !me.wait_armed.get() {
             me.wait_armed.set(true);
@@ -382,7 +380,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 
     /// Resubmits the slots that waited for a `BdevIo`.
-    pub(crate) fn retry_io_wait(&mut self, me: &Rc<Qpair<S>>) -> bool {
+    pub(crate) fn retry_io_wait(&mut self, me: &Rc<Qpair<T>>) -> bool {
         let n = self.io_wait.len();
         for _ in 0..n {
             let Some(slot) = self.io_wait.pop_front() else {
@@ -458,7 +456,7 @@ impl<S: Sock + 'static> QpInner<S> {
     }
 }
 
-impl<S: Sock + 'static> BufWaiter for Qpair<S> {
+impl<T: QpTransport> BufWaiter for Qpair<T> {
     fn buf_ready(&self, slot: u16, buf: Option<DmaBuf>) -> Ready {
         let Ok(mut q) = self.q.try_borrow_mut() else {
             return Ready::Busy(buf);
@@ -467,7 +465,8 @@ impl<S: Sock + 'static> BufWaiter for Qpair<S> {
             return Ready::Unused(buf);
         };
         let r = q.buf_arrived(&me, slot, buf);
-        // Its R2T (or, later, its data) goes out at the next service.
+        // Its data request (or, later, its data) goes out at the next
+        // service.
         self.kick.set(true);
         r
     }
