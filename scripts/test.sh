@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything CI runs, on a fresh machine: installs what the tests need
-# (SPDK's Python RPC client in a venv), checks formatting, lints and docs,
-# runs every test of the workspace, the stress lane, then the VM lane (guest tests in QEMU
+# (SPDK's Python RPC client in a venv; fio and the source of that fio, for
+# the fio engine), checks formatting, lints and docs, runs every test of the
+# workspace, the fio engine's end-to-end tests, the stress lane, then the VM
+# lane (guest tests in QEMU
 # with an emulated NVMe controller; it installs QEMU and a guest kernel
 # itself, and fails when no VM can run).
 set -euo pipefail
@@ -19,6 +21,12 @@ unset BDEVKIT_SKIP_SPDK_RPC
 # (the `openssl` binary: Debian's package `openssl`).
 export BDEVKIT_REQUIRE_OPENSSL_CLI=1
 
+# Debian's fio and its configured source (cached per version): the fio
+# engine (apps/fio) is built against the headers of the installed fio, so
+# the workspace build below compiles its real shim and clippy sees it.
+FIO_SRC=$(scripts/fetch-fio-src.sh)
+export FIO_SRC
+
 scripts/check.sh
 
 # Bounded fuzzing of the JSON-RPC parser and param decoding (proptest).
@@ -29,6 +37,11 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
     cargo test --workspace --no-fail-fast
 fi
+
+# The fio engine end to end: fio on null, malloc and aio bdevs, several
+# jobs and bdevs, verify, and every kind of bad input (test/fio/run.sh,
+# under a minute).
+test/fio/run.sh
 
 # Long fuzzing: the NVMe/TCP PDU parser on arbitrary and mutated bytes,
 # 100 000 cases (debug build, well under a minute; doc/testing.md).

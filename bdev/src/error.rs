@@ -38,6 +38,10 @@ pub enum Error {
     /// The call must run on a bdevkit lightweight thread.
     #[error("not called on a bdevkit thread")]
     NotOnThread,
+    /// This OS thread already runs a bdevkit thread (a reactor, or an
+    /// embedded thread).
+    #[error("this OS thread already runs a bdevkit thread")]
+    AlreadyOnThread,
     /// A blocking call from a reactor thread would deadlock.
     #[error("blocking call from a reactor thread would deadlock")]
     WouldDeadlock,
@@ -140,6 +144,7 @@ impl Error {
             }
             Error::RuntimeStopped | Error::ThreadExited(_) => libc::ESHUTDOWN,
             Error::NotOnThread | Error::WouldDeadlock => libc::EPERM,
+            Error::AlreadyOnThread => libc::EBUSY,
             Error::IoDeviceUnregistered(_) => libc::ENODEV,
             Error::ChannelType(_) => libc::EINVAL,
             Error::CreateChannel { .. } | Error::NoMem => libc::ENOMEM,

@@ -2,7 +2,9 @@
 //!
 //! [`DmaBuf`] is an owned, zero-initialised, aligned heap buffer: what the
 //! I/O path moves into a [`crate::bdev::BdevIo`] and gets back on
-//! completion. Drivers that must map memory for a device (the VFIO NVMe
+//! completion. An embedder whose data lives in memory of its own (fio's
+//! I/O buffers) lends it for one I/O with [`DmaBuf::from_raw_parts`]: a
+//! borrowed buffer, never freed by bdevkit. Drivers that must map memory for a device (the VFIO NVMe
 //! driver) install a [`MemoryRegistrar`] with [`add_registrar`]; it is told
 //! about every live buffer, those allocated before it was added included.
 //! [`SharedMem`] is the memory of a RAM disk, which every thread reads and
@@ -68,10 +70,13 @@ pub fn remove_registrar(id: &RegistrarId) {
     REGISTRY.lock().registrars.retain(|(i, _)| *i != id.0);
 }
 
-/// An owned, aligned, zero-initialised buffer for I/O data.
+/// An owned, aligned, zero-initialised buffer for I/O data, or a borrowed
+/// view of an embedder's memory ([`DmaBuf::from_raw_parts`]).
 pub struct DmaBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// The allocation's layout; a size of zero marks a borrowed buffer
+    /// (allocations are never empty).
     layout: Layout,
 }
 
@@ -124,13 +129,43 @@ impl DmaBuf {
         Self::alloc(len, DEFAULT_ALIGN)
     }
 
+    /// A buffer over `len` bytes at `ptr` that the caller owns: an
+    /// embedder lends memory of its own (fio's I/O buffers) to one I/O
+    /// without copying. Dropping it frees nothing; memory registrars are
+    /// not told about it, so on a bdev that maps memory for DMA it must lie
+    /// inside a live `DmaBuf` allocation (carve the views out of one).
+    /// [`DmaBuf::align`] reports the largest power of two (at most
+    /// [`DEFAULT_ALIGN`]) that divides the address.
+    ///
+    /// # Safety
+    ///
+    /// Until the returned buffer is dropped, `[ptr, ptr + len)` must be
+    /// valid for reads and writes, initialised, and accessed through
+    /// nothing else (the bdev layer and modules read and write it through
+    /// the buffer, from the thread the I/O runs on).
+    #[must_use]
+    pub unsafe fn from_raw_parts(ptr: NonNull<u8>, len: usize) -> DmaBuf {
+        let addr = ptr.as_ptr() as usize;
+        let align = 1usize << addr.trailing_zeros().min(DEFAULT_ALIGN.trailing_zeros());
+        let layout = Layout::from_size_align(0, align).expect("invariant: a power of two");
+        DmaBuf { ptr, len, layout }
+    }
+
+    /// Whether this is a borrowed view ([`DmaBuf::from_raw_parts`]).
+    #[inline]
+    #[must_use]
+    pub fn is_borrowed(&self) -> bool {
+        self.layout.size() == 0
+    }
+
     /// Length in bytes.
     #[must_use]
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Never true (zero-length buffers cannot be allocated).
+    /// Never true for an allocation (zero-length buffers cannot be
+    /// allocated); a borrowed view may be empty.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -189,12 +224,24 @@ impl fmt::Debug for DmaBuf {
             .field("addr", &self.ptr)
             .field("len", &self.len)
             .field("align", &self.layout.align())
+            .field("borrowed", &self.is_borrowed())
             .finish()
     }
 }
 
 impl Drop for DmaBuf {
+    #[inline]
     fn drop(&mut self) {
+        if self.is_borrowed() {
+            return;
+        }
+        self.free();
+    }
+}
+
+impl DmaBuf {
+    #[inline(never)]
+    fn free(&mut self) {
         let addr = self.ptr.as_ptr() as usize;
         {
             let mut reg = REGISTRY.lock();
@@ -203,8 +250,9 @@ impl Drop for DmaBuf {
             }
             reg.live.remove(&addr);
         }
-        // SAFETY: ptr was allocated by alloc_zeroed with exactly this layout
-        // and is freed once, here.
+        // SAFETY: not borrowed (checked by the caller, `drop`): ptr was
+        // allocated by alloc_zeroed with exactly this layout and is freed
+        // once, here.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }
 }
@@ -233,6 +281,26 @@ mod tests {
         fn unregister(&self, _a: usize, _l: usize) {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn borrowed_view_frees_nothing() {
+        let mut owner = DmaBuf::new(8192).unwrap();
+        owner[4096] = 9;
+        let base = NonNull::new(owner.as_mut_ptr()).unwrap();
+        // SAFETY: the second page of `owner`, which outlives the view and
+        // is not touched while the view lives.
+        let mut view = unsafe { DmaBuf::from_raw_parts(base.add(4096), 4096) };
+        assert!(view.is_borrowed() && !owner.is_borrowed());
+        assert_eq!(view.len(), 4096);
+        assert_eq!(view.align(), 4096);
+        assert_eq!(view[0], 9);
+        view[1] = 5;
+        drop(view);
+        assert_eq!(owner[4097], 5);
+        // SAFETY: as above, one byte in: the address is odd.
+        let odd = unsafe { DmaBuf::from_raw_parts(base.add(4097), 16) };
+        assert_eq!(odd.align(), 1);
     }
 
     #[test]

@@ -448,6 +448,18 @@ impl Thread {
         self.0.poll_inner(now)
     }
 
+    /// Makes this thread the current one of the calling OS thread until
+    /// [`Thread::leave`] (an embedded thread, for its whole life).
+    pub(crate) fn make_current(&self) {
+        CURRENT.with(|c| *c.borrow_mut() = Some(self.clone()));
+        CURRENT_ID.with(|c| c.set(self.0.shared.id));
+    }
+
+    /// Whether this thread is the calling OS thread's current one.
+    pub(crate) fn is_current(&self) -> bool {
+        CURRENT_ID.with(Cell::get) == self.0.shared.id
+    }
+
     /// Makes no thread current (the reactor, before a thread goes away and
     /// when it stops).
     pub(crate) fn leave() {

@@ -10,6 +10,8 @@
 //!   [`ThreadHandle::send_msg`].
 //! * An [`IoDevice`] gives each thread its own [`IoChannel`]: per-thread
 //!   state reached without locks on the I/O path.
+//! * An [`EmbeddedThread`] is a lightweight thread that an embedder's own
+//!   OS thread hosts and polls (fio's job threads), instead of a reactor.
 //!
 //! ```
 //! use bdevkit::thread::{Runtime, RuntimeOptions, CpuSet, Thread, PollerStatus};
@@ -27,9 +29,10 @@
 // `shared` (what other OS threads see of a thread); `poller`, `executor`,
 // `channels` (the sets a thread owns); `lwthread` (the thread, its poll
 // loop and `ThreadHandle`); `io_channel`; `runtime` (reactors and their
-// loop).
+// loop); `embedded` (threads an embedder polls on its own OS thread).
 mod channels;
 mod cpuset;
+mod embedded;
 mod executor;
 mod io_channel;
 mod lwthread;
@@ -40,6 +43,7 @@ mod shared;
 mod sys;
 
 pub use cpuset::{CpuSet, CpuSetParseError, MAX_CPUS};
+pub use embedded::EmbeddedThread;
 pub use io_channel::{ChannelStep, IoChannel, IoDevice};
 pub use lwthread::{current_thread_id, InterruptFd, Thread, ThreadHandle};
 pub use poller::{Poller, PollerInfo, PollerStatus};
