@@ -63,6 +63,7 @@
 #![warn(missing_docs)]
 
 mod disk;
+mod entries;
 mod error;
 mod file;
 pub mod group;

@@ -29,7 +29,9 @@ use io_uring::cqueue::EntryMarker as _;
 use io_uring::squeue::EntryMarker as _;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::ring::{self, Data, Entries, FileIo, FileRef, NvmeCmd, NvmeCommand, RingSetup};
+use crate::entries::{
+    self as ring, Data, Entries, FileIo, FileRef, NvmeCmd, NvmeCommand, RingSetup,
+};
 use crate::slots::{self, Next, Op, Slots, Target};
 
 /// `IORING_REGISTER_RING_FDS` / `IORING_UNREGISTER_RING_FDS`.
