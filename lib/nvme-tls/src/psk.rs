@@ -12,7 +12,7 @@
 //!   HKDF-Expand-Label(HKDF-Extract(empty salt, retained PSK),
 //!   "nvme-tls-psk", identity, length) with the suite's hash.
 //!
-//! Above [`crate::suite`] and [`crate::error`]; no I/O, no
+//! Above `suite.rs` and [`crate::error`]; no I/O, no
 //! OpenSSL (the derivations are RustCrypto's HKDF, checked against
 //! OpenSSL's in the tests).
 
