@@ -3,9 +3,9 @@
 # (SPDK's Python RPC client in a venv; fio and the source of that fio, for
 # the fio engine), checks formatting, lints and docs, runs every test of the
 # workspace, the fio engine's end-to-end tests, the stress lane, then the VM
-# lane (guest tests in QEMU
-# with an emulated NVMe controller; it installs QEMU and a guest kernel
-# itself, and fails when no VM can run).
+# lane (guest tests in QEMU with an emulated NVMe controller; it installs
+# QEMU and a guest kernel itself, and fails when no VM can run) and the
+# vhost-user-blk VM test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,3 +56,8 @@ scripts/stress.sh
 # The VM lane (scripts/vm-test.sh; doc/testing.md): static release builds of
 # the guest binaries, then one VM per test/vm/*.sh.
 scripts/vm-test.sh
+
+# The vhost-user-blk VM test: bdev_tgt on this host, QEMU guests of the
+# harness on its vhost-user-blk controller (scripts/vhost-vm-test.sh, about
+# a minute; doc/vhost.md, "Tests").
+scripts/vhost-vm-test.sh
