@@ -353,28 +353,25 @@ pub async fn rename_lvstore(mgr: &BdevManager, old: &str, new: &str) -> Result<(
 
 /// `bdev_lvol_get_lvstores`: one store, or all.
 pub async fn get_lvstores(mgr: &BdevManager, r: Option<&LvsRef>) -> Result<Vec<Value>> {
-    let module = LvolModule::of(mgr)?;
-    let stores = match r {
-        Some(r) => vec![module.find(r)?],
-        None => module.entries(),
-    };
-    let mut out = Vec::new();
-    for s in stores {
-        if let Ok(v) =
-            s.md.ask(|md: Rc<MdStore>| async move {
-                md.check_ready()?;
-                Ok(control::store_json(&md))
-            })
-            .await
-        {
-            out.push(v);
-        }
-    }
-    Ok(out)
+    each_ready_store(mgr, r, control::store_json).await
 }
 
 /// `bdev_lvol_get_lvols`: the lvols of one store, or of all.
 pub async fn get_lvols(mgr: &BdevManager, r: Option<&LvsRef>) -> Result<Vec<Value>> {
+    Ok(each_ready_store(mgr, r, control::lvols_json)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// `f` of store `r`, or of every store, on each one's metadata thread;
+/// stores not ready (loading, going) are left out.
+async fn each_ready_store<T: Send + 'static>(
+    mgr: &BdevManager,
+    r: Option<&LvsRef>,
+    f: fn(&MdStore) -> T,
+) -> Result<Vec<T>> {
     let module = LvolModule::of(mgr)?;
     let stores = match r {
         Some(r) => vec![module.find(r)?],
@@ -383,13 +380,13 @@ pub async fn get_lvols(mgr: &BdevManager, r: Option<&LvsRef>) -> Result<Vec<Valu
     let mut out = Vec::new();
     for s in stores {
         if let Ok(v) =
-            s.md.ask(|md: Rc<MdStore>| async move {
+            s.md.ask(move |md: Rc<MdStore>| async move {
                 md.check_ready()?;
-                Ok(control::lvols_json(&md))
+                Ok(f(&md))
             })
             .await
         {
-            out.extend(v);
+            out.push(v);
         }
     }
     Ok(out)
