@@ -1,5 +1,6 @@
 //! NVMe over Fabrics commands: Connect (and its 1024-byte data),
-//! Property Get/Set, Disconnect; the Connect response; NQNs.
+//! Property Get/Set, Disconnect, Authentication Send/Receive; the
+//! Connect response; NQNs.
 //!
 //! Every fabrics command has opcode 0x7f with its command type (FCTYPE)
 //! in byte 4, SGL1 in bytes 24..40 and its own fields in bytes 40..64
@@ -331,6 +332,89 @@ impl Command for PropertySet {
     }
 }
 
+/// The security protocol of NVMe in-band authentication (SECP of
+/// Authentication Send / Receive).
+pub const AUTH_SECP_NVME: u8 = 0xe9;
+
+/// Authentication Send (fctype 0x05) and Authentication Receive (fctype
+/// 0x06): one DH-HMAC-CHAP message to the controller (`len` = TL, the
+/// message's length, as the command's data) or from it (`len` = AL, the
+/// buffer the host gives). SECP is [`AUTH_SECP_NVME`], SPSP0 and SPSP1
+/// are 1 for DH-HMAC-CHAP (dword 10: SPSP0 in bits 15:8, SPSP1 in 23:16,
+/// SECP in 31:24; dword 11: TL or AL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Auth {
+    /// `true`: Authentication Receive; `false`: Authentication Send.
+    pub receive: bool,
+    /// Security protocol.
+    pub secp: u8,
+    /// Security protocol specific 0.
+    pub spsp0: u8,
+    /// Security protocol specific 1.
+    pub spsp1: u8,
+    /// Transfer length (Send) or allocation length (Receive), bytes.
+    pub len: u32,
+}
+
+impl Auth {
+    /// Authentication Send of a `len`-byte DH-HMAC-CHAP message.
+    #[must_use]
+    pub fn send(len: u32) -> Self {
+        Auth {
+            receive: false,
+            secp: AUTH_SECP_NVME,
+            spsp0: 1,
+            spsp1: 1,
+            len,
+        }
+    }
+
+    /// Authentication Receive into a `len`-byte buffer.
+    #[must_use]
+    pub fn receive(len: u32) -> Self {
+        Auth {
+            receive: true,
+            ..Auth::send(len)
+        }
+    }
+
+    /// Whether SECP, SPSP0 and SPSP1 name DH-HMAC-CHAP.
+    #[must_use]
+    pub fn is_dhchap(&self) -> bool {
+        (self.secp, self.spsp0, self.spsp1) == (AUTH_SECP_NVME, 1, 1)
+    }
+}
+
+impl Command for Auth {
+    const OPCODE: u8 = FABRICS_OPCODE;
+
+    fn encode(&self, sqe: &mut Sqe) {
+        let t = if self.receive {
+            FabricsType::AuthenticationReceive
+        } else {
+            FabricsType::AuthenticationSend
+        };
+        sqe.nsid.set(u32::from(t as u8));
+        sqe.cdw10.set(
+            (u32::from(self.secp) << 24)
+                | (u32::from(self.spsp1) << 16)
+                | (u32::from(self.spsp0) << 8),
+        );
+        sqe.cdw11.set(self.len);
+    }
+
+    fn decode(sqe: &Sqe) -> Self {
+        let d = sqe.cdw10.get();
+        Auth {
+            receive: sqe.fctype() == FabricsType::AuthenticationReceive as u8,
+            secp: u8_at(d, 24),
+            spsp0: u8_at(d, 8),
+            spsp1: u8_at(d, 16),
+            len: sqe.cdw11.get(),
+        }
+    }
+}
+
 /// Disconnect (fctype 0x08): deletes the I/O queue it is sent on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Disconnect {
@@ -364,7 +448,9 @@ pub enum FabricsCommand {
     PropertySet(PropertySet),
     /// Disconnect.
     Disconnect(Disconnect),
-    /// Another command type (authentication, vendor specific).
+    /// Authentication Send or Receive.
+    Auth(Auth),
+    /// Another command type (vendor specific).
     Other(u8),
 }
 
@@ -381,6 +467,9 @@ impl FabricsCommand {
             Some(FabricsType::PropertyGet) => FabricsCommand::PropertyGet(PropertyGet::decode(sqe)),
             Some(FabricsType::PropertySet) => FabricsCommand::PropertySet(PropertySet::decode(sqe)),
             Some(FabricsType::Disconnect) => FabricsCommand::Disconnect(Disconnect::decode(sqe)),
+            Some(FabricsType::AuthenticationSend | FabricsType::AuthenticationReceive) => {
+                FabricsCommand::Auth(Auth::decode(sqe))
+            }
             _ => FabricsCommand::Other(sqe.fctype()),
         })
     }
@@ -479,12 +568,32 @@ mod tests {
         );
         assert_eq!(s.name(true), Some("Property Set"));
         assert_eq!(FabricsCommand::decode(&Sqe::new(0x06, 0, 0)), None);
-        let mut auth = Sqe::new(0x7f, 0, 0x05);
-        auth.cdw10.set(0);
+        let mut vendor = Sqe::new(0x7f, 0, 0xc0);
+        vendor.cdw10.set(0);
         assert_eq!(
-            FabricsCommand::decode(&auth),
-            Some(FabricsCommand::Other(5))
+            FabricsCommand::decode(&vendor),
+            Some(FabricsCommand::Other(0xc0))
         );
+    }
+
+    #[test]
+    fn auth_bytes() {
+        let s = Auth::send(300).to_sqe(7);
+        let b = s.as_bytes();
+        assert_eq!((b[0], b[4]), (0x7f, 0x05));
+        assert_eq!(&b[40..48], &[0, 1, 1, 0xe9, 44, 1, 0, 0]);
+        let r = Auth::receive(4096).to_sqe(8);
+        assert_eq!(r.as_bytes()[4], 0x06);
+        let Some(FabricsCommand::Auth(a)) = FabricsCommand::decode(&r) else {
+            panic!("not an auth command");
+        };
+        assert!(a.receive && a.is_dhchap() && a.len == 4096);
+        let mut bad = s;
+        bad.cdw10.set(0x0101_0000);
+        let Some(FabricsCommand::Auth(a)) = FabricsCommand::decode(&bad) else {
+            panic!("not an auth command");
+        };
+        assert!(!a.is_dhchap());
     }
 
     proptest! {
@@ -498,6 +607,8 @@ mod tests {
             prop_assert_eq!(FabricsCommand::decode(&g.to_sqe(w1)), Some(FabricsCommand::PropertyGet(g)));
             let x = Disconnect { recfmt: w0 };
             prop_assert_eq!(FabricsCommand::decode(&x.to_sqe(w1)), Some(FabricsCommand::Disconnect(x)));
+            let a = Auth { receive: b & 1 == 1, secp: b, spsp0: (w0 & 0xff) as u8, spsp1: (w2 & 0xff) as u8, len: d };
+            prop_assert_eq!(FabricsCommand::decode(&a.to_sqe(w1)), Some(FabricsCommand::Auth(a)));
         }
     }
 }

@@ -64,6 +64,18 @@ pub enum Error {
         /// Why (never key material).
         why: String,
     },
+    /// No key of that name in the app's keyring (`dhchap_key`,
+    /// `dhchap_ctrlr_key`).
+    #[error("Unable to find DH-HMAC-CHAP key: {0}")]
+    NoKey(String),
+    /// A host's DH-HMAC-CHAP keys cannot be used.
+    #[error("DH-HMAC-CHAP key {key}: {why}")]
+    Dhchap {
+        /// The key's name.
+        key: String,
+        /// Why (never key material).
+        why: String,
+    },
     /// `secure_channel` on a subsystem that any host may connect to
     /// (SPDK refuses it: a PSK is per host).
     #[error("Cannot establish secure channel, when 'allow_any_host' is set")]
@@ -162,6 +174,7 @@ impl Error {
             | Error::InvalidNsid(_)
             | Error::ListenAddress(_)
             | Error::Psk { .. }
+            | Error::Dhchap { .. }
             | Error::SecureAnyHost
             | Error::SecureMismatch(_)
             | Error::Discovery => libc::EINVAL,
@@ -171,7 +184,7 @@ impl Error {
             | Error::NoNamespace(_)
             | Error::NoListener(_)
             | Error::NoHost(_) => libc::ENODEV,
-            Error::NoReferral(_) => libc::ENOENT,
+            Error::NoReferral(_) | Error::NoKey(_) => libc::ENOENT,
             Error::TooManySubsystems(_) | Error::NamespacesFull => libc::ENOSPC,
             Error::NotSupported(_) => libc::ENOTSUP,
             Error::OpenBdev { source, .. } | Error::PollGroups(source) => source.errno(),

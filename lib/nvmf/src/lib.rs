@@ -83,6 +83,8 @@ pub use addr::{AdrFam, ListenAddr, ListenAddressParams};
 pub use ctrlr::{Controller, DeathCause};
 pub use error::{Error, Result};
 pub use opts::{CreateTransportParams, SetConfigParams, TransportOpts};
-pub use params::{CreateSubsystemParams, HostParams, ListenerParams, NamespaceParams};
+pub use params::{
+    CreateSubsystemParams, HostParams, ListenerParams, NamespaceParams, SetKeysParams,
+};
 pub use service::Target;
-pub use subsystem::{Namespace, Subsystem};
+pub use subsystem::{HostDhchap, Namespace, Subsystem};

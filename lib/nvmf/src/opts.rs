@@ -505,10 +505,10 @@ pub struct SetConfigParams {
     /// listener the host asked on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery_filter: Option<String>,
-    /// DH-HMAC-CHAP digests (authentication is not supported; saved only).
+    /// DH-HMAC-CHAP digests a host may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_digests: Option<Vec<String>>,
-    /// DH-HMAC-CHAP groups (saved only).
+    /// DH-HMAC-CHAP groups a host may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_dhgroups: Option<Vec<String>>,
     /// `allow` or `restrict_per_listener`.
@@ -552,9 +552,9 @@ pub struct TargetConf {
     pub admin_cmd_passthru: AdminCmdPassthru,
     /// Poll group cores (`None`: every core of the app).
     pub poll_groups_mask: Option<String>,
-    /// Saved only.
+    /// DH-HMAC-CHAP digests a host may use (SPDK's names).
     pub dhchap_digests: Vec<String>,
-    /// Saved only.
+    /// DH-HMAC-CHAP groups a host may use.
     pub dhchap_dhgroups: Vec<String>,
     /// Saved only (`allow`).
     pub dup_host_policy: String,

@@ -176,18 +176,40 @@ pub struct HostParams {
     /// Target name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tgt_name: Option<String>,
-    /// TLS PSK: not supported.
+    /// TLS PSK (a keyring key name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psk: Option<String>,
-    /// DH-HMAC-CHAP key: not supported.
+    /// DH-HMAC-CHAP host key (a keyring key name): the host
+    /// authenticates every queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_key: Option<String>,
-    /// DH-HMAC-CHAP controller key: not supported.
+    /// DH-HMAC-CHAP controller key (a keyring key name): the controller
+    /// authenticates itself to a host that asks (needs `dhchap_key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrlr_key: Option<String>,
     /// `remove_host`: how long to wait for the host's controllers (accepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+}
+
+/// `nvmf_subsystem_set_keys`: a host's DH-HMAC-CHAP keys (keyring key
+/// names; absent ones are cleared).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SetKeysParams {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Host NQN.
+    pub host: String,
+    /// Target name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<String>,
+    /// DH-HMAC-CHAP host key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrlr_key: Option<String>,
 }
 
 /// `nvmf_subsystem_allow_any_host`.

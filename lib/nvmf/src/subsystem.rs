@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bdevkit::bdev::{Bdev, BdevDesc};
+use bdevkit_keyring::KeyRef;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -104,6 +105,19 @@ impl Namespace {
     }
 }
 
+/// A host's DH-HMAC-CHAP keys (`nvmf_subsystem_add_host` /
+/// `nvmf_subsystem_set_keys`): keyring keys, held (SPDK holds them too),
+/// read when a queue authenticates.
+#[derive(Debug, Clone)]
+pub struct HostDhchap {
+    /// Host NQN.
+    pub host: String,
+    /// The host's key (`dhchap_key`).
+    pub key: KeyRef,
+    /// The controller's key (`dhchap_ctrlr_key`): bidirectional.
+    pub ctrlr_key: Option<KeyRef>,
+}
+
 /// One subsystem (the discovery subsystem included).
 #[derive(Debug)]
 pub struct Subsystem {
@@ -130,6 +144,8 @@ pub struct Subsystem {
     pub hosts: Vec<String>,
     /// Hosts given a TLS PSK: (host NQN, keyring key name).
     pub host_psks: Vec<(String, String)>,
+    /// Hosts given DH-HMAC-CHAP keys: they authenticate on every queue.
+    pub host_dhchap: Vec<HostDhchap>,
     /// Listeners, in the order added.
     pub listeners: Vec<ListenAddr>,
     /// Namespaces by id.
@@ -165,6 +181,7 @@ impl Subsystem {
             allow_any_host: discovery,
             hosts: Vec::new(),
             host_psks: Vec::new(),
+            host_dhchap: Vec::new(),
             listeners: Vec::new(),
             namespaces: BTreeMap::new(),
             ctrlrs: Vec::new(),
@@ -185,14 +202,52 @@ impl Subsystem {
             .map(|(_, k)| k.as_str())
     }
 
-    /// A host as `nvmf_get_subsystems` shows it: `{nqn}`, with `psk`
-    /// (the key's name) when it has one, as SPDK.
+    /// The DH-HMAC-CHAP keys of `hostnqn`, if it has any.
+    #[must_use]
+    pub fn host_dhchap(&self, hostnqn: &str) -> Option<&HostDhchap> {
+        self.host_dhchap.iter().find(|d| d.host == hostnqn)
+    }
+
+    /// Sets (or, with `key` `None`, clears) the DH-HMAC-CHAP keys of
+    /// `hostnqn`.
+    pub fn set_host_dhchap(
+        &mut self,
+        hostnqn: &str,
+        key: Option<KeyRef>,
+        ctrlr_key: Option<KeyRef>,
+    ) {
+        self.host_dhchap.retain(|d| d.host != hostnqn);
+        if let Some(key) = key {
+            self.host_dhchap.push(HostDhchap {
+                host: hostnqn.into(),
+                key,
+                ctrlr_key,
+            });
+        }
+    }
+
+    /// Adds the key names of `hostnqn` to `m` (SPDK's order:
+    /// `dhchap_key`, `dhchap_ctrlr_key`, then `psk`); never key material.
+    pub fn host_key_names(&self, hostnqn: &str, m: &mut Map<String, Value>) {
+        if let Some(d) = self.host_dhchap(hostnqn) {
+            m.insert("dhchap_key".into(), json!(d.key.name()));
+            if let Some(c) = &d.ctrlr_key {
+                m.insert("dhchap_ctrlr_key".into(), json!(c.name()));
+            }
+        }
+        if let Some(k) = self.host_psk(hostnqn) {
+            m.insert("psk".into(), json!(k));
+        }
+    }
+
+    /// A host as `nvmf_get_subsystems` shows it: `{nqn}`, with the names
+    /// of its keys (`dhchap_key`, `dhchap_ctrlr_key`, `psk`), as SPDK.
     #[must_use]
     pub fn host_json(&self, hostnqn: &str) -> Value {
-        match self.host_psk(hostnqn) {
-            Some(k) => json!({"nqn": hostnqn, "psk": k}),
-            None => json!({"nqn": hostnqn}),
-        }
+        let mut m = Map::new();
+        m.insert("nqn".into(), json!(hostnqn));
+        self.host_key_names(hostnqn, &mut m);
+        Value::Object(m)
     }
 
     /// Whether `hostnqn` may connect.

@@ -222,6 +222,9 @@ pub(crate) struct Core {
     pub mgr: BdevManager,
     /// Host PSKs and the TLS server config of `secure_channel` listeners.
     pub tls: crate::tls::TlsKeys,
+    /// The last DH-HMAC-CHAP challenge's sequence number (SPDK starts it
+    /// at a random value and counts up; never 0).
+    auth_seqnum: std::sync::atomic::AtomicU32,
 }
 
 impl Core {
@@ -243,7 +246,75 @@ impl Core {
             state: Mutex::new(state),
             mgr,
             tls: crate::tls::TlsKeys::default(),
+            auth_seqnum: std::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// The sequence number of a new DH-HMAC-CHAP challenge.
+    pub fn auth_seqnum(&self, _subnqn: &str) -> u32 {
+        use std::sync::atomic::Ordering;
+        let mut cur = self.auth_seqnum.load(Ordering::Relaxed);
+        loop {
+            let base = if cur == 0 {
+                bdevkit_nvme_auth::random_seqnum().unwrap_or(1)
+            } else {
+                cur
+            };
+            let next = base.wrapping_add(1).max(1);
+            match self
+                .auth_seqnum
+                .compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Whether `hostnqn` must authenticate its queues to `subnqn` (it has
+    /// a DH-HMAC-CHAP key there).
+    pub fn auth_required(&self, subnqn: &str, hostnqn: &str) -> bool {
+        let st = self.state.lock();
+        st.subsystems
+            .iter()
+            .find(|s| s.nqn == subnqn)
+            .is_some_and(|s| s.host_dhchap(hostnqn).is_some())
+    }
+
+    /// What a queue of `hostnqn` on `subnqn` authenticates with now: its
+    /// keys read from the keyring, the digests and groups of
+    /// `nvmf_set_config`. `Err` (for the log; never key material) when
+    /// the host has no key or a key cannot be read.
+    pub fn dhchap_config(
+        &self,
+        subnqn: &str,
+        hostnqn: &str,
+    ) -> std::result::Result<bdevkit_nvme_auth::CtrlConfig, String> {
+        let (keys, hashes, groups) = {
+            let st = self.state.lock();
+            let keys = st
+                .subsystems
+                .iter()
+                .find(|s| s.nqn == subnqn)
+                .and_then(|s| s.host_dhchap(hostnqn))
+                .cloned()
+                .ok_or_else(|| "the host has no DH-HMAC-CHAP key".to_string())?;
+            (
+                keys,
+                bdevkit_nvme_auth::parse_hashes(st.conf.dhchap_digests.iter().map(String::as_str)),
+                bdevkit_nvme_auth::parse_groups(st.conf.dhchap_dhgroups.iter().map(String::as_str)),
+            )
+        };
+        let read =
+            |k: &bdevkit_keyring::KeyRef| k.secret().map_err(|e| format!("key {}: {e}", k.name()));
+        Ok(bdevkit_nvme_auth::CtrlConfig {
+            hostnqn: hostnqn.into(),
+            subnqn: subnqn.into(),
+            key: read(&keys.key)?,
+            ctrl_key: keys.ctrlr_key.as_ref().map(read).transpose()?,
+            hashes: hashes.map_err(|e| e.to_string())?,
+            groups: groups.map_err(|e| e.to_string())?,
+        })
     }
 
     /// The common Connect checks (subsystem, format, host), then the

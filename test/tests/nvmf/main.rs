@@ -5,6 +5,8 @@
 #[cfg(test)]
 mod access;
 #[cfg(test)]
+mod auth;
+#[cfg(test)]
 mod bad_input;
 #[cfg(test)]
 mod buffers;

@@ -1,7 +1,8 @@
 //! A received command, transport-neutral: where its data is (the
 //! transport reads the SGL: [`QpTransport::setup_xfer`]; this file has the
 //! rules every transport shares), then the fabrics commands (Connect,
-//! Property Get/Set, Disconnect) and the admin commands; I/O commands go
+//! Property Get/Set, Disconnect; Authentication Send/Receive in
+//! `auth.rs`) and the admin commands; I/O commands go
 //! to `exec_io.rs`.
 
 use std::rc::Rc;
@@ -12,6 +13,7 @@ use bdevkit_nvme_spec::sgl::SglDescriptor;
 use bdevkit_nvme_spec::zerocopy::FromBytes;
 use bdevkit_nvme_spec::{Sqe, Status};
 
+use super::auth::QueueAuth;
 use super::qpair::{Assoc, Phase, QpInner, QpTransport, Qpair, Xfer};
 use super::slot::{Slot, SlotState};
 use super::view::Env;
@@ -74,6 +76,9 @@ impl<T: QpTransport> QpInner<T> {
         let sqe = s.sqe;
         if sqe.opcode == FABRICS_OPCODE {
             return self.fabrics(me, env, slot);
+        }
+        if self.auth.blocks() {
+            return self.auth_required(slot);
         }
         match self.conn.as_ref().map(|a| a.qid) {
             None => self.respond(slot, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0, 0),
@@ -140,7 +145,11 @@ impl<T: QpTransport> QpInner<T> {
         let Some(cmd) = FabricsCommand::decode(&sqe) else {
             return self.respond(slot, Status::INVALID_OPCODE.with_dnr(), 0, 0);
         };
+        if self.auth.blocks() && !matches!(cmd, FabricsCommand::Auth(_)) {
+            return self.auth_required(slot);
+        }
         match cmd {
+            FabricsCommand::Auth(a) => self.auth(env, slot, &a),
             FabricsCommand::Connect(c) => {
                 if self.conn.is_some() {
                     return self.respond(slot, Status::COMMAND_SEQUENCE_ERROR.with_dnr(), 0, 0);
@@ -266,14 +275,32 @@ impl<T: QpTransport> QpInner<T> {
         if admin {
             ctrlr.keep_alive();
         }
-        tracing::info!(peer = %self.peer, qid = c.qid, cntlid, sq_entries = entries, "queue connected");
+        let auth = env.core.auth_required(&ctrlr.subnqn, &ctrlr.hostnqn);
+        tracing::info!(peer = %self.peer, qid = c.qid, cntlid, sq_entries = entries,
+            authenticate = auth, "queue connected");
         self.conn = Some(Assoc {
             qid: c.qid,
             ctrlr,
             view,
         });
-        let dw0 = ConnectResponse { cntlid, authreq: 0 }.to_dword();
+        // AUTHREQ.ATR: the host authenticates the queue before using it.
+        let authreq = if auth {
+            self.auth = QueueAuth::Pending(None);
+            0b10
+        } else {
+            0
+        };
+        let dw0 = ConnectResponse { cntlid, authreq }.to_dword();
         self.respond(slot, Status::SUCCESS, dw0, 0);
+    }
+
+    /// A command on a queue that has not authenticated yet (SPDK's
+    /// answer: Authentication Required, command specific).
+    fn auth_required(&mut self, slot: u16) {
+        let opcode = self.slots[usize::from(slot)].sqe.opcode;
+        let qid = self.conn.as_ref().map_or(0, |a| a.qid);
+        tracing::warn!(peer = %self.peer, qid, opcode, "command before authentication");
+        self.respond(slot, Status::AUTHENTICATION_REQUIRED, 0, 0);
     }
 
     /// A Connect over a secure channel names the host and subsystem its

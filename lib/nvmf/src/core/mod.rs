@@ -8,7 +8,7 @@
 //!   and draining); `respond` (answers, and the data to move, handed to
 //!   the transport).
 //! * `dispatch`: commands as they arrive, fabrics (Connect, properties)
-//!   and admin; `exec_io`: I/O on bdevs (checks, data buffers, DSM);
+//!   and admin; `auth`: DH-HMAC-CHAP on a queue; `exec_io`: I/O on bdevs (checks, data buffers, DSM);
 //!   `fused`: fused Compare and Write.
 //! * `slot`: the request slots and their state machine; `pool`: a
 //!   transport's shared data buffers and each poll group's cache in front
@@ -20,6 +20,7 @@
 //! buffers and the transport's queues are sized at Connect; larger
 //! transfers borrow a shared buffer, allocated once.
 
+pub(crate) mod auth;
 pub(crate) mod close;
 pub(crate) mod conns;
 pub(crate) mod dispatch;

@@ -196,6 +196,8 @@ pub(crate) struct QpInner<T: QpTransport> {
     pub fused_first_failed: bool,
     /// Bytes of in-capsule buffers of the slots (accounted in the pool).
     pub icd_bytes: u64,
+    /// DH-HMAC-CHAP on this queue.
+    pub auth: super::auth::QueueAuth,
 }
 
 /// One connection, owned by its poll group.
@@ -246,6 +248,7 @@ impl<T: QpTransport> Qpair<T> {
                 fused_first: None,
                 fused_first_failed: false,
                 icd_bytes: 0,
+                auth: super::auth::QueueAuth::Open,
             }),
             kick: Cell::new(true),
             done: Cell::new(false),

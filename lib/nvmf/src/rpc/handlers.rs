@@ -13,7 +13,7 @@ use crate::opts::{CreateTransportParams, SetConfigParams};
 use crate::params::{
     AddNsParams, AllowAnyHostParams, CrdtParams, CreateSubsystemParams, GetReferralsParams,
     GetSubsystemsParams, GetTransportsParams, HostParams, ListenerParams, MaxSubsystemsParams,
-    NqnParams, ReferralParams, RemoveNsParams, TARGET_NAME,
+    NqnParams, ReferralParams, RemoveNsParams, SetKeysParams, TARGET_NAME,
 };
 use crate::service::Target;
 
@@ -265,13 +265,15 @@ pub(super) fn register(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Er
             let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Unable to find a target.") else {
                 return;
             };
-            if p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
-                // TLS and authentication are not supported: as an unknown key.
-                return resp.err(invalid());
-            }
-            match t.add_host(&p.nqn, &p.host, p.psk.as_deref()) {
+            match t.add_host_ext(
+                &p.nqn,
+                &p.host,
+                p.psk.as_deref(),
+                p.dhchap_key.as_deref(),
+                p.dhchap_ctrlr_key.as_deref(),
+            ) {
                 Ok(()) => resp.ok(json!(true)),
-                Err(e @ Error::NoSubsystem(_)) => {
+                Err(e @ (Error::NoSubsystem(_) | Error::NoKey(_))) => {
                     log_err("nvmf_subsystem_add_host", &e);
                     resp.err(invalid());
                 }
@@ -300,6 +302,35 @@ pub(super) fn register(r: &MethodRegistry, t: &Target) -> Result<(), jsonrpc::Er
                 Err(e) => {
                     log_err("nvmf_subsystem_remove_host", &e);
                     resp.err(internal("Internal error"));
+                }
+            }
+        },
+    )?;
+    reg(
+        r,
+        "nvmf_subsystem_set_keys",
+        RUNTIME,
+        t,
+        |t, p: SetKeysParams, resp| {
+            let Some(resp) = tgt_ok(p.tgt_name.as_deref(), resp, "Invalid parameters") else {
+                return;
+            };
+            match t.set_keys(
+                &p.nqn,
+                &p.host,
+                p.dhchap_key.as_deref(),
+                p.dhchap_ctrlr_key.as_deref(),
+            ) {
+                Ok(()) => resp.ok(json!(true)),
+                Err(e @ (Error::NoSubsystem(_) | Error::NoKey(_))) => {
+                    log_err("nvmf_subsystem_set_keys", &e);
+                    resp.err(invalid());
+                }
+                Err(e) => {
+                    // SPDK answers the errno (-EINVAL: no such host, a
+                    // controller key without a host key).
+                    log_err("nvmf_subsystem_set_keys", &e);
+                    resp.err(RpcError::from_errno(libc::EINVAL));
                 }
             }
         },

@@ -112,10 +112,11 @@ impl Target {
         out.extend(nvm().map(|s| s.create_config_json()));
         for s in nvm() {
             for h in &s.hosts {
-                let mut params = json!({"nqn": s.nqn, "host": h});
-                if let Some(k) = s.host_psk(h) {
-                    params["psk"] = json!(k);
-                }
+                let mut m = serde_json::Map::new();
+                m.insert("nqn".into(), json!(s.nqn));
+                m.insert("host".into(), json!(h));
+                s.host_key_names(h, &mut m);
+                let params = Value::Object(m);
                 out.push(json!({
                     "method": "nvmf_subsystem_add_host",
                     "params": params

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use bdevkit_keyring::{KeyRef, Keyring};
 use bdevkit_nvme_spec::fabrics::validate_nqn;
 
 use super::Target;
@@ -386,10 +387,61 @@ impl Target {
     /// `nvmf_subsystem_add_host`; `psk`: the name of the host's TLS PSK
     /// in the keyring (its retained PSK is derived now, as SPDK's).
     pub fn add_host(&self, nqn: &str, host: &str, psk: Option<&str>) -> Result<()> {
+        self.add_host_ext(nqn, host, psk, None, None)
+    }
+
+    /// A DH-HMAC-CHAP key of the app's keyring, by name, checked to be
+    /// one (its material is read again at each authentication).
+    fn dhchap_key(&self, name: &str) -> Result<KeyRef> {
+        let key = self
+            .0
+            .core
+            .mgr
+            .service::<Keyring>()
+            .and_then(|r| r.get(name))
+            .ok_or_else(|| Error::NoKey(name.into()))?;
+        key.secret().map_err(|e| Error::Dhchap {
+            key: name.into(),
+            why: e.to_string(),
+        })?;
+        Ok(key)
+    }
+
+    /// The keys of `nvmf_subsystem_add_host` / `nvmf_subsystem_set_keys`
+    /// looked up; a controller key needs a host key (SPDK's rule).
+    fn dhchap_keys(
+        &self,
+        key: Option<&str>,
+        ctrlr_key: Option<&str>,
+    ) -> Result<(Option<KeyRef>, Option<KeyRef>)> {
+        let k = key.map(|n| self.dhchap_key(n)).transpose()?;
+        let c = ctrlr_key.map(|n| self.dhchap_key(n)).transpose()?;
+        if k.is_none() {
+            if let Some(c) = &c {
+                return Err(Error::Dhchap {
+                    key: c.name().into(),
+                    why: "a controller key requires a host key".into(),
+                });
+            }
+        }
+        Ok((k, c))
+    }
+
+    /// `nvmf_subsystem_add_host` with its keys: a TLS PSK and
+    /// DH-HMAC-CHAP keys (keyring key names).
+    pub fn add_host_ext(
+        &self,
+        nqn: &str,
+        host: &str,
+        psk: Option<&str>,
+        dhchap_key: Option<&str>,
+        dhchap_ctrlr_key: Option<&str>,
+    ) -> Result<()> {
         validate_nqn(host).map_err(|source| Error::InvalidNqn {
             nqn: host.into(),
             source,
         })?;
+        let (key, ckey) = self.dhchap_keys(dhchap_key, dhchap_ctrlr_key)?;
         let mut st = self.0.core.state.lock();
         let s = st
             .find_mut(nqn)
@@ -404,6 +456,7 @@ impl Target {
             self.0.core.tls.insert(&self.0.core.mgr, host, nqn, k)?;
             s.host_psks.push((host.into(), k.into()));
         }
+        s.set_host_dhchap(host, key, ckey);
         s.hosts.push(host.into());
         st.discovery_changed();
         Ok(())
@@ -422,6 +475,7 @@ impl Target {
             .position(|h| h == host)
             .ok_or_else(|| Error::NoHost(host.into()))?;
         s.hosts.remove(i);
+        s.set_host_dhchap(host, None, None);
         if let Some(j) = s.host_psks.iter().position(|(h, _)| h == host) {
             s.host_psks.remove(j);
             self.0.core.tls.remove(host, nqn);
@@ -430,6 +484,29 @@ impl Target {
         st.discovery_changed();
         drop(st);
         kill_all(&gone, "host removed");
+        Ok(())
+    }
+
+    /// `nvmf_subsystem_set_keys`: the host's DH-HMAC-CHAP keys become
+    /// these (absent ones are cleared, as SPDK); queues already
+    /// authenticated stay, the next authentication (a new queue, or the
+    /// host re-authenticating) uses the new keys.
+    pub fn set_keys(
+        &self,
+        nqn: &str,
+        host: &str,
+        dhchap_key: Option<&str>,
+        dhchap_ctrlr_key: Option<&str>,
+    ) -> Result<()> {
+        let (key, ckey) = self.dhchap_keys(dhchap_key, dhchap_ctrlr_key)?;
+        let mut st = self.0.core.state.lock();
+        let s = st
+            .find_mut(nqn)
+            .ok_or_else(|| Error::NoSubsystem(nqn.into()))?;
+        if !s.hosts.iter().any(|h| h == host) {
+            return Err(Error::NoHost(host.into()));
+        }
+        s.set_host_dhchap(host, key, ckey);
         Ok(())
     }
 
