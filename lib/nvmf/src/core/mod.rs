@@ -21,6 +21,7 @@
 //! transfers borrow a shared buffer, allocated once.
 
 pub(crate) mod auth;
+pub(crate) mod auth_exec;
 pub(crate) mod close;
 pub(crate) mod conns;
 pub(crate) mod dispatch;
