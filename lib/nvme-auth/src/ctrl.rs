@@ -303,6 +303,7 @@ impl Controller {
                 Some(
                     Message::Success1 {
                         tid: self.tid,
+                        hl: u8::try_from(self.hash.len()).unwrap_or(0),
                         rval,
                     }
                     .encode(),

@@ -130,6 +130,9 @@ pub enum Message {
     Success1 {
         /// Transaction id.
         tid: u16,
+        /// The hash's length (HL), set even without R2: SPDK's target
+        /// sets it, and the Linux host expects it.
+        hl: u8,
         /// Response R2, when the host asked for one.
         rval: Option<Vec<u8>>,
     },
@@ -262,10 +265,9 @@ impl Message {
                 }
                 b.extend_from_slice(dhv);
             }
-            Message::Success1 { tid, rval } => {
+            Message::Success1 { tid, hl, rval } => {
                 header(&mut b, TYPE_DHCHAP, ID_SUCCESS1, *tid);
-                let hl = rval.as_ref().map_or(0, Vec::len);
-                b.extend_from_slice(&[u8::try_from(hl).unwrap_or(0), 0, u8::from(rval.is_some())]);
+                b.extend_from_slice(&[*hl, 0, u8::from(rval.is_some())]);
                 b.extend_from_slice(&[0; 7]);
                 if let Some(r) = rval {
                     b.extend_from_slice(r);
@@ -382,13 +384,20 @@ impl Message {
                 if b.len() < 16 {
                     return bad("success1 shorter than its header");
                 }
-                let hl = usize::from(b[6]);
+                let hl = b[6];
                 let rvalid = b[8];
-                if rvalid > 1 || b.len() != 16 + hl {
+                // HL names the hash even without R2 (SPDK, Linux); R2
+                // follows only when RVALID says so.
+                if !matches!(hl, 0 | 32 | 48 | 64) || rvalid > 1 || (rvalid == 1 && hl == 0) {
+                    return bad("success1 fields out of range");
+                }
+                let len = 16 + if rvalid == 1 { usize::from(hl) } else { 0 };
+                if b.len() != len {
                     return bad("success1 length does not match its fields");
                 }
                 Ok(Message::Success1 {
                     tid,
+                    hl,
                     rval: (rvalid == 1).then(|| b[16..].to_vec()),
                 })
             }
@@ -450,9 +459,14 @@ mod tests {
             },
             Message::Success1 {
                 tid: 1,
+                hl: 32,
                 rval: Some(vec![8; 32]),
             },
-            Message::Success1 { tid: 1, rval: None },
+            Message::Success1 {
+                tid: 1,
+                hl: 48,
+                rval: None,
+            },
             Message::Success2 { tid: 3 },
             Message::Failure {
                 which: 1,
