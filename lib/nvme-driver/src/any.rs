@@ -43,6 +43,10 @@ macro_rules! define_any {
     ([$( $(#[$doc:meta])* $v:ident($t:ty, $q:ty) $get:ident, )+]) => {
         /// A controller's transport, any of the driver's.
         #[derive(Debug)]
+        #[expect(
+            clippy::large_enum_variant,
+            reason = "one per controller, never moved on the I/O path"
+        )]
         pub enum AnyTransport {
             $( $(#[$doc])* $v($t), )+
         }

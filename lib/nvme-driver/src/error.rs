@@ -46,6 +46,10 @@ pub enum Error {
     /// The controller is not in a state to do this (resetting, failed).
     #[error("controller busy")]
     Busy,
+    /// DH-HMAC-CHAP authentication of a queue failed (never key
+    /// material).
+    #[error("DH-HMAC-CHAP authentication failed: {0}")]
+    Auth(String),
 }
 
 impl Error {
@@ -60,6 +64,7 @@ impl Error {
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::InvalidArg(_) => libc::EINVAL,
             Error::Busy => libc::EBUSY,
+            Error::Auth(_) => libc::EACCES,
         }
     }
 

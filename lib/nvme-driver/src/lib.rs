@@ -82,5 +82,5 @@ pub use error::{Error, Result};
 pub use ns::{Namespace, NsIds};
 pub use pcie::PcieTransport;
 pub use qpair::{Completion, Qpair};
-pub use tcp::{TcpOptions, TcpPath, TcpTransport};
+pub use tcp::{Dhchap, TcpOptions, TcpPath, TcpTransport};
 pub use transport::{Data, Dir, QueueTransport, Release, Request, SubmitError, Transport};

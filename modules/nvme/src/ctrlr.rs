@@ -421,6 +421,12 @@ impl NvmeCtrlr {
             if let Some((name, _)) = o.psk.as_deref() {
                 p["psk"] = json!(name);
             }
+            if let Some(d) = t.dhchap() {
+                p["dhchap_key"] = json!(d.key.0);
+                if let Some((name, _)) = &d.ctrlr_key {
+                    p["dhchap_ctrlr_key"] = json!(name);
+                }
+            }
             p["hdgst"] = json!(o.digests.header);
             p["ddgst"] = json!(o.digests.data);
             p["fabrics_connect_timeout_us"] =

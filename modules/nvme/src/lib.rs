@@ -28,6 +28,7 @@
 //! RPCs: see [`rpc`]. `doc/nvme.md` has the whole picture.
 #![warn(missing_docs)]
 
+mod auth_rpc;
 mod bdev;
 pub mod channel;
 pub mod ctrlr;

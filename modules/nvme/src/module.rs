@@ -90,7 +90,7 @@ pub fn attach(mgr: &BdevManager, args: AttachArgs, done: AttachDone) {
         Err(e) => return done(Err(e)),
     };
     let args = match paths::prepare(&m.ctrlrs, args) {
-        Ok(Prepared::Attach(a)) => a,
+        Ok(Prepared::Attach(a)) => *a,
         Ok(Prepared::Added(names)) => return done(Ok(names)),
         Err(e) => return done(Err(e)),
     };

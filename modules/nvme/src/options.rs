@@ -94,9 +94,9 @@ pub struct NvmeOptions {
     pub rdma_max_cq_size: u32,
     /// RDMA CM event timeout (saved, not applied).
     pub rdma_cm_event_timeout_ms: u32,
-    /// DH-HMAC-CHAP digests (saved, not applied).
+    /// DH-HMAC-CHAP digests offered by controllers attached from now on.
     pub dhchap_digests: Vec<String>,
-    /// DH-HMAC-CHAP groups (saved, not applied).
+    /// DH-HMAC-CHAP groups offered by controllers attached from now on.
     pub dhchap_dhgroups: Vec<String>,
     /// RDMA UMR per I/O (saved, not applied).
     pub rdma_umr_per_io: bool,

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub(crate) enum Prepared {
     /// Attach it (a new name, or another multipath path).
-    Attach(AttachArgs),
+    Attach(Box<AttachArgs>),
     /// Done: an alternate address of the name's controller (failover);
     /// its bdev names.
     Added(Vec<String>),
@@ -27,7 +27,7 @@ pub(crate) enum Prepared {
 pub(crate) fn prepare(reg: &Registry, mut args: AttachArgs) -> Result<Prepared> {
     let paths = reg.paths(&args.name);
     let Some(first) = paths.first() else {
-        return Ok(Prepared::Attach(args));
+        return Ok(Prepared::Attach(Box::new(args)));
     };
     let name = args.name.clone();
     let mode = args.multipath.unwrap_or_default();
@@ -67,7 +67,7 @@ pub(crate) fn prepare(reg: &Registry, mut args: AttachArgs) -> Result<Prepared> 
         tracing::info!(ctrlr = %name, traddr = %o.traddr, trsvcid = %o.trsvcid, "failover address added");
         return Ok(Prepared::Added(first.bdev_names()));
     }
-    Ok(Prepared::Attach(args))
+    Ok(Prepared::Attach(Box::new(args)))
 }
 
 /// A transport id to match paths with (`bdev_nvme_detach_controller`'s

@@ -2,7 +2,8 @@
 //! `bdev_nvme_attach_controller`, `bdev_nvme_detach_controller`,
 //! `bdev_nvme_get_controllers`, `bdev_nvme_reset_controller`,
 //! `bdev_nvme_send_cmd`, `bdev_nvme_set_options`, `bdev_nvme_set_hotplug`
-//! (multipath's `bdev_nvme_set_multipath_policy` and
+//! (`bdev_nvme_set_keys` and the attach's DH-HMAC-CHAP keys are in
+//! `auth_rpc.rs`; multipath's `bdev_nvme_set_multipath_policy` and
 //! `bdev_nvme_get_io_paths` are in `mp_rpc.rs`), the discovery ones
 //! (`discovery_rpc.rs`: `bdev_nvme_start_discovery`,
 //! `bdev_nvme_stop_discovery`, `bdev_nvme_get_discovery_info`);
@@ -369,13 +370,22 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 resp.err(RpcError::from_errno(libc::ENOTSUP));
                 return;
             };
-            // No DH-HMAC-CHAP here: connecting without it would send
-            // in clear what was meant to be protected.
-            if p.dhchap_key.is_some() || p.dhchap_ctrlr_key.is_some() {
-                tracing::error!(ctrlr = %p.name, "dhchap keys are not supported");
-                return resp.err(RpcError::from_errno(libc::ENOTSUP));
-            }
             let mut tcp = tcp;
+            match crate::auth_rpc::dhchap(
+                &m,
+                p.dhchap_key.as_deref(),
+                p.dhchap_ctrlr_key.as_deref(),
+            ) {
+                Ok(None) => {}
+                Ok(Some(d)) => match tcp.as_mut() {
+                    Some(o) => o.dhchap = Some(d),
+                    None => {
+                        tracing::error!(ctrlr = %p.name, "dhchap keys are for NVMe/TCP only");
+                        return resp.err(RpcError::from_errno(libc::EINVAL));
+                    }
+                },
+                Err(e) => return resp.err(e),
+            }
             if let Some(name) = &p.psk {
                 match (tcp.as_mut(), tls_psk(&m, name)) {
                     (Some(o), Ok(k)) => o.psk = Some(Box::new((name.clone(), k))),
@@ -565,6 +575,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         },
     )?;
     crate::mp_rpc::register(reg, mgr)?;
+    crate::auth_rpc::register(reg, mgr)?;
     crate::discovery_rpc::register_rpcs(reg, mgr)?;
     Ok(())
 }

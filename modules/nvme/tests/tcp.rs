@@ -243,12 +243,14 @@ mod tests {
                 .unwrap_err();
                 assert_eq!(e.code, -22, "{l} {d} {f}: {}", e.message);
             }
-            // No DH-HMAC-CHAP: refused, not ignored; a psk that names no
-            // key is SPDK's -ENOKEY (TLS: test/tests/e2e/nvmf_tls.rs).
+            // A psk or dhchap_key that names no key is SPDK's -ENOKEY
+            // (TLS: test/tests/e2e/nvmf_tls.rs; DH-HMAC-CHAP:
+            // test/tests/nvmf/auth_initiator.rs); a controller key without
+            // a host key is -EINVAL.
             for (key, errno) in [
                 ("psk", libc::ENOKEY),
-                ("dhchap_key", libc::ENOTSUP),
-                ("dhchap_ctrlr_key", libc::ENOTSUP),
+                ("dhchap_key", libc::ENOKEY),
+                ("dhchap_ctrlr_key", libc::EINVAL),
             ] {
                 let mut p = with_reconnect("R", &t, -1, 1, 0);
                 p[key] = json!("key0");

@@ -14,6 +14,8 @@ mod lvol_interop;
 #[cfg(test)]
 mod nvme_multipath;
 #[cfg(test)]
+mod nvmf_auth;
+#[cfg(test)]
 mod nvmf_loss;
 #[cfg(test)]
 mod nvmf_rpc;

@@ -2,7 +2,9 @@
 //! for on the owner's thread: ICReq goes out with the queue, ICResp
 //! settles digests and PDU alignment, then the Fabrics Connect goes out
 //! (in a slot of its own, past the slots the queue pair uses) and its
-//! response makes the queue ready. Commands submitted meanwhile are held
+//! response makes the queue ready (or, when the controller asks for it
+//! or the host has a DH-HMAC-CHAP key, authentication runs first:
+//! `queue/auth.rs`). Commands submitted meanwhile are held
 //! by the queue and go out once it is ready; a failure or the deadline
 //! closes the queue like a dropped connection (held commands complete
 //! with Transient Transport Error, the queue reports itself dead).
@@ -10,6 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use bdevkit_nvme_auth::{Host, HostConfig};
 use bdevkit_nvme_spec::tcp::{digest_bits, Digests};
 use bdevkit_nvme_spec::{Sqe, Status};
 
@@ -20,6 +23,8 @@ pub(crate) enum Phase {
     IcResp,
     /// Fabrics Connect sent, its response awaited.
     Connect,
+    /// DH-HMAC-CHAP running over Authentication Send / Receive.
+    Auth,
 }
 
 /// Why a connection attempt ended without a ready queue.
@@ -29,6 +34,8 @@ pub(crate) enum Failure {
     Rejected(Status),
     /// The deadline passed first.
     TimedOut,
+    /// DH-HMAC-CHAP failed (why, for the error; never key material).
+    Auth(&'static str),
 }
 
 /// A connection attempt in progress.
@@ -48,6 +55,32 @@ pub(crate) struct Connecting {
     pub(crate) in_capsule: usize,
     /// Commands submitted meanwhile, in order (slot, command).
     pub(crate) held: VecDeque<(u16, Sqe)>,
+    /// DH-HMAC-CHAP: what the queue authenticates with after Connect.
+    pub(crate) auth: Option<Box<HostConfig>>,
+    /// DH-HMAC-CHAP in progress (phase [`Phase::Auth`]).
+    pub(crate) run: Option<AuthRun>,
+}
+
+/// What an authenticating queue waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthWait {
+    /// A Send's completion; then receive the next message.
+    SendThenReceive,
+    /// A Send's completion; then the queue is ready (Success2 went).
+    SendThenReady,
+    /// A Send's completion (Failure2 went); then the queue fails.
+    SendThenFail(&'static str),
+    /// A Receive's completion and its message.
+    Receive,
+}
+
+/// One DH-HMAC-CHAP transaction in progress.
+#[derive(Debug)]
+pub(crate) struct AuthRun {
+    /// The protocol's state machine.
+    pub(crate) host: Host,
+    /// What comes next.
+    pub(crate) wait: AuthWait,
 }
 
 impl Connecting {
@@ -69,6 +102,8 @@ impl Connecting {
             data,
             in_capsule,
             held: VecDeque::new(),
+            auth: None,
+            run: None,
         }
     }
 

@@ -17,7 +17,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bdevkit_nvme_auth::TlsPsk;
+use bdevkit_nvme_auth::{DhGroup, HashFn, HostConfig, Secret, TlsPsk};
 use bdevkit_nvme_spec::fabrics::{
     uuid_nqn, Connect, ConnectData, ConnectResponse, ADMIN_QID, CNTLID_DYNAMIC,
 };
@@ -62,6 +62,34 @@ pub struct TcpOptions {
     /// TLS 1.3 with this PSK on every queue (the handshake comes before
     /// the ICReq), and its keyring name (saved configs show the name).
     pub psk: Option<Box<(String, TlsPsk)>>,
+    /// DH-HMAC-CHAP on every queue (after its Connect).
+    pub dhchap: Option<Box<Dhchap>>,
+}
+
+/// DH-HMAC-CHAP keys and what the host offers (SPDK's `dhchap_key`,
+/// `dhchap_ctrlr_key` of an attach, `dhchap_digests` / `dhchap_dhgroups`
+/// of `bdev_nvme_set_options`). `Debug` shows names only.
+#[derive(Clone)]
+pub struct Dhchap {
+    /// The host's key and its keyring name.
+    pub key: (String, Secret),
+    /// The controller's key (bidirectional) and its name.
+    pub ctrlr_key: Option<(String, Secret)>,
+    /// Hashes offered.
+    pub hashes: Vec<HashFn>,
+    /// DH groups offered.
+    pub groups: Vec<DhGroup>,
+}
+
+impl std::fmt::Debug for Dhchap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dhchap")
+            .field("key", &self.key.0)
+            .field("ctrlr_key", &self.ctrlr_key.as_ref().map(|k| &k.0))
+            .field("hashes", &self.hashes)
+            .field("groups", &self.groups)
+            .finish()
+    }
 }
 
 impl TcpOptions {
@@ -78,6 +106,7 @@ impl TcpOptions {
             keep_alive_timeout_ms: 10_000,
             max_data_bytes: DEFAULT_MAX_DATA,
             psk: None,
+            dhchap: None,
         }
     }
 }
@@ -94,6 +123,9 @@ pub struct TcpTransport {
     cntlid: AtomicU16,
     /// In-capsule data the I/O queues take (from Identify Controller).
     io_in_capsule: AtomicUsize,
+    /// DH-HMAC-CHAP keys new connections authenticate with
+    /// ([`TcpTransport::set_dhchap`] changes them).
+    dhchap: parking_lot::Mutex<Option<Box<Dhchap>>>,
 }
 
 /// A host identifier: 16 random bytes (the host NQN's UUID when derived).
@@ -129,7 +161,9 @@ impl TcpTransport {
             ClientConfig::new(psk, &hostnqn, &opts.subnqn)
                 .map_err(|e| Error::InvalidArg(format!("TLS PSK {name}: {e}")))?;
         }
+        let dhchap = parking_lot::Mutex::new(opts.dhchap.clone());
         Ok(TcpTransport {
+            dhchap,
             opts,
             paths: Paths::new(first),
             hostid,
@@ -143,6 +177,19 @@ impl TcpTransport {
     #[must_use]
     pub fn options(&self) -> &TcpOptions {
         &self.opts
+    }
+
+    /// The DH-HMAC-CHAP keys queues authenticate with now.
+    #[must_use]
+    pub fn dhchap(&self) -> Option<Box<Dhchap>> {
+        self.dhchap.lock().clone()
+    }
+
+    /// New DH-HMAC-CHAP keys (`bdev_nvme_set_keys`): queues connected
+    /// from now on (a reset reconnects them all) authenticate with them;
+    /// `None` stops authenticating (unless the controller asks).
+    pub fn set_dhchap(&self, d: Option<Box<Dhchap>>) {
+        *self.dhchap.lock() = d;
     }
 
     /// The host NQN it connects as.
@@ -239,13 +286,23 @@ impl TcpTransport {
         } else {
             self.io_in_capsule.load(Ordering::Acquire)
         };
-        let conn = Connecting::new(
+        let mut conn = Connecting::new(
             self.opts.digests,
             Instant::now() + t,
             c.to_sqe(0),
             data.as_bytes().to_vec(),
             in_capsule,
         );
+        conn.auth = self.dhchap.lock().as_deref().map(|d| {
+            Box::new(HostConfig {
+                hostnqn: self.hostnqn.clone(),
+                subnqn: self.opts.subnqn.clone(),
+                key: d.key.1.clone(),
+                ctrl_key: d.ctrlr_key.as_ref().map(|k| k.1.clone()),
+                hashes: d.hashes.clone(),
+                groups: d.groups.clone(),
+            })
+        });
         let mut q = TcpQueue::new(qid, entries - 1, sock, self.opts.max_data_bytes, conn)?;
         q.set_in_capsule_limit(ADMIN_IN_CAPSULE);
         q.send_ic_req();

@@ -43,6 +43,7 @@ use super::connect::{Connecting, Failure, Phase};
 use crate::error::{Error, Result};
 use crate::transport::{Data, Dir, QueueTransport, Release, Request, SubmitError};
 
+mod auth;
 mod connecting;
 mod submit;
 
@@ -473,6 +474,9 @@ impl TcpQueue {
     fn complete(&mut self, mut cqe: Cqe) {
         let cid = cqe.cid.get();
         if cid == self.depth {
+            if self.conn.as_ref().is_some_and(|c| c.phase == Phase::Auth) {
+                return self.auth_step(&cqe);
+            }
             return self.connect_done(&cqe);
         }
         let Some(s) = self.slots.get_mut(usize::from(cid)) else {

@@ -3,12 +3,13 @@
 
 use std::time::Instant;
 
+use bdevkit_nvme_spec::fabrics::ConnectResponse;
 use bdevkit_nvme_spec::tcp::{self, TxConfig};
 use bdevkit_nvme_spec::Cqe;
 
 use super::{io_err, TcpQueue};
 use crate::error::{Error, Result};
-use crate::tcp::connect::{Failure, Phase};
+use crate::tcp::connect::{Connecting, Failure, Phase};
 
 impl TcpQueue {
     /// Sends the ICReq; what the controller answers is read by the polls.
@@ -90,6 +91,24 @@ impl TcpQueue {
             return self.close(&format!("Fabrics Connect rejected: {st}"));
         }
         self.connect_dw0 = cqe.dw0.get();
+        let atr = ConnectResponse::from_dword(self.connect_dw0).auth_required();
+        if atr || c.auth.is_some() {
+            if c.auth.is_none() {
+                self.failure = Some(Failure::Auth(
+                    "the controller requires DH-HMAC-CHAP and no dhchap_key was given",
+                ));
+                return self.close("authentication required without a key");
+            }
+            c.phase = Phase::Auth;
+            self.conn = Some(c);
+            return self.auth_start();
+        }
+        self.ready(*c);
+    }
+
+    /// The queue is ready: it takes the I/O in-capsule limit and sends
+    /// what it held.
+    pub(super) fn ready(&mut self, mut c: Connecting) {
         self.icd_max = c.in_capsule;
         tracing::debug!(qid = self.qid, digests = ?self.tx.digests, held = c.held.len(),
             "NVMe/TCP queue connected");
@@ -139,6 +158,7 @@ impl TcpQueue {
                 status,
             },
             Some(Failure::TimedOut) => Error::Timeout("NVMe/TCP connect"),
+            Some(Failure::Auth(why)) => Error::Auth(why.into()),
             None => Error::Unsupported(format!(
                 "NVMe/TCP: {}",
                 self.dead_reason.as_deref().unwrap_or("connection lost")
