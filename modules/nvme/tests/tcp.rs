@@ -245,7 +245,7 @@ mod tests {
             }
             // A psk or dhchap_key that names no key is SPDK's -ENOKEY
             // (TLS: test/tests/e2e/nvmf_tls.rs; DH-HMAC-CHAP:
-            // test/tests/nvmf/auth_initiator.rs); a controller key without
+            // test/tests/e2e/nvmf_auth.rs); a controller key without
             // a host key is -EINVAL.
             for (key, errno) in [
                 ("psk", libc::ENOKEY),
