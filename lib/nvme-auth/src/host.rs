@@ -126,7 +126,7 @@ impl Host {
     /// [`HostFailure`] when authentication failed: a Failure1 from the
     /// controller, a message out of place, or a wrong response.
     pub fn on_message(&mut self, bytes: &[u8]) -> Result<HostStep, HostFailure> {
-        let msg = match Message::decode(bytes) {
+        let msg = match Message::decode_received(bytes) {
             Ok(m) => m,
             Err(Error::Message(w)) => return Err(self.fail(Reason::IncorrectPayload, w, true)),
             Err(_) => return Err(self.fail(Reason::IncorrectPayload, "bad message", true)),

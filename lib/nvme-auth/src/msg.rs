@@ -293,6 +293,27 @@ impl Message {
     /// Decodes a message, checking every length and field it can check
     /// on its own (the sequence is the state machines' job).
     ///
+    /// Decodes a message that came back in an Authentication Receive:
+    /// the controller may fill the host's whole buffer (AL), past the
+    /// message (Linux's nvmet copies AL bytes), so what follows the length
+    /// its header gives is ignored; otherwise as [`Message::decode`].
+    ///
+    /// # Errors
+    /// [`Error::Message`] with what is wrong.
+    pub fn decode_received(b: &[u8]) -> Result<Message, Error> {
+        let len = match (b.first(), b.get(1)) {
+            (Some(&TYPE_DHCHAP), Some(&ID_CHALLENGE)) if b.len() >= 16 => {
+                16 + usize::from(b[6]) + usize::from(le16(b, 10))
+            }
+            (Some(&TYPE_DHCHAP), Some(&ID_SUCCESS1)) if b.len() >= 16 => {
+                16 + if b[8] == 1 { usize::from(b[6]) } else { 0 }
+            }
+            (Some(&TYPE_COMMON), Some(&(ID_FAILURE1 | ID_FAILURE2))) => 8,
+            _ => b.len(),
+        };
+        Message::decode(b.get(..len).unwrap_or(b))
+    }
+
     /// # Errors
     /// [`Error::Message`] with what is wrong.
     pub fn decode(b: &[u8]) -> Result<Message, Error> {
@@ -482,6 +503,29 @@ mod tests {
     }
 
     #[test]
+    fn received_messages_may_be_padded_to_the_buffer() {
+        for m in samples() {
+            if !matches!(
+                m,
+                Message::Challenge { .. } | Message::Success1 { .. } | Message::Failure { .. }
+            ) {
+                continue;
+            }
+            let mut b = m.encode();
+            b.resize(MAX_MESSAGE, 0);
+            assert_eq!(Message::decode_received(&b).unwrap(), m);
+            assert!(Message::decode(&b).is_err(), "decode stays strict");
+        }
+        // Shorter than its header says: still an error.
+        let b = samples()
+            .into_iter()
+            .find(|m| matches!(m, Message::Challenge { .. }))
+            .unwrap()
+            .encode();
+        assert!(Message::decode_received(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
     fn messages_round_trip_with_spdks_sizes() {
         for m in samples() {
             let b = m.encode();
@@ -514,6 +558,7 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = Message::decode(&b);
+            let _ = Message::decode_received(&b);
         }
 
         #[test]
@@ -524,6 +569,7 @@ mod tests {
                 b[p] = v;
             }
             let _ = Message::decode(&b);
+            let _ = Message::decode_received(&b);
         }
     }
 }
