@@ -15,14 +15,14 @@ use std::sync::Arc;
 
 use bdevkit_keyring::Keyring;
 use bdevkit_nvme_auth::{DhGroup, HashFn, HostConfig, HostStep, Message, Reason, Secret};
-use bdevkit_nvme_spec::admin::Identify;
+use bdevkit_nvme_spec::admin::{Identify, KeepAlive};
 use bdevkit_nvme_spec::cmd::Command;
 use bdevkit_nvme_spec::fabrics::{Auth, ConnectResponse, CNTLID_DYNAMIC};
 use bdevkit_nvme_spec::io::{BlockRange, Read};
 use bdevkit_nvme_spec::tcp::Digests;
 use bdevkit_nvme_spec::{Cqe, Status};
 use bdevkit_nvmf::SetConfigParams;
-use bdevkit_test::nvmf::{Host, NvmfEnv, Reply, HOSTNQN, STRANGER, SUBNQN};
+use bdevkit_test::nvmf::{tcp_transport, Host, NvmfEnv, Reply, HOSTNQN, STRANGER, SUBNQN};
 
 const OFF: Digests = Digests {
     header: false,
@@ -55,7 +55,11 @@ fn write_key(dir: &Path, name: &str, s: &Secret) -> std::path::PathBuf {
 
 impl Env {
     fn new(bidi: bool) -> Env {
-        let t = NvmfEnv::start();
+        Env::with(tcp_transport(), bidi)
+    }
+
+    fn with(tp: bdevkit_nvmf::CreateTransportParams, bidi: bool) -> Env {
+        let t = NvmfEnv::start_with("0x1", tp);
         let ring = Arc::new(Keyring::new());
         t.mgr().provide(Arc::clone(&ring));
         let dir = tempfile::tempdir().unwrap();
@@ -115,9 +119,20 @@ impl Env {
     /// Queue `qid` of `cntlid` connected as `host`; the Connect's
     /// response.
     fn connect(&self, qid: u16, cntlid: u16, host: &str) -> (Pdu, ConnectResponse) {
+        self.connect_kato(qid, cntlid, host, 0)
+    }
+
+    /// As [`Env::connect`], with a keep alive timeout (admin queue).
+    fn connect_kato(
+        &self,
+        qid: u16,
+        cntlid: u16,
+        host: &str,
+        kato_ms: u32,
+    ) -> (Pdu, ConnectResponse) {
         let mut h = self.t.host();
         h.icreq(OFF).unwrap();
-        let c = h.connect(qid, 32, 0, cntlid, SUBNQN, host).unwrap();
+        let c = h.connect(qid, 32, kato_ms, cntlid, SUBNQN, host).unwrap();
         assert!(c.status().is_success(), "connect: {}", c.status());
         (h, ConnectResponse::from_dword(c.dw0.get()))
     }
@@ -523,4 +538,34 @@ fn key_names_in_json_never_material() {
         assert!(!all.contains(&secret), "key material in JSON");
         assert!(!all.contains(secret.split(':').nth(2).unwrap()));
     }
+}
+
+#[test]
+fn an_io_queue_that_never_authenticates_closes_at_the_keep_alive_timeout() {
+    // A 1 s keep alive timeout (SPDK rounds min_kato up to kas units).
+    let mut tp = tcp_transport();
+    tp.kas = Some(10);
+    tp.min_kato = Some(1000);
+    let e = Env::with(tp, false);
+    let (mut admin, r) = e.connect_kato(0, CNTLID_DYNAMIC, HOSTNQN, 1000);
+    authenticate(&mut admin, e.host_cfg(false, HashFn::Sha256, DhGroup::Null)).unwrap();
+    admin.enable().unwrap();
+    let (mut io, ir) = e.connect(1, r.cntlid, HOSTNQN);
+    assert!(ir.auth_required());
+    // The admin queue keeps its controller alive meanwhile.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = Arc::clone(&stop);
+    let keeper = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Acquire) {
+            let (c, _) = admin.exec(&KeepAlive, 0).unwrap();
+            assert!(c.status().is_success(), "keep alive: {}", c.status());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        admin
+    });
+    closes(&mut io, "an I/O queue that never authenticated");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let mut admin = keeper.join().unwrap();
+    // The controller lived on: the close was the queue's own timeout.
+    assert!(identify(&mut admin).is_success());
 }

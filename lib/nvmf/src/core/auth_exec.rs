@@ -10,7 +10,40 @@ use super::auth::{negotiate_tid, QueueAuth, Txn};
 use super::qpair::{QpInner, QpTransport};
 use super::view::Env;
 
+/// How long a transaction may take when the controller has no keep
+/// alive timeout (SPDK's `NVMF_AUTH_DEFAULT_KATO_US`).
+const AUTH_DEFAULT_TIMEOUT_US: u64 = 120_000_000;
+
 impl<T: QpTransport> QpInner<T> {
+    /// SPDK's authentication timeout (the controller's keep alive
+    /// timeout, else 120 s), checked by the group's housekeeping: a queue
+    /// that never authenticated closes; a re-authentication that never
+    /// ended is dropped and the queue goes on (SPDK: not fatal). Returns
+    /// whether it changed anything.
+    pub(crate) fn auth_timed_out(&mut self, now: u64) -> bool {
+        if matches!(self.auth, QueueAuth::Open) {
+            return false;
+        }
+        let kato = self.conn.as_ref().map_or(0, |a| a.ctrlr.kato_ms());
+        let limit = if kato > 0 {
+            u64::from(kato) * 1000
+        } else {
+            AUTH_DEFAULT_TIMEOUT_US
+        };
+        if now.saturating_sub(self.auth_since) <= bdevkit::clock::us_to_ticks(limit) {
+            return false;
+        }
+        let qid = self.conn.as_ref().map_or(0, |a| a.qid);
+        tracing::warn!(peer = %self.peer, qid, "DH-HMAC-CHAP: authentication timed out");
+        if matches!(self.auth, QueueAuth::Pending(_)) {
+            self.auth = QueueAuth::Pending(None);
+            self.begin_close("authentication timed out", false);
+        } else {
+            self.auth = QueueAuth::Open;
+        }
+        true
+    }
+
     /// Authentication Send or Receive on this queue.
     pub(crate) fn auth(&mut self, env: &Env, slot: u16, a: &Auth) {
         let Some(assoc) = &self.conn else {
@@ -53,7 +86,10 @@ impl<T: QpTransport> QpInner<T> {
             QueueAuth::Pending(Some(t)) => QueueAuth::Pending(Some(t)),
             QueueAuth::Pending(None) => QueueAuth::Pending(Some(fresh(env))),
             QueueAuth::Again(t) => QueueAuth::Again(t),
-            QueueAuth::Open => QueueAuth::Again(fresh(env)),
+            QueueAuth::Open => {
+                self.auth_since = bdevkit::clock::ticks();
+                QueueAuth::Again(fresh(env))
+            }
         };
         self.auth = txn;
         if let QueueAuth::Pending(Some(t)) | QueueAuth::Again(t) = &mut self.auth {
@@ -74,7 +110,10 @@ impl<T: QpTransport> QpInner<T> {
                 sent: false,
             };
             self.auth = match self.auth {
-                QueueAuth::Open => QueueAuth::Again(t),
+                QueueAuth::Open => {
+                    self.auth_since = bdevkit::clock::ticks();
+                    QueueAuth::Again(t)
+                }
                 _ => QueueAuth::Pending(Some(t)),
             };
         }

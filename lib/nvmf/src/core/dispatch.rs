@@ -286,6 +286,7 @@ impl<T: QpTransport> QpInner<T> {
         // AUTHREQ.ATR: the host authenticates the queue before using it.
         let authreq = if auth {
             self.auth = QueueAuth::Pending(None);
+            self.auth_since = bdevkit::clock::ticks();
             0b10
         } else {
             0

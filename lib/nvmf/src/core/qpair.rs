@@ -198,6 +198,8 @@ pub(crate) struct QpInner<T: QpTransport> {
     pub icd_bytes: u64,
     /// DH-HMAC-CHAP on this queue.
     pub auth: super::auth::QueueAuth,
+    /// Ticks when its authentication (transaction) began.
+    pub auth_since: u64,
 }
 
 /// One connection, owned by its poll group.
@@ -249,6 +251,7 @@ impl<T: QpTransport> Qpair<T> {
                 fused_first_failed: false,
                 icd_bytes: 0,
                 auth: super::auth::QueueAuth::Open,
+                auth_since: 0,
             }),
             kick: Cell::new(true),
             done: Cell::new(false),
@@ -307,7 +310,8 @@ impl<T: QpTransport> Qpair<T> {
     }
 
     /// Periodic checks (the group's timer): keep alive expiry of an admin
-    /// queue's controller, connections that never connected.
+    /// queue's controller, connections that never connected, queues that
+    /// never authenticated.
     pub fn housekeeping(&self, now: u64) {
         let Ok(mut q) = self.q.try_borrow_mut() else {
             return;
@@ -322,6 +326,9 @@ impl<T: QpTransport> Qpair<T> {
                 self.kick.set(true);
             }
             _ => {}
+        }
+        if q.auth_timed_out(now) {
+            self.kick.set(true);
         }
     }
 
