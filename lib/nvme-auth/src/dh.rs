@@ -60,10 +60,14 @@ impl Field {
         BoxedUint::from_be_slice(be, self.bits).map_err(|_| Error::Dh("value of the wrong size"))
     }
 
-    /// `base ^ exp mod p`, padded big-endian.
+    /// `base ^ exp mod p`, padded big-endian, for a private exponent of
+    /// [`PRIVATE_BYTES`]: the ladder runs over those bits only (a public
+    /// bound, so still constant time in the exponent's value), not the
+    /// prime's whole width (16 times fewer squarings in ffdhe8192).
     fn pow(&self, base: &BoxedUint, exp: &BoxedUint) -> Zeroizing<Vec<u8>> {
         let b = BoxedMontyForm::new(base.clone(), self.params.clone());
-        let r = b.pow(exp).retrieve();
+        let bits = u32::try_from(PRIVATE_BYTES * 8).unwrap_or(u32::MAX);
+        let r = b.pow_bounded_exp(exp, bits).retrieve();
         Zeroizing::new(r.to_be_bytes().to_vec())
     }
 }
