@@ -260,11 +260,26 @@ impl RpcError {
         } else {
             errno
         };
-        let text = io::Error::from_raw_os_error(errno).to_string();
-        let suffix = format!(" (os error {errno})");
-        let message = text.strip_suffix(&suffix).unwrap_or(&text).to_owned();
-        Self::new(-errno, message)
+        Self::new(-errno, strerror(errno))
     }
+
+    /// -32603 with SPDK's `sentence` followed by the `strerror` text of
+    /// `errno`: `internal_with_cause("Unable to create URING bdev.", libc::EACCES)`
+    /// is `{-32603, "Unable to create URING bdev. Permission denied"}`. The
+    /// sentence stays unchanged at the start, so clients that match it keep
+    /// working.
+    pub fn internal_with_cause(sentence: &str, errno: i32) -> Self {
+        Self::internal_error(format!("{sentence} {}", strerror(errno)))
+    }
+}
+
+/// glibc's `strerror` text of `errno` (either sign): `strerror(libc::ENOENT)`
+/// is "No such file or directory".
+pub fn strerror(errno: i32) -> String {
+    let errno = errno.saturating_abs();
+    let text = io::Error::from_raw_os_error(errno).to_string();
+    let suffix = format!(" (os error {errno})");
+    text.strip_suffix(&suffix).unwrap_or(&text).to_owned()
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ mod registry;
 mod server;
 
 pub use client::Client;
-pub use error::{ClientError, Error, ErrorChain, Result, RpcError};
+pub use error::{strerror, ClientError, Error, ErrorChain, Result, RpcError};
 pub use registry::{
     decode_params, Handler, MethodRegistry, Responder, RUNTIME_STATE_MESSAGE, STARTUP_STATE_MESSAGE,
 };

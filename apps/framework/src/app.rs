@@ -408,7 +408,9 @@ fn install_heap_trimmer(shared: &Arc<AppShared>) {
             p.unregister();
             return PollerStatus::Idle;
         };
-        let n = sh.mgr.bdevs().len();
+        // No allocation here: this runs beside I/O threads that are
+        // checked to allocate nothing (the fio engine's jobs, in-process).
+        let n = sh.mgr.bdev_count();
         let shrank = n < last;
         last = n;
         if shrank {

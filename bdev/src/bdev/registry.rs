@@ -251,6 +251,13 @@ impl BdevManager {
         self.0.reg.lock().bdevs.clone()
     }
 
+    /// How many bdevs are registered (no copy of the list: for periodic
+    /// checks that must not allocate).
+    #[must_use]
+    pub fn bdev_count(&self) -> usize {
+        self.0.reg.lock().bdevs.len()
+    }
+
     /// Opens a bdev. `event_cb` runs on the calling thread (inline when
     /// called outside any thread) for remove and resize events.
     pub fn open(

@@ -104,7 +104,7 @@ mod tests {
             let sock = dir.join("spdk.sock");
             let log = File::create(dir.join("tgt.log")).unwrap();
             let child = Command::new(spdk.join("build/bin/spdk_tgt"))
-                .args(["--no-huge", "-s", "2048", "-r"])
+                .args(["--no-huge", "-s", "2048", "--disable-cpumask-locks", "-r"])
                 .arg(&sock)
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
@@ -347,7 +347,13 @@ mod tests {
         .unwrap();
         let out = dir.path().join("thin1.out");
         let st = Command::new(spdk.join("build/bin/spdk_dd"))
-            .args(["--no-huge", "-s", "512", "--json"])
+            .args([
+                "--no-huge",
+                "-s",
+                "512",
+                "--disable-cpumask-locks",
+                "--json",
+            ])
             .arg(&conf)
             .arg("--ib=ourlvs/thin1")
             .arg(format!("--of={}", out.display()))

@@ -72,7 +72,7 @@ pub struct CoalescingParams {
 }
 
 fn invalid(errno: i32) -> RpcError {
-    RpcError::invalid_params(RpcError::from_errno(errno).message)
+    RpcError::invalid_params(bdevkit_jsonrpc::strerror(errno))
 }
 
 fn failed(method: &str, e: &Error) -> RpcError {
@@ -111,15 +111,15 @@ pub fn register_rpcs(reg: &MethodRegistry, t: &VhostTarget) -> Result<(), jsonrp
     let tt = t.clone();
     reg.register("vhost_get_controllers", RUNTIME, move |params, resp| {
         let Ok(p) = decode_params::<GetControllersParams>(params) else {
-            return resp.err(RpcError::internal_error(
-                RpcError::from_errno(libc::EINVAL).message,
-            ));
+            return resp.err(RpcError::internal_error(bdevkit_jsonrpc::strerror(
+                libc::EINVAL,
+            )));
         };
         match tt.get_controllers(p.name.as_deref()) {
             Ok(v) => resp.ok(v),
-            Err(e) => resp.err(RpcError::internal_error(
-                RpcError::from_errno(e.errno()).message,
-            )),
+            Err(e) => resp.err(RpcError::internal_error(bdevkit_jsonrpc::strerror(
+                e.errno(),
+            ))),
         }
     })?;
     let tt = t.clone();

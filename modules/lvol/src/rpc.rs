@@ -16,7 +16,7 @@
 use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::Thread;
 use bdevkit_blobstore::ClearMethod;
-use bdevkit_jsonrpc::{self as jsonrpc, MethodRegistry, Responder, RpcError, RUNTIME};
+use bdevkit_jsonrpc::{self as jsonrpc, strerror, MethodRegistry, Responder, RpcError, RUNTIME};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -121,10 +121,6 @@ pub struct ResizeParams {
 }
 
 const MIB: u64 = 1 << 20;
-
-fn strerror(errno: i32) -> String {
-    RpcError::from_errno(errno).message
-}
 
 /// A failure found by a check answers `-errno`; a later one `code` with
 /// the `strerror` text.

@@ -79,9 +79,9 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
                 -libc::ENODEV,
                 format!("raid bdev {name} not found"),
             )),
-            Err(e) => resp.err(RpcError::internal_error(
-                RpcError::from_errno(e.errno()).message,
-            )),
+            Err(e) => resp.err(RpcError::internal_error(bdevkit_jsonrpc::strerror(
+                e.errno(),
+            ))),
         });
     })?;
     let m = mgr.clone();

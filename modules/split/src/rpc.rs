@@ -59,7 +59,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         match crate::create(&m, p) {
             Ok(names) => resp.ok(json!(names)),
             Err(e) => {
-                let text = RpcError::from_errno(e.errno()).message;
+                let text = jsonrpc::strerror(e.errno());
                 resp.err(RpcError::invalid_params(format!(
                     "Failed to create {count} split bdevs from '{base}': {text}"
                 )));
@@ -74,9 +74,7 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
         // SPDK answers at once; the parts leave as their openers close.
         match crate::delete(&m, &p.base_bdev, || {}) {
             Ok(()) => resp.ok(json!(true)),
-            Err(_) => resp.err(RpcError::invalid_params(
-                RpcError::from_errno(libc::ENOENT).message,
-            )),
+            Err(_) => resp.err(RpcError::invalid_params(jsonrpc::strerror(libc::ENOENT))),
         }
     })?;
     Ok(())

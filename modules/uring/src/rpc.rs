@@ -34,8 +34,7 @@ pub const CREATE_FAILED: &str = "Unable to create URING bdev.";
 /// Permission denied`.
 #[must_use]
 pub fn create_failed(e: &Error) -> RpcError {
-    let cause = RpcError::from_errno(e.errno()).message;
-    RpcError::internal_error(format!("{CREATE_FAILED} {cause}"))
+    RpcError::internal_with_cause(CREATE_FAILED, e.errno())
 }
 
 /// `bdev_uring_create` params.

@@ -31,8 +31,7 @@ pub const CREATE_FAILED: &str = "Unable to create xNVMe bdev.";
 /// errno: `Unable to create xNVMe bdev. No such file or directory`.
 #[must_use]
 pub fn create_failed(e: &Error) -> RpcError {
-    let cause = RpcError::from_errno(e.errno()).message;
-    RpcError::internal_error(format!("{CREATE_FAILED} {cause}"))
+    RpcError::internal_with_cause(CREATE_FAILED, e.errno())
 }
 
 /// `bdev_xnvme_create` params.

@@ -283,6 +283,9 @@ fn arrays_bdevkit_made_assemble_in_spdk() {
             "--no-huge",
             "-s",
             "512",
+            // Other tests run SPDK programs at the same time, on core 0 too:
+            // without this the second one to start exits (core 0's lock).
+            "--disable-cpumask-locks",
             "--json",
             cfg.to_str().unwrap(),
             "--ib",
