@@ -132,7 +132,7 @@ pub fn check_invariants(core: &Core) {
 /// 4 KiB of data for `seed`.
 pub fn pattern(seed: u64) -> Vec<u8> {
     (0..4096u64)
-        .map(|i| u8::try_from((i * 13 + seed * 7 + 1) % 251).unwrap_or(0))
+        .map(|i| u8::try_from((i * 13 + seed % 251 * 7 + 1) % 251).unwrap_or(0))
         .collect()
 }
 
