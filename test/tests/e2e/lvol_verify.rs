@@ -1,7 +1,9 @@
 //! Thin lvols under data verification, across processes:
 //!
-//! * `bdevperf -w verify -C` on two cores over one thin lvol on malloc:
-//!   both cores allocate clusters of one lvol at once, every read compares;
+//! * `bdevperf -w verify -C` on two cores over one thin lvol on malloc,
+//!   and on the emulated NVMe controller (`bdev_nvme_emu_create`, a RAM
+//!   namespace, through our driver): both cores allocate clusters of one
+//!   lvol at once, every read compares;
 //! * a thin lvol exported over NVMe/TCP by `bdev_tgt`, verified by
 //!   `bdevperf` through our initiator (the nvme module).
 
@@ -82,6 +84,40 @@ fn bdevperf_verifies_a_thin_lvol_over_malloc_on_two_cores() {
         .unwrap()
         .expect("perform_tests");
     assert_clean(&r, "verify on a thin lvol");
+    let jobs = r["results"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "one job per core on the lvol: {r}");
+    for j in jobs {
+        assert_eq!(
+            j["job"].as_str().map(|s| s.contains(&lvol)),
+            Some(true),
+            "{j}"
+        );
+    }
+    let n = allocated(&bp);
+    assert!(n > 0 && n <= 48, "clusters allocated by the writes: {n}");
+}
+
+#[test]
+fn bdevperf_verifies_a_thin_lvol_over_the_emulated_nvme_controller_on_two_cores() {
+    let dir = temp_dir();
+    let cfg = config(
+        dir.path(),
+        "bp",
+        &[
+            json!({"method": "bdev_nvme_emu_create", "params": {"name": "emu0",
+                "namespaces": [{"nsid": 1, "kind": "ram", "block_size": 512, "num_blocks": 131072}]}}),
+            json!({"method": "bdev_nvme_attach_controller",
+                "params": {"name": "Nvme0", "trtype": "PCIe", "traddr": "emu:emu0"}}),
+        ],
+        &[],
+    );
+    let bp = bdevperf(&cfg, &["-C"]);
+    let lvol = thin_lvol(&bp, "Nvme0n1", 48);
+    let r = perform_tests(&bp, 2)
+        .join()
+        .unwrap()
+        .expect("perform_tests");
+    assert_clean(&r, "verify on a thin lvol over the emulated controller");
     let jobs = r["results"].as_array().unwrap();
     assert_eq!(jobs.len(), 2, "one job per core on the lvol: {r}");
     for j in jobs {
