@@ -10,8 +10,9 @@
 # is the driver's and the module's; EMU=1 keeps it in.
 # For uring (a uring bdev over a file in /dev/shm) the kernel's work is not
 # counted (callgrind sees user space only): the count is the module's.
-# passthru and error are those virtual bdevs over a null bdev.
-#   bench/callgrind_io_path.sh [null|malloc|passthru|error|uring|nvme] [QD] [read|write]
+# passthru and error are those virtual bdevs over a null bdev; lvol and
+# lvol-thin a thick or thin lvol (4 MiB clusters) on a malloc bdev.
+#   bench/callgrind_io_path.sh [null|malloc|passthru|error|lvol|lvol-thin|uring|nvme] [QD] [read|write]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-null}; qd=${2:-128}; rw=${3:-read}

@@ -1,12 +1,14 @@
 //! Fixed-count I/O loop on one bdev, one core, polling:
-//! `io_path [null|malloc|passthru|error|uring|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
+//! `io_path [null|malloc|passthru|error|lvol|lvol-thin|uring|nvme|nvme-spin] [QD] [COUNT] [read|write]`. Prints
 //! ns per I/O. Run it under callgrind with two counts and divide the
 //! difference in instructions by the difference in I/Os for a repeatable
 //! per-I/O cost (`bench/callgrind_io_path.sh`).
 //!
 //! Kinds: `null` and `malloc` bdevs; `passthru` and `error`, those virtual
 //! bdevs over a null bdev (what the stacking costs: the difference to
-//! `null`); `uring`, a uring bdev over a file in
+//! `null`); `lvol` and `lvol-thin`, a thick or thin lvol (4 MiB clusters)
+//! on a malloc bdev (the lvol's cost: the difference to `malloc`);
+//! `uring`, a uring bdev over a file in
 //! `/dev/shm` (`IO_PATH_FILE` names another; the kernel's share of the
 //! work is not counted by callgrind, so the count is the module's ring
 //! code, the bdev layer and the loop); `nvme`, the nvme module over an
@@ -109,6 +111,7 @@ fn main() {
     bdevkit_error::register(&mgr);
     bdevkit_uring::register(&mgr);
     bdevkit_nvme::register(&mgr);
+    bdevkit_lvol::register(&mgr);
     let blocks = 65536;
     let (name, temp) = create(&rt.app_thread(), &mgr, &kind, blocks);
     let (tx, rx) = mpsc::channel();
@@ -178,6 +181,41 @@ fn create(
         })
         .expect("app thread");
         return ("B".into(), temp);
+    }
+    if matches!(kind, "lvol" | "lvol-thin") {
+        let thin = kind == "lvol-thin";
+        // A malloc base with room for the store's metadata cluster, 4 MiB
+        // clusters, one lvol of exactly `blocks` blocks (thick: every
+        // cluster allocated; thin: allocated by a first write of each).
+        return app
+            .block_on(move || async move {
+                let p = bdevkit_malloc::MallocCreateParams::new("B", 4096, blocks + 4096);
+                bdevkit_malloc::create(&m, p).expect("malloc");
+                let args = bdevkit_lvol::CreateLvstore {
+                    bdev_name: "B".into(),
+                    opts: bdevkit_lvol::LvsOptions {
+                        cluster_size: 4 << 20,
+                        ..bdevkit_lvol::LvsOptions::new("lvs")
+                    },
+                    md_page_size: 0,
+                };
+                bdevkit_lvol::create_lvstore(&m, args)
+                    .await
+                    .expect("lvstore");
+                let o = bdevkit_lvol::LvolOptions {
+                    name: "lv".into(),
+                    size_bytes: blocks * 4096,
+                    thin,
+                    clear_method: bdevkit_blobstore::ClearMethod::Default,
+                    uuid: None,
+                };
+                let name =
+                    bdevkit_lvol::create_lvol(&m, &bdevkit_lvol::LvsRef::Name("lvs".into()), o)
+                        .await
+                        .expect("lvol");
+                (name, None)
+            })
+            .expect("app thread");
     }
     if matches!(kind, "null" | "malloc" | "passthru" | "error") {
         let k = kind.to_string();

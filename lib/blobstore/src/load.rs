@@ -55,6 +55,18 @@ fn geometry(sb: &SuperBlock, block_size: u32, dev_bytes: u64) -> Result<(Geometr
     } else {
         sb.io_unit_size
     };
+    if !io_unit_size.is_power_of_two() || !(512..=PAGE_SIZE_U32).contains(&io_unit_size) {
+        return Err(impossible("io_unit_size", u64::from(io_unit_size)));
+    }
+    // SPDK serves a store's blobs in io units; this library in the device's
+    // blocks. They agree only when the two are one size (what SPDK writes
+    // at init), so a store moved to a device of another block size is
+    // refused rather than served with another block size than SPDK's.
+    if io_unit_size != block_size {
+        return Err(Error::Unsupported(
+            "io unit size other than the device's block size",
+        ));
+    }
     let cs = u64::from(sb.cluster_size);
     if cs == 0 || !cs.is_multiple_of(PAGE_SIZE_U64) {
         return Err(impossible("cluster_size", cs));

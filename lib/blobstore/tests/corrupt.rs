@@ -234,6 +234,72 @@ mod tests {
         );
     }
 
+    /// Sets the super block's u32 at `off` and fixes its CRC.
+    fn edit_super(d: &MemDevice, off: usize, v: u32) {
+        let mut p = [0u8; 4096];
+        d.peek(0, &mut p);
+        p[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        let crc = crc32c::crc32c(&p[..4092]);
+        p[4092..].copy_from_slice(&crc.to_le_bytes());
+        d.poke(0, &p);
+    }
+
+    #[test]
+    fn unsupported_super_block_fields_are_refused_before_any_write() {
+        const IO_UNIT: usize = 88;
+        const MD_PAGE: usize = 92;
+        for clean in [true, false] {
+            let m = make(clean);
+            // md_page_size: SPDK v26.05 makes 8 KiB to 64 KiB pages; refused.
+            for v in [8192, 65536, 1000] {
+                let d = dev(&m.image);
+                edit_super(&d, MD_PAGE, v);
+                for recover in [false, true] {
+                    match load(&d, recover) {
+                        Err(e @ Error::Unsupported(_)) => {
+                            assert_eq!(e.errno(), libc::ENOTSUP);
+                            assert!(e.to_string().contains("metadata page size"), "{e}");
+                        }
+                        other => panic!("md_page_size {v}: {other:?}"),
+                    }
+                }
+                assert_eq!(d.stats().writes + d.stats().clears, 0, "never written");
+            }
+            // 0 means 4096, as SPDK reads it.
+            let d = dev(&m.image);
+            edit_super(&d, MD_PAGE, 0);
+            load(&d, false).unwrap();
+            // io_unit_size: impossible values, and one other than the
+            // device's block size (SPDK would serve the blobs in 4 KiB
+            // units on this 512-byte device; 0 means 4096 too).
+            for v in [3000, 256, 8192] {
+                let d = dev(&m.image);
+                edit_super(&d, IO_UNIT, v);
+                assert!(
+                    matches!(
+                        load(&d, false),
+                        Err(Error::BadSuper(Corruption::Impossible {
+                            field: "io_unit_size",
+                            ..
+                        }))
+                    ),
+                    "io_unit_size {v}"
+                );
+            }
+            for v in [4096, 1024, 0] {
+                let d = dev(&m.image);
+                edit_super(&d, IO_UNIT, v);
+                match load(&d, false) {
+                    Err(e @ Error::Unsupported(_)) => {
+                        assert!(e.to_string().contains("io unit size"), "{e}");
+                    }
+                    other => panic!("io_unit_size {v}: {other:?}"),
+                }
+                assert_eq!(d.stats().writes + d.stats().clears, 0, "never written");
+            }
+        }
+    }
+
     #[test]
     fn a_device_error_fails_the_store() {
         let m = make(false);

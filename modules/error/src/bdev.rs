@@ -191,6 +191,16 @@ pub struct Injections {
     slots: [InjectSlot; 4],
 }
 
+impl Injections {
+    /// How many more I/Os of `io_type` the armed injection takes (0 when
+    /// none is armed, or for a type that is never injected): a test that
+    /// holds the next write knows it is held once this drops to 0.
+    #[must_use]
+    pub fn remaining(&self, io_type: IoType) -> u32 {
+        slot_index(io_type).map_or(0, |i| self.slots[i].remaining.load(Ordering::Acquire))
+    }
+}
+
 /// Arms (or clears) injections as `p` says.
 pub(crate) fn inject(bdev: &ErrorBdev, p: &ErrorInjectParams) {
     let name = bdev.stacked().name();

@@ -12,6 +12,8 @@ mod lifecycle;
 #[cfg(test)]
 mod lvol_interop;
 #[cfg(test)]
+mod lvol_verify;
+#[cfg(test)]
 mod nvme_multipath;
 #[cfg(test)]
 mod nvmf_auth;
