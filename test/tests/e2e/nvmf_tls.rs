@@ -2,9 +2,11 @@
 //! `secure_channel` listener and a host PSK (a keyring key), our
 //! initiator (`bdevperf -z`, `bdev_nvme_attach_controller psk`) verifying
 //! through it; every bad TLS input refused (the connection closed or the
-//! handshake failed) without harm to the target or to the good host; and
-//! interop with the reference SPDK build (its bdevperf against our target,
-//! our initiator against its nvmf_tgt), skipped loudly when it is absent.
+//! handshake failed) without harm to the target or to the good host; TLS
+//! and DH-HMAC-CHAP together on one connection; and interop with the
+//! reference SPDK build (its bdevperf against our target, with a PSK and
+//! with a PSK and a DH-HMAC-CHAP key; our initiator against its
+//! nvmf_tgt), skipped loudly when it is absent.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -316,6 +318,132 @@ fn secure_listener_and_psk_refusals_are_spdks() {
     assert_eq!(sub["hosts"], json!([{"nqn": HOST, "psk": "key0"}]));
 }
 
+/// A DH-HMAC-CHAP key for [`HOST`], and one nobody configured (both
+/// valid: doc/nvmf.md's examples).
+const DH_KEY: &str = "DHHC-1:00:itFl7sDByOGeaZtm1BbVH6BCWyy7SG1Zq/sjL8tH2Os8mDv2:";
+const OTHER_DH_KEY: &str = "DHHC-1:00:8zMQyDpT+M6sPp+TgGm7LFpxK2RYR9yEg32Zvy9D5pQ+2whu:";
+
+/// The keyring with every key of `keys` (name, file).
+fn keyring_of(keys: &[(&str, &Path)]) -> Value {
+    let calls: Vec<Value> = keys
+        .iter()
+        .map(|(n, p)| json!({"method": "keyring_file_add_key", "params": {"name": n, "path": p}}))
+        .collect();
+    json!({"subsystem": "keyring", "config": calls})
+}
+
+/// The key files of the TLS + DH-HMAC-CHAP tests: `key0` (the PSK),
+/// `dh0` (HOST's DH-HMAC-CHAP key), `dhbad` (a key nobody configured).
+fn both_keys(dir: &Path) -> Value {
+    let psk = key_file(dir, "key0", KEY);
+    let dh = key_file(dir, "dh0", DH_KEY);
+    let bad = key_file(dir, "dhbad", OTHER_DH_KEY);
+    keyring_of(&[("key0", &psk), ("dh0", &dh), ("dhbad", &bad)])
+}
+
+/// A target config (ours and SPDK's alike) whose [`HOST`] has both a PSK
+/// (`key0`) and a DH-HMAC-CHAP key (`dh0`), on a secure listener only;
+/// groups kept to the cheaper ones (debug builds).
+fn both_target_config(dir: &Path, port: u16) -> PathBuf {
+    let cfg = json!({"subsystems": [
+        both_keys(dir),
+        {"subsystem": "bdev", "config": [{"method": "bdev_malloc_create",
+            "params": {"name": "Malloc0", "num_blocks": 131_072, "block_size": 512}}]},
+        {"subsystem": "nvmf", "config": [
+            {"method": "nvmf_set_config", "params": {
+                "dhchap_digests": ["sha256", "sha384", "sha512"],
+                "dhchap_dhgroups": ["null", "ffdhe2048"]}},
+            {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+            {"method": "nvmf_create_subsystem",
+                "params": {"nqn": NQN, "serial_number": "BDKTLS0002", "allow_any_host": false}},
+            {"method": "nvmf_subsystem_add_ns",
+                "params": {"nqn": NQN, "namespace": {"bdev_name": "Malloc0"}}},
+            {"method": "nvmf_subsystem_add_host",
+                "params": {"nqn": NQN, "host": HOST, "psk": "key0", "dhchap_key": "dh0"}},
+            listener(port, true),
+        ]},
+    ]});
+    let p = dir.join("tgt-both.json");
+    std::fs::write(&p, cfg.to_string()).unwrap();
+    p
+}
+
+/// `bdev_nvme_attach_controller`'s params for [`HOST`] on `port`: the PSK,
+/// and the DH-HMAC-CHAP key `dh` if any.
+fn both_attach(port: u16, dh: Option<&str>) -> Value {
+    let mut p = json!({"name": "Nvme0", "trtype": "tcp", "adrfam": "ipv4",
+        "traddr": "127.0.0.1", "trsvcid": port.to_string(), "subnqn": NQN, "hostnqn": HOST,
+        "psk": "key0"});
+    if let Some(k) = dh {
+        p["dhchap_key"] = json!(k);
+    }
+    p
+}
+
+/// An initiator config with both keys (ours and SPDK's bdevperf alike).
+fn both_host_config(dir: &Path, port: u16) -> PathBuf {
+    let cfg = json!({"subsystems": [
+        both_keys(dir),
+        {"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": both_attach(port, Some("dh0"))}]},
+    ]});
+    let p = dir.join("host-both.json");
+    std::fs::write(&p, cfg.to_string()).unwrap();
+    p
+}
+
+/// TLS and DH-HMAC-CHAP on one connection: each queue does the TLS
+/// handshake, then its Connect and DH-HMAC-CHAP inside the TLS channel
+/// (no secure channel concatenation). Our initiator with both keys
+/// verifies; with the PSK alone (the target asks for authentication) or
+/// with a wrong DH-HMAC-CHAP key the attach is refused, and the target
+/// goes on serving the good host.
+#[test]
+fn tls_and_dhchap_on_one_connection() {
+    let dir = temp_dir();
+    let d = dir.path();
+    let port = free_port();
+    let tgt = Daemon::start(&[
+        "-m",
+        "0x1",
+        "--json",
+        both_target_config(d, port).to_str().unwrap(),
+    ]);
+    let host_cfg = both_host_config(d, port);
+    verify_with_our_initiator(&host_cfg, "TLS + DH-HMAC-CHAP verify");
+
+    let keys = json!({"subsystems": [both_keys(d)]});
+    let p = d.join("host-keys.json");
+    std::fs::write(&p, keys.to_string()).unwrap();
+    let host = Daemon::start(&["-m", "0x1", "--json", p.to_str().unwrap()]);
+    for (dh, what) in [
+        (None, "PSK without the DH-HMAC-CHAP key"),
+        (Some("dhbad"), "PSK with a wrong DH-HMAC-CHAP key"),
+    ] {
+        let e = host
+            .call("bdev_nvme_attach_controller", Some(both_attach(port, dh)))
+            .expect_err(what);
+        assert_eq!(e.code, -libc::EACCES, "{what}: {e:?}");
+        let bdevs = host.ok("bdev_get_bdevs", None);
+        assert_eq!(bdevs, json!([]), "{what}: a bdev appeared");
+    }
+    let names = host.ok(
+        "bdev_nvme_attach_controller",
+        Some(both_attach(port, Some("dh0"))),
+    );
+    assert_eq!(names, json!(["Nvme0n1"]));
+    let c = host.ok("bdev_nvme_get_controllers", Some(json!({"name": "Nvme0"})));
+    assert_eq!(c[0]["ctrlrs"][0]["state"], "enabled", "{c}");
+
+    verify_with_our_initiator(&host_cfg, "TLS + DH-HMAC-CHAP verify after the refusals");
+    for (who, log) in [("target", tgt.log()), ("host", host.log())] {
+        for body in [KEY, DH_KEY, OTHER_DH_KEY] {
+            let material = body.split(':').nth(2).unwrap();
+            assert!(!log.contains(material), "{who} log shows key material");
+        }
+    }
+}
+
 /// The reference SPDK build's directory, if it is built.
 fn spdk_ref() -> Option<PathBuf> {
     let root = std::env::var_os("SPDK_REF_DIR")
@@ -456,4 +584,54 @@ fn our_initiator_verifies_through_spdk_nvmf_tgt_over_tls() {
         eprintln!("nvmf_tgt log:\n{log}");
         std::panic::resume_unwind(e);
     }
+}
+
+/// SPDK's bdevperf with a PSK and a DH-HMAC-CHAP key on one connection
+/// verifies through our target (TLS, then DH-HMAC-CHAP inside it).
+#[test]
+fn spdk_bdevperf_verifies_through_our_target_over_tls_with_dhchap() {
+    let Some(spdk) = spdk_ref() else {
+        eprintln!(
+            "SKIPPED spdk_bdevperf_verifies_through_our_target_over_tls_with_dhchap: reference \
+             SPDK build not found (SPDK_REF_DIR or ~/.cache/bdevkit-ref-spdk/build)"
+        );
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path();
+    let port = free_port();
+    let _tgt = Daemon::start(&[
+        "-m",
+        "0x1",
+        "--json",
+        both_target_config(d, port).to_str().unwrap(),
+    ]);
+    let host_cfg = both_host_config(d, port);
+    let (ok, out) = run_spdk(
+        &spdk.join("examples/bdevperf"),
+        &[
+            "--no-huge",
+            "-s",
+            "2048",
+            "-m",
+            "0x2",
+            "--disable-cpumask-locks",
+            "--json",
+            host_cfg.to_str().unwrap(),
+            "-q",
+            "16",
+            "-o",
+            "4096",
+            "-w",
+            "verify",
+            "-t",
+            "2",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        ok,
+        "SPDK bdevperf over TLS + DH-HMAC-CHAP against our target:\n{out}"
+    );
+    assert!(out.contains("Nvme0n1"), "{out}");
 }
