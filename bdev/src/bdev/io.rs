@@ -95,8 +95,6 @@ pub(crate) enum Bufs {
     None,
     One(DmaBuf),
     Many(Vec<DmaBuf>),
-    /// External memory the segments describe (kept alive, not owned).
-    Ext(Arc<ExtMem>),
 }
 
 /// Where an I/O is in its life.
@@ -175,6 +173,11 @@ pub(crate) struct IoInner {
     /// The segments may describe external memory: racy copies only (a
     /// stale `true` only costs racy copies).
     pub(crate) ext_data: bool,
+    /// The external memory an `ext` request's segments describe, kept
+    /// alive (not owned) while they do. Apart from `bufs`, so that the
+    /// buffer enum keeps its three variants and cheap discriminant on the
+    /// common path.
+    pub(crate) ext_mem: Option<Arc<ExtMem>>,
     pub(crate) ch: Option<IoChannel<ChannelCore>>,
     pub(crate) thread_id: u64,
     pub(crate) submit_tick: u64,
@@ -207,6 +210,7 @@ impl IoInner {
             lender: None,
             ro_data: false,
             ext_data: false,
+            ext_mem: None,
             ch: None,
             thread_id: 0,
             submit_tick: 0,
@@ -254,6 +258,7 @@ impl IoInner {
             || !matches!(self.cb, Completion::None)
             || !matches!(self.bufs, Bufs::None)
             || !matches!(self.aux_bufs, Bufs::None)
+            || self.ext_mem.is_some()
     }
 
     /// Whether other I/Os' segments describe this I/O's memory now.
@@ -417,6 +422,7 @@ fn recycle_slow(mut inner: Box<IoInner>) {
         std::mem::take(&mut inner.bufs),
         std::mem::take(&mut inner.aux_bufs),
         inner.bounce.take(),
+        inner.ext_mem.take(),
     );
     recycle(inner);
     drop(extras);
@@ -506,6 +512,13 @@ impl IsEmpty for Bufs {
     #[inline]
     fn is_empty(&self) -> bool {
         matches!(self, Bufs::None)
+    }
+}
+
+impl<T> IsEmpty for Option<T> {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.is_none()
     }
 }
 
