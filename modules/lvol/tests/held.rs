@@ -7,6 +7,7 @@
 //! Everything here waits on events and counts (the injection taken, I/Os
 //! completed, clusters allocated), never on elapsed time.
 
+#[cfg(test)]
 mod common;
 
 #[cfg(test)]
@@ -19,7 +20,6 @@ mod tests {
     use bdevkit::thread::{CpuSet, Thread, ThreadHandle};
     use bdevkit_error::{ErrorBdev, ErrorCreateParams, ErrorInjectParams};
     use bdevkit_error::{InjectErrorType, InjectIoType};
-    use bdevkit_lvol::{CreateLvstore, LvolOptions, LvsOptions, LvsRef};
     use bdevkit_passthru::PassthruCreateParams;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::{contents, malloc, TestEnv};

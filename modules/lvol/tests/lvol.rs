@@ -4,6 +4,7 @@
 //! back), examine after the base comes back, two-thread verify, and the
 //! RPCs with SPDK's results and errors.
 
+#[cfg(test)]
 mod common;
 
 #[cfg(test)]
@@ -15,7 +16,6 @@ mod tests {
     use bdevkit::dma::DmaBuf;
     use bdevkit::thread::Thread;
     use bdevkit_jsonrpc::RpcError;
-    use bdevkit_lvol::{CreateLvstore, LvolOptions, LvsOptions, LvsRef};
     use bdevkit_passthru::PassthruCreateParams;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
