@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Instructions per I/O of fio with an engine, counted by callgrind
+# (repeatable where wall time on a shared machine is not): two runs of fio
+# with a fixed number of I/Os (--number_ios), the difference in
+# instructions divided by the difference in I/Os. The job is bench/
+# fio_engine.sh's: 4 KiB random reads, one job, thread=1, gtod_reduce=1,
+# norandommap, on the null bdev of bench/configs/null.json. Each run is
+# counted per OS thread (--separate-threads): "job" is fio's job thread
+# (the one that queues, commits and polls: the engine's whole I/O path),
+# "all" is the process (fio's main and helper threads, and the engine's
+# control reactor or SPDK's init thread, which tick with wall time and so
+# blur the difference a little).
+#   bdevkit   fio --ioengine=external:libbdevkit_fio.so (release build)
+#   null      fio --ioengine=null (fio's own floor: no device at all)
+#   spdk      LD_PRELOAD=$SPDK_FIO fio --ioengine=spdk_bdev, when that
+#             plugin exists (see bench/fio_engine.sh; no hugepages here)
+#   bench/callgrind_fio.sh [bdevkit|null|spdk|all] [QD]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}; qd=${2:-128}
+SPDK_REF=${SPDK_REF:-${XDG_CACHE_HOME:-$HOME/.cache}/bdevkit-ref-spdk}
+SPDK_FIO=${SPDK_FIO:-$SPDK_REF/build/fio/spdk_bdev}
+CONF=$PWD/bench/configs/null.json
+T=${CARGO_TARGET_DIR:-target}
+N1=${N1:-50000}
+N2=${N2:-250000}
+
+if [ "$which" = bdevkit ] || [ "$which" = all ]; then
+    FIO_SRC=${FIO_SRC:-$(scripts/fetch-fio-src.sh)}
+    export FIO_SRC
+    cargo build --release -q -p bdevkit-fio
+fi
+ENGINE=$(realpath "$T/release/libbdevkit_fio.so")
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+# The options bench/fio_engine.sh uses, with an I/O count (io_size: with
+# norandommap fio does that many bytes of random reads over the 1 GiB, and
+# stops; number_ios does not stop a time_based job) for a time limit.
+common() {
+    echo --name=cg --thread=1 --rw=randread --bs=4k --iodepth="$qd" --numjobs=1 \
+        --io_size=$(($1 * 4096)) --norandommap=1 --randrepeat=0 \
+        --gtod_reduce=1 --output-format=terse
+}
+
+# Prints "JOB ALL": the instructions of the busiest thread and of all.
+count() {
+    local kind=$1 n=$2 out="$WORK/cg.$1.$2"
+    local -a cmd
+    case $kind in
+        bdevkit) cmd=(fio $(common "$n") --ioengine=external:"$ENGINE" --bdevkit_conf="$CONF"
+            --filename=Null0) ;;
+        null) cmd=(fio $(common "$n") --ioengine=null --size=1G) ;;
+        spdk) cmd=(env LD_PRELOAD="$SPDK_FIO" fio $(common "$n") --ioengine=spdk_bdev
+            --spdk_json_conf="$CONF" --spdk_mem=2048
+            --env_context=--mbuf-pool-ops-name=x--no-huge--legacy-mem --filename=Null0) ;;
+    esac
+    rm -f "$out"*
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out" \
+        "${cmd[@]}" >"$out.log" 2>&1 || { echo "callgrind_fio: $kind failed:" >&2; tail -5 "$out.log" >&2; return 1; }
+    # One file per thread ("$out-01", ...); each has a "summary:" (or
+    # "totals:") line with its instruction count.
+    awk '/^(summary|totals):/ {v=$2; if (v > max) max = v; sum += v; nextfile}
+         END {print max, sum}' "$out"-*
+}
+
+kinds=("$which")
+if [ "$which" = all ]; then
+    kinds=(bdevkit null)
+    if [ -e "$SPDK_FIO" ]; then kinds+=(spdk); else
+        echo "(no SPDK fio plugin at $SPDK_FIO: spdk left out)" >&2; fi
+fi
+for k in "${kinds[@]}"; do
+    read -r ja aa < <(count "$k" "$N1")
+    read -r jb ab < <(count "$k" "$N2")
+    d=$((N2 - N1))
+    echo "fio $k randread 4k QD$qd: $(( (jb - ja) / d )) instructions per I/O (job thread)," \
+        "$(( (ab - aa) / d )) (whole process)"
+done
