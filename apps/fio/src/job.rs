@@ -9,9 +9,21 @@
 //! completions as it asked for, and `event` hands them back one by one.
 //! No other thread takes part, so the path has no lock, no atomic
 //! read-modify-write and no wake-up; `RefCell`s suffice. Steady state
-//! allocates nothing: requests come from the thread's `BdevIo` cache, data
-//! stays in fio's memory (lent to each I/O as a borrowed [`DmaBuf`]), and
-//! the lists have the job's queue depth as capacity from the start.
+//! allocates nothing: a completed request stays with the job for the next
+//! `queue` (the thread's `BdevIo` cache only fills the job up to its
+//! depth), data stays in fio's memory (lent to each I/O as a borrowed
+//! [`DmaBuf`]), and the lists have the job's queue depth as capacity from
+//! the start.
+//!
+//! fio reaps one completion per `getevents` by default
+//! (`iodepth_batch_complete_max` = `iodepth_batch_complete_min` = 1), and
+//! one poll of a fast bdev completes everything submitted since the last
+//! one. So `getevents` polls only when fewer completions are ready than
+//! fio asked for: the completions one poll produced feed the next calls,
+//! and a poll (its pollers, its clock reads) is paid once per batch
+//! instead of once per I/O. The thread still polls whenever the ready list
+//! runs dry, so messages and pollers wait at most one queue depth of
+//! completions.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -73,10 +85,15 @@ pub struct Request {
 /// thread.
 struct Reaper {
     /// Completed and not yet handed to fio, oldest first (a ring: fio
-    /// taking fewer than are ready shifts nothing).
+    /// taking fewer than are ready shifts nothing). The first `handed` of
+    /// them are what the last `getevents` returned (`event` reads them in
+    /// place); the next `getevents` drops them.
     ready: RefCell<VecDeque<Event>>,
     /// Submitted and not completed.
     inflight: Cell<usize>,
+    /// Completed requests, for `queue` to reuse (at most the job's depth):
+    /// no trip through the thread's pool per I/O.
+    spare: RefCell<Vec<BdevIo>>,
 }
 
 impl IoCompletion for Reaper {
@@ -93,6 +110,10 @@ impl IoCompletion for Reaper {
             io_u: io.tag(),
             err,
         });
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < spare.capacity() {
+            spare.push(io);
+        }
     }
 }
 
@@ -139,8 +160,9 @@ pub struct Job {
     pending: RefCell<Vec<(BdevIo, usize)>>,
     reaper: Rc<Reaper>,
     on_done: Rc<dyn IoCompletion>,
-    /// What the last `getevents` returned, for `event(i)`.
-    reported: RefCell<Vec<Event>>,
+    /// How many events the last `getevents` returned (the front of the
+    /// ready list, for `event(i)`).
+    handed: Cell<usize>,
     /// fio's I/O memory (`iomem_alloc`), when fio took ours.
     mem: RefCell<Option<DmaBuf>>,
     name: String,
@@ -284,6 +306,7 @@ impl Job {
         let reaper = Rc::new(Reaper {
             ready: RefCell::new(VecDeque::with_capacity(depth)),
             inflight: Cell::new(0),
+            spare: RefCell::new(Vec::with_capacity(depth)),
         });
         let on_done: Rc<dyn IoCompletion> = Rc::clone(&reaper) as Rc<dyn IoCompletion>;
         Ok(Job {
@@ -291,7 +314,7 @@ impl Job {
             pending: RefCell::new(Vec::with_capacity(depth)),
             reaper,
             on_done,
-            reported: RefCell::new(Vec::with_capacity(depth)),
+            handed: Cell::new(0),
             mem: RefCell::new(None),
             name: args.job.clone(),
             // With create_serialize, setup ran (and counted) before init.
@@ -347,7 +370,10 @@ impl Job {
             // No volatile cache: nothing to flush.
             return Queue::Completed(0);
         }
-        let Some(mut io) = t.ch.alloc_io() else {
+        // A request of an earlier I/O, or a fresh one (`submit` binds it
+        // to this target's channel: all of them are this thread's).
+        let spare = self.reaper.spare.borrow_mut().pop();
+        let Some(mut io) = spare.or_else(|| t.ch.alloc_io()) else {
             return Queue::Busy;
         };
         match (op, req.buf) {
@@ -379,11 +405,18 @@ impl Job {
     /// its errno.
     #[inline]
     pub fn commit(&self) -> usize {
-        let mut pending = self.pending.borrow_mut();
-        let n = pending.len();
-        if n == 0 {
+        // fio commits twice per I/O, and `getevents` once more: the empty
+        // case stays inline, without the submission loop's call.
+        if self.pending.borrow().is_empty() {
             return 0;
         }
+        self.submit_pending()
+    }
+
+    #[inline(never)]
+    fn submit_pending(&self) -> usize {
+        let mut pending = self.pending.borrow_mut();
+        let n = pending.len();
         let reaper = &self.reaper;
         // Submission never completes inline, so nothing re-enters the job
         // while the list is borrowed.
@@ -419,31 +452,39 @@ impl Job {
         });
     }
 
-    /// Polls the job's thread until at least `min` completions are ready
-    /// (or `timeout` passed), then hands at most `max` of them to fio.
+    /// Hands fio at most `max` completions, at least `min` unless nothing
+    /// is in flight or `timeout` passed: those already ready, polling the
+    /// job's thread only when they are too few (see the module docs).
     #[inline]
     pub fn getevents(&self, min: usize, max: usize, timeout: Option<Duration>) -> usize {
         self.commit();
-        let deadline = match timeout {
-            Some(t) if !t.is_zero() => Some(Instant::now() + t),
-            _ => None,
-        };
-        loop {
-            self.thread.poll();
-            // Nothing in flight: no more will come (never spin forever).
-            if self.reaper.ready.borrow().len() >= min
-                || self.reaper.inflight.get() == 0
-                || timeout.is_some_and(|t| t.is_zero())
-                || deadline.is_some_and(|d| Instant::now() >= d)
-            {
-                break;
+        let r = &self.reaper;
+        // What the last call handed out is fio's now.
+        let handed = self.handed.replace(0);
+        if handed > 0 {
+            r.ready.borrow_mut().drain(..handed);
+        }
+        // Enough ready (and at least one): no poll. Otherwise poll at
+        // least once (min == 0 asks for what a poll gives).
+        if r.ready.borrow().len() < min.max(1) {
+            let deadline = match timeout {
+                Some(t) if !t.is_zero() => Some(Instant::now() + t),
+                _ => None,
+            };
+            loop {
+                self.thread.poll();
+                // Nothing in flight: no more will come (never spin forever).
+                if r.ready.borrow().len() >= min
+                    || r.inflight.get() == 0
+                    || timeout.is_some_and(|t| t.is_zero())
+                    || deadline.is_some_and(|d| Instant::now() >= d)
+                {
+                    break;
+                }
             }
         }
-        let mut ready = self.reaper.ready.borrow_mut();
-        let mut reported = self.reported.borrow_mut();
-        reported.clear();
-        let n = ready.len().min(max);
-        reported.extend(ready.drain(..n));
+        let n = r.ready.borrow().len().min(max);
+        self.handed.set(n);
         n
     }
 
@@ -451,7 +492,10 @@ impl Job {
     #[inline]
     #[must_use]
     pub fn event(&self, i: usize) -> Option<Event> {
-        self.reported.borrow().get(i).copied()
+        if i >= self.handed.get() {
+            return None;
+        }
+        self.reaper.ready.borrow().get(i).copied()
     }
 
     /// Polls until nothing is in flight; false after [`DRAIN_TIMEOUT`].
@@ -481,6 +525,7 @@ impl Drop for Job {
         if !self.drain() {
             std::mem::forget(self.mem.borrow_mut().take());
         }
+        self.reaper.spare.borrow_mut().clear();
     }
 }
 
