@@ -36,7 +36,6 @@
 #pragma weak register_ioengine
 #pragma weak unregister_ioengine
 #pragma weak log_err
-#pragma weak io_u_mark_submit
 
 /* What the shim hands Rust (src/ffi.rs mirrors these two). */
 enum bk_op { BK_READ = 0, BK_WRITE = 1, BK_TRIM = 2, BK_FLUSH = 3, BK_UNSUPPORTED = -1 };
@@ -64,7 +63,6 @@ void *bdevkit_fio_iomem_alloc(void *job, size_t len);
 void bdevkit_fio_iomem_free(void *job);
 int bdevkit_fio_queue(void *job, void *io_u, int op, unsigned int file, unsigned long long offset,
 		      void *buf, unsigned long long len, int *err);
-int bdevkit_fio_commit(void *job);
 int bdevkit_fio_getevents(void *job, unsigned int min, unsigned int max, long long timeout_ns);
 void *bdevkit_fio_event(void *job, int i, int *err);
 void bdevkit_fio_exit(void);
@@ -225,16 +223,6 @@ static enum fio_q_status bk_queue(struct thread_data *td, struct io_u *io_u)
 	return r == 1 ? FIO_Q_QUEUED : r == 2 ? FIO_Q_BUSY : FIO_Q_COMPLETED;
 }
 
-static int bk_commit(struct thread_data *td)
-{
-	int n = bdevkit_fio_commit(td->io_ops_data);
-
-	/* fio's submit histogram counts what an engine's commit sends. */
-	if (n > 0 && io_u_mark_submit)
-		io_u_mark_submit(td, (unsigned int)n);
-	return n < 0 ? n : 0;
-}
-
 static int bk_getevents(struct thread_data *td, unsigned int min, unsigned int max,
 			const struct timespec *t)
 {
@@ -276,7 +264,8 @@ static struct ioengine_ops ioengine = {
 	.setup = bk_setup,
 	.init = bk_init,
 	.queue = bk_queue,
-	.commit = bk_commit,
+	/* No .commit: queue submits each I/O (as SPDK's engine does), and fio
+	 * counts it in its submit histogram itself. */
 	.getevents = bk_getevents,
 	.event = bk_event,
 	.cleanup = bk_cleanup,

@@ -3,8 +3,10 @@
 //!
 //! Everything here runs on the fio job thread, which hosts the job's
 //! [`EmbeddedThread`]: `queue` builds a [`BdevIo`] over fio's buffer and
-//! parks it, `commit` submits the batch straight into the bdevs' channels,
-//! `getevents` polls the embedded thread (the bdev modules' pollers run
+//! submits it straight into the bdev's channel (as SPDK's engine does; the
+//! engine has no `commit`: a parked batch would only cost a list and a
+//! call into the engine per I/O, since a bdevkit submission rings no
+//! doorbell of its own), `getevents` polls the embedded thread (the bdev modules' pollers run
 //! there and complete I/O into the job's ready list) until fio has as many
 //! completions as it asked for, and `event` hands them back one by one.
 //! No other thread takes part, so the path has no lock, no atomic
@@ -56,11 +58,11 @@ pub struct Event {
 /// What `queue` did with an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
-    /// Parked for the next `commit` (`FIO_Q_QUEUED`).
+    /// Submitted; `getevents` reports its completion (`FIO_Q_QUEUED`).
     Queued,
     /// Done at once with this errno, 0 for success (`FIO_Q_COMPLETED`).
     Completed(i32),
-    /// No request free: fio commits, reaps and retries (`FIO_Q_BUSY`).
+    /// No request free: fio reaps and retries (`FIO_Q_BUSY`).
     Busy,
 }
 
@@ -156,8 +158,6 @@ pub struct Job {
     // bdevs (channels, descriptors) and the requests before the thread
     // they live on, which goes last.
     targets: Vec<Target>,
-    /// Requests `queue` built, for `commit` to submit, with their target.
-    pending: RefCell<Vec<(BdevIo, usize)>>,
     reaper: Rc<Reaper>,
     on_done: Rc<dyn IoCompletion>,
     /// How many events the last `getevents` returned (the front of the
@@ -311,7 +311,6 @@ impl Job {
         let on_done: Rc<dyn IoCompletion> = Rc::clone(&reaper) as Rc<dyn IoCompletion>;
         Ok(Job {
             targets,
-            pending: RefCell::new(Vec::with_capacity(depth)),
             reaper,
             on_done,
             handed: Cell::new(0),
@@ -350,8 +349,9 @@ impl Job {
         }
     }
 
-    /// Takes an I/O: checks it, builds its request and parks it for
-    /// `commit`.
+    /// Takes an I/O: checks it, builds its request and submits it. A
+    /// request the bdev layer refuses (out of range, a type the bdev
+    /// lacks) completes at once with its errno.
     #[inline]
     pub fn queue(&self, req: Request) -> Queue {
         let Some(t) = self.targets.get(req.file) else {
@@ -396,45 +396,22 @@ impl Job {
         }
         io.set_tag(req.io_u);
         io.on_done(Rc::clone(&self.on_done));
-        self.pending.borrow_mut().push((io, req.file));
-        Queue::Queued
-    }
-
-    /// Submits the parked requests; returns how many. A request the bdev
-    /// layer refuses (out of range, a type the bdev lacks) completes with
-    /// its errno.
-    #[inline]
-    pub fn commit(&self) -> usize {
-        // fio commits twice per I/O, and `getevents` once more: the empty
-        // case stays inline, without the submission loop's call.
-        if self.pending.borrow().is_empty() {
-            return 0;
-        }
-        self.submit_pending()
-    }
-
-    #[inline(never)]
-    fn submit_pending(&self) -> usize {
-        let mut pending = self.pending.borrow_mut();
-        let n = pending.len();
-        let reaper = &self.reaper;
-        // Submission never completes inline, so nothing re-enters the job
-        // while the list is borrowed.
-        for (io, file) in pending.drain(..) {
-            reaper.inflight.set(reaper.inflight.get() + 1);
-            if let Err(e) = self.targets[file].ch.submit(io) {
-                self.rejected(file, *e);
+        // Submission never completes inline: nothing re-enters the job.
+        match t.ch.submit(io) {
+            Ok(()) => {
+                let r = &self.reaper;
+                r.inflight.set(r.inflight.get() + 1);
+                Queue::Queued
             }
+            Err(e) => Queue::Completed(self.rejected(req.file, *e)),
         }
-        n
     }
 
+    /// The errno of a submission the bdev layer refused, logged once.
     #[cold]
-    fn rejected(&self, file: usize, e: bdevkit::bdev::SubmitError) {
+    fn rejected(&self, file: usize, e: bdevkit::bdev::SubmitError) -> i32 {
         let bdevkit::bdev::SubmitError { error, mut io } = e;
         drop(io.take_buf());
-        let r = &self.reaper;
-        r.inflight.set(r.inflight.get() - 1);
         if !self.reported_reject.replace(true) {
             tracing::error!(
                 job = %self.name,
@@ -446,10 +423,7 @@ impl Job {
                 "I/O refused (reported once per job)"
             );
         }
-        r.ready.borrow_mut().push_back(Event {
-            io_u: io.tag(),
-            err: error.errno(),
-        });
+        error.errno()
     }
 
     /// Hands fio at most `max` completions, at least `min` unless nothing
@@ -457,7 +431,6 @@ impl Job {
     /// job's thread only when they are too few (see the module docs).
     #[inline]
     pub fn getevents(&self, min: usize, max: usize, timeout: Option<Duration>) -> usize {
-        self.commit();
         let r = &self.reaper;
         // What the last call handed out is fio's now.
         let handed = self.handed.replace(0);
@@ -500,7 +473,6 @@ impl Job {
 
     /// Polls until nothing is in flight; false after [`DRAIN_TIMEOUT`].
     fn drain(&self) -> bool {
-        self.commit();
         let start = Instant::now();
         while self.reaper.inflight.get() > 0 {
             if start.elapsed() > DRAIN_TIMEOUT {
@@ -519,9 +491,8 @@ impl Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        // Requests never submitted go back to the pool; the rest is
-        // waited for, so no I/O outlives fio's memory or the channels.
-        self.pending.borrow_mut().clear();
+        // The I/O in flight is waited for, so none outlives fio's memory
+        // or the channels.
         if !self.drain() {
             std::mem::forget(self.mem.borrow_mut().take());
         }
