@@ -28,7 +28,6 @@
 //! completions.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,7 +45,9 @@ use crate::global::{self, Handles};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A completion as fio gets it: the io_u (opaque to this side) and an
-/// errno (0: success).
+/// errno (0: success). `struct bk_event` of the shim, which reads the
+/// events of a `getevents` in place.
+#[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Event {
     /// fio's `struct io_u *`, as an integer: never dereferenced here.
@@ -83,14 +84,65 @@ pub struct Request {
     pub buf: Option<DmaBuf>,
 }
 
+/// The completions not yet taken back from fio, oldest first, contiguous
+/// (the shim reads those of a `getevents` in place): `buf[start..]`. fio
+/// takes them from the front, polls append them at the back; the buffer
+/// starts over when fio has taken all (the common case: one poll's batch
+/// is taken before the next poll), and moves what is left to the front
+/// only when it is full.
+struct Ready {
+    buf: Vec<Event>,
+    start: usize,
+}
+
+impl Ready {
+    fn with_capacity(depth: usize) -> Ready {
+        Ready {
+            buf: Vec::with_capacity(depth),
+            start: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    #[inline]
+    fn push(&mut self, ev: Event) {
+        if self.buf.len() == self.buf.capacity() && self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.push(ev);
+    }
+
+    /// Drops the `n` oldest.
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start >= self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// The oldest, followed by the others.
+    #[inline]
+    fn front(&self) -> *const Event {
+        self.buf[self.start..].as_ptr()
+    }
+}
+
 /// Completions reach the job here, from the bdev layer, on the job's
 /// thread.
 struct Reaper {
-    /// Completed and not yet handed to fio, oldest first (a ring: fio
-    /// taking fewer than are ready shifts nothing). The first `handed` of
-    /// them are what the last `getevents` returned (`event` reads them in
-    /// place); the next `getevents` drops them.
-    ready: RefCell<VecDeque<Event>>,
+    /// Completed and not yet taken back from fio. The first `handed` of
+    /// them are what the last `getevents` returned (the shim's `event`
+    /// reads them in place); the next `getevents` drops them. Only polls
+    /// add to it, and only `getevents` (and tear-down) polls, so it holds
+    /// still between two `getevents`.
+    ready: RefCell<Ready>,
     /// Submitted and not completed.
     inflight: Cell<usize>,
     /// Completed requests, for `queue` to reuse (at most the job's depth):
@@ -108,7 +160,7 @@ impl IoCompletion for Reaper {
         // The borrowed view of fio's buffer goes before fio sees the io_u.
         drop(io.take_buf());
         self.inflight.set(self.inflight.get() - 1);
-        self.ready.borrow_mut().push_back(Event {
+        self.ready.borrow_mut().push(Event {
             io_u: io.tag(),
             err,
         });
@@ -161,7 +213,7 @@ pub struct Job {
     reaper: Rc<Reaper>,
     on_done: Rc<dyn IoCompletion>,
     /// How many events the last `getevents` returned (the front of the
-    /// ready list, for `event(i)`).
+    /// ready list).
     handed: Cell<usize>,
     /// fio's I/O memory (`iomem_alloc`), when fio took ours.
     mem: RefCell<Option<DmaBuf>>,
@@ -304,7 +356,7 @@ impl Job {
         }
         let depth = args.iodepth.max(1);
         let reaper = Rc::new(Reaper {
-            ready: RefCell::new(VecDeque::with_capacity(depth)),
+            ready: RefCell::new(Ready::with_capacity(depth)),
             inflight: Cell::new(0),
             spare: RefCell::new(Vec::with_capacity(depth)),
         });
@@ -429,13 +481,20 @@ impl Job {
     /// Hands fio at most `max` completions, at least `min` unless nothing
     /// is in flight or `timeout` passed: those already ready, polling the
     /// job's thread only when they are too few (see the module docs).
+    /// Returns how many, and where they are: contiguous, valid until the
+    /// next `getevents` or the job's tear-down.
     #[inline]
-    pub fn getevents(&self, min: usize, max: usize, timeout: Option<Duration>) -> usize {
+    pub fn getevents(
+        &self,
+        min: usize,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> (usize, *const Event) {
         let r = &self.reaper;
         // What the last call handed out is fio's now.
         let handed = self.handed.replace(0);
         if handed > 0 {
-            r.ready.borrow_mut().drain(..handed);
+            r.ready.borrow_mut().consume(handed);
         }
         // Enough ready (and at least one): no poll. Otherwise poll at
         // least once (min == 0 asks for what a poll gives).
@@ -456,19 +515,10 @@ impl Job {
                 }
             }
         }
-        let n = r.ready.borrow().len().min(max);
+        let ready = r.ready.borrow();
+        let n = ready.len().min(max);
         self.handed.set(n);
-        n
-    }
-
-    /// The `i`-th completion of the last `getevents`.
-    #[inline]
-    #[must_use]
-    pub fn event(&self, i: usize) -> Option<Event> {
-        if i >= self.handed.get() {
-            return None;
-        }
-        self.reaper.ready.borrow().get(i).copied()
+        (n, ready.front())
     }
 
     /// Polls until nothing is in flight; false after [`DRAIN_TIMEOUT`].
