@@ -50,6 +50,7 @@ use super::pool::IoPool;
 use super::quota::QosShared;
 use super::segments::IoVec;
 use super::shared::BdevShared;
+use super::slot::{drop_cold, IsEmpty};
 use super::split::{FitCaps, SplitCursor, SplitLimits};
 use super::stats::IoStat;
 use super::types::{IoStatus, IoType, NvmeCmd};
@@ -485,40 +486,10 @@ pub(crate) fn replace_parent(child: &mut IoInner, parent: BdevIo) {
     }
 }
 
-/// Stores `new` in `slot`; the old value is dropped out of line, and only
-/// when it holds something (on the fast path the slot is empty, and a plain
-/// assignment would still call the enum's drop glue).
-#[inline(always)]
-pub(crate) fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
-    let old = std::mem::replace(slot, new);
-    if old.is_empty() {
-        // Nothing to release; skip the drop glue.
-        std::mem::forget(old);
-    } else {
-        drop_cold(old);
-    }
-}
-
-#[cold]
-fn drop_cold<T>(v: T) {
-    drop(v);
-}
-
-pub(crate) trait IsEmpty {
-    fn is_empty(&self) -> bool;
-}
-
 impl IsEmpty for Bufs {
     #[inline]
     fn is_empty(&self) -> bool {
         matches!(self, Bufs::None)
-    }
-}
-
-impl<T> IsEmpty for Option<T> {
-    #[inline]
-    fn is_empty(&self) -> bool {
-        self.is_none()
     }
 }
 

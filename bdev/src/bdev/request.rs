@@ -8,8 +8,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::io::{replace_field, BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
+use super::io::{BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
 use super::segments::IoVec;
+use super::slot::replace_field;
 use super::types::{IoStatus, IoType, NvmeCmd};
 use crate::dma::{DmaBuf, ExtMem};
 use crate::error::Error;
