@@ -115,4 +115,10 @@ echo "fio+bdevkit / fio+null engine: $(ratio bdevkit fionull)"
 echo "bdevperf / fio+bdevkit:        $(ratio bdevperf bdevkit)"
 if [[ " ${CASES[*]} " == *" spdk "* ]]; then
     echo "fio+bdevkit / fio+spdk_bdev:   $(ratio bdevkit spdk)"
+    # The same ratio run by run (the two ran seconds apart, so a burst of
+    # load elsewhere hits both), and its median: steadier on a busy machine.
+    pairs=$(paste -d' ' <(tr ' ' '\n' <<<"${got[bdevkit]}" | grep .) \
+        <(tr ' ' '\n' <<<"${got[spdk]}" | grep .) |
+        awk '$2 > 0 { printf "%.2f\n", $1 / $2 }')
+    echo "  per run: $(tr '\n' ' ' <<<"$pairs")(median $(median <<<"$pairs"))"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of the fio engine (apps/fio, doc/fio.md): Debian's fio
-# runs through libbdevkit_fio.so on null, malloc and aio bdevs, and every
+# runs through libbdevkit_fio.so on null, malloc, aio and lvol bdevs (an
+# lvstore on a malloc bdev, made by the JSON config), and every
 # kind of bad input fails with our message and a non-zero exit status.
 #
 #   test/fio/run.sh            # installs fio + its source if missing, builds, runs
@@ -39,7 +40,10 @@ cat > "$WORK/bdevs.json" <<EOF
         { "method": "bdev_null_create", "params": { "name": "Null1", "num_blocks": 65536, "block_size": 512 } },
         { "method": "bdev_malloc_create", "params": { "name": "Malloc0", "num_blocks": 8192, "block_size": 4096 } },
         { "method": "bdev_malloc_create", "params": { "name": "Malloc1", "num_blocks": 16384, "block_size": 512 } },
-        { "method": "bdev_aio_create", "params": { "name": "Aio0", "filename": "$WORK/aio.img", "block_size": 4096 } }
+        { "method": "bdev_aio_create", "params": { "name": "Aio0", "filename": "$WORK/aio.img", "block_size": 4096 } },
+        { "method": "bdev_malloc_create", "params": { "name": "Malloc2", "num_blocks": 16384, "block_size": 4096 } },
+        { "method": "bdev_lvol_create_lvstore", "params": { "bdev_name": "Malloc2", "lvs_name": "lvs0", "cluster_sz": 1048576 } },
+        { "method": "bdev_lvol_create", "params": { "lvs_name": "lvs0", "lvol_name": "lv0", "size_in_mib": 32 } }
       ]
     }
   ]
@@ -109,6 +113,11 @@ for b in Malloc0 Aio0; do
     expect_ok "verify-$b" "${CONF[@]}" --name=v --filename=$b --rw=randwrite --verify=crc32c \
         --bs=4k --size=16M --iodepth=16
 done
+# The lvol, by its alias (fio takes lvs0/lv0 as a name, not a path).
+expect_ok randread-lvol "${CONF[@]}" --name=rr --filename=lvs0/lv0 --rw=randread "${SMALL[@]}"
+expect_ok randwrite-lvol "${CONF[@]}" --name=rw --filename=lvs0/lv0 --rw=randwrite "${SMALL[@]}"
+expect_ok verify-lvol "${CONF[@]}" --name=v --filename=lvs0/lv0 --rw=randwrite --verify=crc32c \
+    --bs=4k --size=16M --iodepth=16
 # The null bdev stores nothing: fio's verify must catch it (the check is real).
 expect_fail verify-Null0-catches "verify: bad" "${CONF[@]}" --name=v --filename=Null0 \
     --rw=randwrite --verify=crc32c --bs=4k --size=4M --iodepth=8

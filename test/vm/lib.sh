@@ -144,6 +144,21 @@ nvmet_tcp_port() {
     done
 }
 
+# nvme_tcp_host HOSTID: the kernel's NVMe/TCP host (modules loaded), with
+# HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:HOSTID as nvme-cli's default
+# host NQN and ID (/etc/nvme); sets HOSTID, HOSTNQN and ADDR (our target's
+# TCP listener, 127.0.0.1:4420, as nvme-cli's arguments).
+nvme_tcp_host() {
+    HOSTID=$1
+    HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
+    ADDR="-t tcp -a 127.0.0.1 -s 4420"
+    must modprobe crc32c_generic
+    must modprobe nvme-tcp
+    mkdir -p /etc/nvme
+    echo "$HOSTNQN" > /etc/nvme/hostnqn
+    echo "$HOSTID" > /etc/nvme/hostid
+}
+
 # wait_rpc SOCK PID: waits until the daemon PID answers on its RPC socket
 # SOCK (its config is loaded then), or dies if it exits or takes 30 s.
 wait_rpc() {

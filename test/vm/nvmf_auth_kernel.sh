@@ -12,16 +12,8 @@
 . ./lib.sh
 
 NQN=nqn.2016-06.io.bdevkit:auth1
-HOSTID=5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d
-HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
 SOCK=/tmp/tgt.sock
-ADDR="-t tcp -a 127.0.0.1 -s 4420"
-
-must modprobe crc32c_generic
-must modprobe nvme-tcp
-mkdir -p /etc/nvme
-echo "$HOSTNQN" > /etc/nvme/hostnqn
-echo "$HOSTID" > /etc/nvme/hostid
+nvme_tcp_host 5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d
 
 step "keys from nvme-cli"
 # A key transformed with SHA-256 (01), a plain one (00), one nobody uses.

@@ -13,17 +13,9 @@
 . ./lib.sh
 
 NQN=nqn.2016-06.io.bdevkit:cnode1
-HOSTID=6b2c8a1e-3d4f-4a5b-9c6d-7e8f9a0b1c2d
-HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
 OTHER=nqn.2014-08.org.nvmexpress:uuid:00000000-1111-2222-3333-444444444444
 SOCK=/tmp/tgt.sock
-ADDR="-t tcp -a 127.0.0.1 -s 4420"
-
-must modprobe crc32c_generic
-must modprobe nvme-tcp
-mkdir -p /etc/nvme
-echo "$HOSTNQN" > /etc/nvme/hostnqn
-echo "$HOSTID" > /etc/nvme/hostid
+nvme_tcp_host 6b2c8a1e-3d4f-4a5b-9c6d-7e8f9a0b1c2d
 
 step "bdev_tgt exports Malloc0 (nsid 1) and Malloc1 (nsid 2) to $HOSTNQN only"
 cat > /tmp/tgt.json <<EOF

@@ -8,7 +8,9 @@
  * name, a job's options) and forward them, as plain integers and
  * pointers, to the Rust functions `bdevkit_fio_*` (src/ffi.rs). The Rust
  * side never sees a fio structure; the `void *` it returns from init lives
- * in td->io_ops_data, and each io_u travels as an opaque pointer.
+ * in td->io_ops_data (in a struct bk_td), and each io_u travels as an
+ * opaque pointer. fio's `event` is answered here, from the events the last
+ * `getevents` pointed to: no call into Rust per completion.
  *
  * Every io_u field read here (file, ddir, offset, xfer_buf, xfer_buflen,
  * error, resid) comes before the io_u's only configuration-dependent
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fio.h"
@@ -36,7 +39,6 @@
 #pragma weak register_ioengine
 #pragma weak unregister_ioengine
 #pragma weak log_err
-#pragma weak io_u_mark_submit
 
 /* What the shim hands Rust (src/ffi.rs mirrors these two). */
 enum bk_op { BK_READ = 0, BK_WRITE = 1, BK_TRIM = 2, BK_FLUSH = 3, BK_UNSUPPORTED = -1 };
@@ -64,9 +66,14 @@ void *bdevkit_fio_iomem_alloc(void *job, size_t len);
 void bdevkit_fio_iomem_free(void *job);
 int bdevkit_fio_queue(void *job, void *io_u, int op, unsigned int file, unsigned long long offset,
 		      void *buf, unsigned long long len, int *err);
-int bdevkit_fio_commit(void *job);
-int bdevkit_fio_getevents(void *job, unsigned int min, unsigned int max, long long timeout_ns);
-void *bdevkit_fio_event(void *job, int i, int *err);
+/* A completion (job.rs's Event): the io_u, and 0 or a positive errno. */
+struct bk_event {
+	uint64_t io_u;
+	int err;
+};
+
+int bdevkit_fio_getevents(void *job, unsigned int min, unsigned int max, long long timeout_ns,
+			  const struct bk_event **events);
 void bdevkit_fio_exit(void);
 
 /* fio's engine options: the first member must be a pointer (fio's rule). */
@@ -151,6 +158,21 @@ static void bk_job_args(struct thread_data *td, struct bk_job_args *a, const cha
 	a->nr_sizes = n;
 }
 
+/* td->io_ops_data: the Rust job, and where the events of its last
+ * getevents are (contiguous, valid until its next getevents). */
+struct bk_td {
+	void *job;
+	const struct bk_event *events;
+	int nr_events;
+};
+
+static void *bk_job(struct thread_data *td)
+{
+	struct bk_td *t = td->io_ops_data;
+
+	return t ? t->job : NULL;
+}
+
 static int bk_setup(struct thread_data *td)
 {
 	struct bk_job_args a;
@@ -161,7 +183,7 @@ static int bk_setup(struct thread_data *td)
 	unsigned int i;
 
 	bk_job_args(td, &a, names, sizes);
-	if (bdevkit_fio_setup(&a, td->io_ops_data, file_sizes))
+	if (bdevkit_fio_setup(&a, bk_job(td), file_sizes))
 		return 1;
 	for_each_file(td, f, i) {
 		f->real_file_size = file_sizes[i];
@@ -176,29 +198,41 @@ static int bk_init(struct thread_data *td)
 	struct bk_job_args a;
 	unsigned long long sizes[BK_MAX_SIZES][2];
 	const char *names[td->o.nr_files ? td->o.nr_files : 1];
+	struct bk_td *t;
 
 	if (td->io_ops_data)
 		return 0;
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		bk_log("bdevkit: error: out of memory");
+		return 1;
+	}
 	bk_job_args(td, &a, names, sizes);
-	td->io_ops_data = bdevkit_fio_init(&a);
-	return td->io_ops_data ? 0 : 1;
+	t->job = bdevkit_fio_init(&a);
+	if (!t->job) {
+		free(t);
+		return 1;
+	}
+	td->io_ops_data = t;
+	return 0;
 }
 
 static void bk_cleanup(struct thread_data *td)
 {
-	bdevkit_fio_cleanup(td->io_ops_data, td->o.create_serialize != 0);
+	bdevkit_fio_cleanup(bk_job(td), td->o.create_serialize != 0);
+	free(td->io_ops_data);
 	td->io_ops_data = NULL;
 }
 
 static int bk_iomem_alloc(struct thread_data *td, size_t len)
 {
-	td->orig_buffer = bdevkit_fio_iomem_alloc(td->io_ops_data, len);
+	td->orig_buffer = bdevkit_fio_iomem_alloc(bk_job(td), len);
 	return td->orig_buffer == NULL;
 }
 
 static void bk_iomem_free(struct thread_data *td)
 {
-	bdevkit_fio_iomem_free(td->io_ops_data);
+	bdevkit_fio_iomem_free(bk_job(td));
 	td->orig_buffer = NULL;
 }
 
@@ -217,7 +251,7 @@ static enum fio_q_status bk_queue(struct thread_data *td, struct io_u *io_u)
 	}
 	/* fsync/fdatasync flush the whole bdev (offset 0, length 0). */
 	int whole = io_u->ddir == DDIR_SYNC || io_u->ddir == DDIR_DATASYNC;
-	r = bdevkit_fio_queue(td->io_ops_data, io_u, op, (unsigned int)io_u->file->fileno,
+	r = bdevkit_fio_queue(bk_job(td), io_u, op, (unsigned int)io_u->file->fileno,
 			      whole ? 0 : io_u->offset, io_u->xfer_buf,
 			      whole ? 0 : io_u->xfer_buflen, &err);
 	if (r == 0)
@@ -225,33 +259,30 @@ static enum fio_q_status bk_queue(struct thread_data *td, struct io_u *io_u)
 	return r == 1 ? FIO_Q_QUEUED : r == 2 ? FIO_Q_BUSY : FIO_Q_COMPLETED;
 }
 
-static int bk_commit(struct thread_data *td)
-{
-	int n = bdevkit_fio_commit(td->io_ops_data);
-
-	/* fio's submit histogram counts what an engine's commit sends. */
-	if (n > 0 && io_u_mark_submit)
-		io_u_mark_submit(td, (unsigned int)n);
-	return n < 0 ? n : 0;
-}
-
 static int bk_getevents(struct thread_data *td, unsigned int min, unsigned int max,
 			const struct timespec *t)
 {
 	long long ns = t ? (long long)t->tv_sec * 1000000000LL + t->tv_nsec : -1;
+	struct bk_td *b = td->io_ops_data;
+	int r;
 
-	return bdevkit_fio_getevents(td->io_ops_data, min, max, ns);
+	if (!b)
+		return -ENODEV;
+	r = bdevkit_fio_getevents(b->job, min, max, ns, &b->events);
+	b->nr_events = r > 0 ? r : 0;
+	return r;
 }
 
 static struct io_u *bk_event(struct thread_data *td, int i)
 {
-	int err = 0;
-	struct io_u *io_u = bdevkit_fio_event(td->io_ops_data, i, &err);
+	struct bk_td *b = td->io_ops_data;
+	struct io_u *io_u;
 
-	if (io_u) {
-		io_u->error = err;
-		io_u->resid = err ? io_u->xfer_buflen : 0;
-	}
+	if (!b || i < 0 || i >= b->nr_events)
+		return NULL;
+	io_u = (struct io_u *)(uintptr_t)b->events[i].io_u;
+	io_u->error = b->events[i].err;
+	io_u->resid = io_u->error ? io_u->xfer_buflen : 0;
 	return io_u;
 }
 
@@ -276,7 +307,8 @@ static struct ioengine_ops ioengine = {
 	.setup = bk_setup,
 	.init = bk_init,
 	.queue = bk_queue,
-	.commit = bk_commit,
+	/* No .commit: queue submits each I/O (as SPDK's engine does), and fio
+	 * counts it in its submit histogram itself. */
 	.getevents = bk_getevents,
 	.event = bk_event,
 	.cleanup = bk_cleanup,

@@ -17,7 +17,7 @@ use bdevkit::dma::DmaBuf;
 
 use crate::args::{JobArgs, Op};
 use crate::global;
-use crate::job::{self, Job, Queue, Request};
+use crate::job::{self, Event, Job, Queue, Request};
 
 /// `struct bk_job_args` of the shim, field for field.
 #[repr(C)]
@@ -294,29 +294,20 @@ pub unsafe extern "C" fn bdevkit_fio_queue(
     }
 }
 
-/// fio's `commit`: submits what `queue` parked; how many.
-///
-/// # Safety
-/// `job` as for `job_ref`.
-#[no_mangle]
-pub unsafe extern "C" fn bdevkit_fio_commit(job: *mut c_void) -> c_int {
-    guarded("commit", -1, || {
-        // SAFETY: the caller's duty.
-        unsafe { job_ref(job) }.map_or(0, |j| c_int::try_from(j.commit()).unwrap_or(c_int::MAX))
-    })
-}
-
 /// fio's `getevents`: completions ready (at least `min` unless the
-/// timeout, in ns, passed; -1: none).
+/// timeout, in ns, passed; -1: none), or a negative errno. `*events`
+/// points to them, contiguous (`struct bk_event`s, which the shim's
+/// `event` reads in place), until the next call or the job's cleanup.
 ///
 /// # Safety
-/// `job` as for `job_ref`.
+/// `job` as for `job_ref`; `events` valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn bdevkit_fio_getevents(
     job: *mut c_void,
     min: c_uint,
     max: c_uint,
     timeout_ns: i64,
+    events: *mut *const Event,
 ) -> c_int {
     guarded("getevents", -libc::EIO, || {
         // SAFETY: the caller's duty.
@@ -324,35 +315,11 @@ pub unsafe extern "C" fn bdevkit_fio_getevents(
             return -libc::ENODEV;
         };
         let timeout = u64::try_from(timeout_ns).ok().map(Duration::from_nanos);
-        let n = j.getevents(min as usize, max as usize, timeout);
+        let (n, at) = j.getevents(min as usize, max as usize, timeout);
+        // SAFETY: the caller's duty.
+        unsafe { *events = at };
         c_int::try_from(n).unwrap_or(c_int::MAX)
     })
-}
-
-/// fio's `event`: the `i`-th io_u of the last `getevents`, its errno in
-/// `*err`; NULL if there is none.
-///
-/// # Safety
-/// `job` as for `job_ref`; `err` valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn bdevkit_fio_event(
-    job: *mut c_void,
-    i: c_int,
-    err: *mut c_int,
-) -> *mut c_void {
-    let ev = guarded("event", None, || {
-        // SAFETY: the caller's duty.
-        let j = unsafe { job_ref(job) }?;
-        j.event(usize::try_from(i).ok()?)
-    });
-    match ev {
-        Some(ev) => {
-            // SAFETY: the caller's duty.
-            unsafe { *err = ev.err };
-            ev.io_u as *mut c_void
-        }
-        None => std::ptr::null_mut(),
-    }
 }
 
 /// The library unloads (or the process exits): stops a runtime that jobs
@@ -463,18 +430,23 @@ mod tests {
         (r, err)
     }
 
+    /// One `getevents` (at most QD events), read as the shim reads them.
+    fn getevents(job: *mut c_void, min: c_uint, timeout_ns: i64) -> Vec<Event> {
+        let mut at: *const Event = std::ptr::null();
+        // SAFETY: `job` is live, on this thread; `at` is writable.
+        let got = unsafe { bdevkit_fio_getevents(job, min, QD_C, timeout_ns, &mut at) };
+        let got = usize::try_from(got).unwrap();
+        assert!(got <= QD);
+        // SAFETY: `got` contiguous events at `at`, valid until the next
+        // call on the job (they are copied out before it).
+        (0..got).map(|i| unsafe { *at.add(i) }).collect()
+    }
+
     /// Reaps `n` completions: (tag, errno) pairs.
     fn reap(job: *mut c_void, n: usize) -> Vec<(u64, c_int)> {
         let mut out = Vec::new();
         while out.len() < n {
-            // SAFETY: `job` is live, on this thread.
-            let got = unsafe { bdevkit_fio_getevents(job, 1, QD_C, -1) };
-            for i in 0..got {
-                let mut err = 0;
-                // SAFETY: as above.
-                let io_u = unsafe { bdevkit_fio_event(job, i, &mut err) };
-                out.push((io_u as u64, err));
-            }
+            out.extend(getevents(job, 1, -1).iter().map(|e| (e.io_u, e.err)));
         }
         out
     }
@@ -520,8 +492,6 @@ mod tests {
                     1
                 );
             }
-            // SAFETY: the job, on its thread.
-            assert_eq!(unsafe { bdevkit_fio_commit(job) }, 4);
             let mut done = reap(job, 4);
             done.sort_unstable();
             assert_eq!(done, vec![(100, 0), (101, 0), (102, 0), (103, 0)]);
@@ -562,13 +532,17 @@ mod tests {
             );
             let n = if null_flush.0 == 1 { 3 } else { 2 };
             assert!(reap(job, n).iter().all(|&(_, e)| e == 0));
-            // Unaligned: refused at once; past the end: at commit.
+            // Unaligned, or past the end (the bdev layer refuses it):
+            // completed at once with the errno, nothing left to reap.
             assert_eq!(
                 queue(job, 400, READ, 0, 100, page(0), 4096),
                 (0, libc::EINVAL)
             );
-            assert_eq!(queue(job, 401, READ, 0, 4096 * 1024, page(0), 4096).0, 1);
-            assert_eq!(reap(job, 1), vec![(401, libc::EINVAL)]);
+            assert_eq!(
+                queue(job, 401, READ, 0, 4096 * 1024, page(0), 4096),
+                (0, libc::EINVAL)
+            );
+            assert!(getevents(job, 0, 0).is_empty());
             assert_eq!(
                 queue(job, 402, READ, 7, 0, page(0), 4096),
                 (0, libc::ENODEV)
@@ -624,16 +598,15 @@ mod tests {
                     let (r, _) = queue(job, slot, op, 0, off, buf, 4096);
                     assert_eq!(r, 1);
                 }
-                // SAFETY: the job, on its thread.
-                unsafe { bdevkit_fio_commit(job) };
-                // SAFETY: as above.
-                let got = unsafe { bdevkit_fio_getevents(job, 1, QD_C, -1) };
-                for i in 0..got {
-                    let mut err = 0;
-                    // SAFETY: as above.
-                    let io_u = unsafe { bdevkit_fio_event(job, i, &mut err) };
-                    assert_eq!(err, 0);
-                    free.push(io_u as u64);
+                let mut at: *const Event = std::ptr::null();
+                // SAFETY: the job, on its thread; `at` is writable.
+                let got = unsafe { bdevkit_fio_getevents(job, 1, QD_C, -1, &mut at) };
+                for i in 0..usize::try_from(got).unwrap() {
+                    // SAFETY: `got` contiguous events at `at`, read
+                    // before the next call on the job.
+                    let ev = unsafe { *at.add(i) };
+                    assert_eq!(ev.err, 0);
+                    free.push(ev.io_u);
                     n += 1;
                 }
                 if n >= WARMUP + MEASURED {

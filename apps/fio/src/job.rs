@@ -3,18 +3,31 @@
 //!
 //! Everything here runs on the fio job thread, which hosts the job's
 //! [`EmbeddedThread`]: `queue` builds a [`BdevIo`] over fio's buffer and
-//! parks it, `commit` submits the batch straight into the bdevs' channels,
-//! `getevents` polls the embedded thread (the bdev modules' pollers run
+//! submits it straight into the bdev's channel (as SPDK's engine does; the
+//! engine has no `commit`: a parked batch would only cost a list and a
+//! call into the engine per I/O, since a bdevkit submission rings no
+//! doorbell of its own), `getevents` polls the embedded thread (the bdev modules' pollers run
 //! there and complete I/O into the job's ready list) until fio has as many
 //! completions as it asked for, and `event` hands them back one by one.
 //! No other thread takes part, so the path has no lock, no atomic
 //! read-modify-write and no wake-up; `RefCell`s suffice. Steady state
-//! allocates nothing: requests come from the thread's `BdevIo` cache, data
-//! stays in fio's memory (lent to each I/O as a borrowed [`DmaBuf`]), and
-//! the lists have the job's queue depth as capacity from the start.
+//! allocates nothing: a completed request stays with the job for the next
+//! `queue` (the thread's `BdevIo` cache only fills the job up to its
+//! depth), data stays in fio's memory (lent to each I/O as a borrowed
+//! [`DmaBuf`]), and the lists have the job's queue depth as capacity from
+//! the start.
+//!
+//! fio reaps one completion per `getevents` by default
+//! (`iodepth_batch_complete_max` = `iodepth_batch_complete_min` = 1), and
+//! one poll of a fast bdev completes everything submitted since the last
+//! one. So `getevents` polls only when fewer completions are ready than
+//! fio asked for: the completions one poll produced feed the next calls,
+//! and a poll (its pollers, its clock reads) is paid once per batch
+//! instead of once per I/O. The thread still polls whenever the ready list
+//! runs dry, so messages and pollers wait at most one queue depth of
+//! completions.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,7 +45,9 @@ use crate::global::{self, Handles};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A completion as fio gets it: the io_u (opaque to this side) and an
-/// errno (0: success).
+/// errno (0: success). `struct bk_event` of the shim, which reads the
+/// events of a `getevents` in place.
+#[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Event {
     /// fio's `struct io_u *`, as an integer: never dereferenced here.
@@ -44,11 +59,11 @@ pub struct Event {
 /// What `queue` did with an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
-    /// Parked for the next `commit` (`FIO_Q_QUEUED`).
+    /// Submitted; `getevents` reports its completion (`FIO_Q_QUEUED`).
     Queued,
     /// Done at once with this errno, 0 for success (`FIO_Q_COMPLETED`).
     Completed(i32),
-    /// No request free: fio commits, reaps and retries (`FIO_Q_BUSY`).
+    /// No request free: fio reaps and retries (`FIO_Q_BUSY`).
     Busy,
 }
 
@@ -69,14 +84,70 @@ pub struct Request {
     pub buf: Option<DmaBuf>,
 }
 
+/// The completions not yet taken back from fio, oldest first, contiguous
+/// (the shim reads those of a `getevents` in place): `buf[start..]`. fio
+/// takes them from the front, polls append them at the back; the buffer
+/// starts over when fio has taken all (the common case: one poll's batch
+/// is taken before the next poll), and moves what is left to the front
+/// only when it is full.
+struct Ready {
+    buf: Vec<Event>,
+    start: usize,
+}
+
+impl Ready {
+    fn with_capacity(depth: usize) -> Ready {
+        Ready {
+            buf: Vec::with_capacity(depth),
+            start: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    #[inline]
+    fn push(&mut self, ev: Event) {
+        if self.buf.len() == self.buf.capacity() && self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.push(ev);
+    }
+
+    /// Drops the `n` oldest.
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start >= self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// The oldest, followed by the others.
+    #[inline]
+    fn front(&self) -> *const Event {
+        self.buf[self.start..].as_ptr()
+    }
+}
+
 /// Completions reach the job here, from the bdev layer, on the job's
 /// thread.
 struct Reaper {
-    /// Completed and not yet handed to fio, oldest first (a ring: fio
-    /// taking fewer than are ready shifts nothing).
-    ready: RefCell<VecDeque<Event>>,
+    /// Completed and not yet taken back from fio. The first `handed` of
+    /// them are what the last `getevents` returned (the shim's `event`
+    /// reads them in place); the next `getevents` drops them. Only polls
+    /// add to it, and only `getevents` (and tear-down) polls, so it holds
+    /// still between two `getevents`.
+    ready: RefCell<Ready>,
     /// Submitted and not completed.
     inflight: Cell<usize>,
+    /// Completed requests, for `queue` to reuse (at most the job's depth):
+    /// no trip through the thread's pool per I/O.
+    spare: RefCell<Vec<BdevIo>>,
 }
 
 impl IoCompletion for Reaper {
@@ -89,10 +160,14 @@ impl IoCompletion for Reaper {
         // The borrowed view of fio's buffer goes before fio sees the io_u.
         drop(io.take_buf());
         self.inflight.set(self.inflight.get() - 1);
-        self.ready.borrow_mut().push_back(Event {
+        self.ready.borrow_mut().push(Event {
             io_u: io.tag(),
             err,
         });
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < spare.capacity() {
+            spare.push(io);
+        }
     }
 }
 
@@ -135,12 +210,11 @@ pub struct Job {
     // bdevs (channels, descriptors) and the requests before the thread
     // they live on, which goes last.
     targets: Vec<Target>,
-    /// Requests `queue` built, for `commit` to submit, with their target.
-    pending: RefCell<Vec<(BdevIo, usize)>>,
     reaper: Rc<Reaper>,
     on_done: Rc<dyn IoCompletion>,
-    /// What the last `getevents` returned, for `event(i)`.
-    reported: RefCell<Vec<Event>>,
+    /// How many events the last `getevents` returned (the front of the
+    /// ready list).
+    handed: Cell<usize>,
     /// fio's I/O memory (`iomem_alloc`), when fio took ours.
     mem: RefCell<Option<DmaBuf>>,
     name: String,
@@ -282,16 +356,16 @@ impl Job {
         }
         let depth = args.iodepth.max(1);
         let reaper = Rc::new(Reaper {
-            ready: RefCell::new(VecDeque::with_capacity(depth)),
+            ready: RefCell::new(Ready::with_capacity(depth)),
             inflight: Cell::new(0),
+            spare: RefCell::new(Vec::with_capacity(depth)),
         });
         let on_done: Rc<dyn IoCompletion> = Rc::clone(&reaper) as Rc<dyn IoCompletion>;
         Ok(Job {
             targets,
-            pending: RefCell::new(Vec::with_capacity(depth)),
             reaper,
             on_done,
-            reported: RefCell::new(Vec::with_capacity(depth)),
+            handed: Cell::new(0),
             mem: RefCell::new(None),
             name: args.job.clone(),
             // With create_serialize, setup ran (and counted) before init.
@@ -327,8 +401,9 @@ impl Job {
         }
     }
 
-    /// Takes an I/O: checks it, builds its request and parks it for
-    /// `commit`.
+    /// Takes an I/O: checks it, builds its request and submits it. A
+    /// request the bdev layer refuses (out of range, a type the bdev
+    /// lacks) completes at once with its errno.
     #[inline]
     pub fn queue(&self, req: Request) -> Queue {
         let Some(t) = self.targets.get(req.file) else {
@@ -347,7 +422,10 @@ impl Job {
             // No volatile cache: nothing to flush.
             return Queue::Completed(0);
         }
-        let Some(mut io) = t.ch.alloc_io() else {
+        // A request of an earlier I/O, or a fresh one (`submit` binds it
+        // to this target's channel: all of them are this thread's).
+        let spare = self.reaper.spare.borrow_mut().pop();
+        let Some(mut io) = spare.or_else(|| t.ch.alloc_io()) else {
             return Queue::Busy;
         };
         match (op, req.buf) {
@@ -370,38 +448,22 @@ impl Job {
         }
         io.set_tag(req.io_u);
         io.on_done(Rc::clone(&self.on_done));
-        self.pending.borrow_mut().push((io, req.file));
-        Queue::Queued
-    }
-
-    /// Submits the parked requests; returns how many. A request the bdev
-    /// layer refuses (out of range, a type the bdev lacks) completes with
-    /// its errno.
-    #[inline]
-    pub fn commit(&self) -> usize {
-        let mut pending = self.pending.borrow_mut();
-        let n = pending.len();
-        if n == 0 {
-            return 0;
-        }
-        let reaper = &self.reaper;
-        // Submission never completes inline, so nothing re-enters the job
-        // while the list is borrowed.
-        for (io, file) in pending.drain(..) {
-            reaper.inflight.set(reaper.inflight.get() + 1);
-            if let Err(e) = self.targets[file].ch.submit(io) {
-                self.rejected(file, *e);
+        // Submission never completes inline: nothing re-enters the job.
+        match t.ch.submit(io) {
+            Ok(()) => {
+                let r = &self.reaper;
+                r.inflight.set(r.inflight.get() + 1);
+                Queue::Queued
             }
+            Err(e) => Queue::Completed(self.rejected(req.file, *e)),
         }
-        n
     }
 
+    /// The errno of a submission the bdev layer refused, logged once.
     #[cold]
-    fn rejected(&self, file: usize, e: bdevkit::bdev::SubmitError) {
+    fn rejected(&self, file: usize, e: bdevkit::bdev::SubmitError) -> i32 {
         let bdevkit::bdev::SubmitError { error, mut io } = e;
         drop(io.take_buf());
-        let r = &self.reaper;
-        r.inflight.set(r.inflight.get() - 1);
         if !self.reported_reject.replace(true) {
             tracing::error!(
                 job = %self.name,
@@ -413,50 +475,54 @@ impl Job {
                 "I/O refused (reported once per job)"
             );
         }
-        r.ready.borrow_mut().push_back(Event {
-            io_u: io.tag(),
-            err: error.errno(),
-        });
+        error.errno()
     }
 
-    /// Polls the job's thread until at least `min` completions are ready
-    /// (or `timeout` passed), then hands at most `max` of them to fio.
+    /// Hands fio at most `max` completions, at least `min` unless nothing
+    /// is in flight or `timeout` passed: those already ready, polling the
+    /// job's thread only when they are too few (see the module docs).
+    /// Returns how many, and where they are: contiguous, valid until the
+    /// next `getevents` or the job's tear-down.
     #[inline]
-    pub fn getevents(&self, min: usize, max: usize, timeout: Option<Duration>) -> usize {
-        self.commit();
-        let deadline = match timeout {
-            Some(t) if !t.is_zero() => Some(Instant::now() + t),
-            _ => None,
-        };
-        loop {
-            self.thread.poll();
-            // Nothing in flight: no more will come (never spin forever).
-            if self.reaper.ready.borrow().len() >= min
-                || self.reaper.inflight.get() == 0
-                || timeout.is_some_and(|t| t.is_zero())
-                || deadline.is_some_and(|d| Instant::now() >= d)
-            {
-                break;
+    pub fn getevents(
+        &self,
+        min: usize,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> (usize, *const Event) {
+        let r = &self.reaper;
+        // What the last call handed out is fio's now.
+        let handed = self.handed.replace(0);
+        if handed > 0 {
+            r.ready.borrow_mut().consume(handed);
+        }
+        // Enough ready (and at least one): no poll. Otherwise poll at
+        // least once (min == 0 asks for what a poll gives).
+        if r.ready.borrow().len() < min.max(1) {
+            let deadline = match timeout {
+                Some(t) if !t.is_zero() => Some(Instant::now() + t),
+                _ => None,
+            };
+            loop {
+                self.thread.poll();
+                // Nothing in flight: no more will come (never spin forever).
+                if r.ready.borrow().len() >= min
+                    || r.inflight.get() == 0
+                    || timeout.is_some_and(|t| t.is_zero())
+                    || deadline.is_some_and(|d| Instant::now() >= d)
+                {
+                    break;
+                }
             }
         }
-        let mut ready = self.reaper.ready.borrow_mut();
-        let mut reported = self.reported.borrow_mut();
-        reported.clear();
+        let ready = r.ready.borrow();
         let n = ready.len().min(max);
-        reported.extend(ready.drain(..n));
-        n
-    }
-
-    /// The `i`-th completion of the last `getevents`.
-    #[inline]
-    #[must_use]
-    pub fn event(&self, i: usize) -> Option<Event> {
-        self.reported.borrow().get(i).copied()
+        self.handed.set(n);
+        (n, ready.front())
     }
 
     /// Polls until nothing is in flight; false after [`DRAIN_TIMEOUT`].
     fn drain(&self) -> bool {
-        self.commit();
         let start = Instant::now();
         while self.reaper.inflight.get() > 0 {
             if start.elapsed() > DRAIN_TIMEOUT {
@@ -475,12 +541,12 @@ impl Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        // Requests never submitted go back to the pool; the rest is
-        // waited for, so no I/O outlives fio's memory or the channels.
-        self.pending.borrow_mut().clear();
+        // The I/O in flight is waited for, so none outlives fio's memory
+        // or the channels.
         if !self.drain() {
             std::mem::forget(self.mem.borrow_mut().take());
         }
+        self.reaper.spare.borrow_mut().clear();
     }
 }
 

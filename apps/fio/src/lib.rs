@@ -24,10 +24,10 @@
 //!   reactor in interrupt mode for the control path); the last job's
 //!   cleanup shuts it down (bdevs unregistered, reactor stopped), see
 //!   `global`.
-//! * **Threads, no handoff.** fio calls `queue`, `commit` and `getevents`
+//! * **Threads, no handoff.** fio calls `queue`, `getevents` and `event`
 //!   on each job's own thread, so that thread *hosts* the job's bdevkit
 //!   lightweight thread ([`bdevkit::thread::EmbeddedThread`]): the job's
-//!   bdev channels live on it, `commit` submits into them directly, and
+//!   bdev channels live on it, `queue` submits into them directly, and
 //!   `getevents` polls it, running the modules' pollers and completions
 //!   inline (as SPDK's engine polls its `spdk_thread`). No I/O crosses an
 //!   OS thread: no queue, no lock, no wake-up on the I/O path, and no

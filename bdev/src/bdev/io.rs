@@ -50,6 +50,7 @@ use super::pool::IoPool;
 use super::quota::QosShared;
 use super::segments::IoVec;
 use super::shared::BdevShared;
+use super::slot::{drop_cold, IsEmpty};
 use super::split::{FitCaps, SplitCursor, SplitLimits};
 use super::stats::IoStat;
 use super::types::{IoStatus, IoType, NvmeCmd};
@@ -95,8 +96,6 @@ pub(crate) enum Bufs {
     None,
     One(DmaBuf),
     Many(Vec<DmaBuf>),
-    /// External memory the segments describe (kept alive, not owned).
-    Ext(Arc<ExtMem>),
 }
 
 /// Where an I/O is in its life.
@@ -175,6 +174,11 @@ pub(crate) struct IoInner {
     /// The segments may describe external memory: racy copies only (a
     /// stale `true` only costs racy copies).
     pub(crate) ext_data: bool,
+    /// The external memory an `ext` request's segments describe, kept
+    /// alive (not owned) while they do. Apart from `bufs`, so that the
+    /// buffer enum keeps its three variants and cheap discriminant on the
+    /// common path.
+    pub(crate) ext_mem: Option<Arc<ExtMem>>,
     pub(crate) ch: Option<IoChannel<ChannelCore>>,
     pub(crate) thread_id: u64,
     pub(crate) submit_tick: u64,
@@ -207,6 +211,7 @@ impl IoInner {
             lender: None,
             ro_data: false,
             ext_data: false,
+            ext_mem: None,
             ch: None,
             thread_id: 0,
             submit_tick: 0,
@@ -254,6 +259,7 @@ impl IoInner {
             || !matches!(self.cb, Completion::None)
             || !matches!(self.bufs, Bufs::None)
             || !matches!(self.aux_bufs, Bufs::None)
+            || self.ext_mem.is_some()
     }
 
     /// Whether other I/Os' segments describe this I/O's memory now.
@@ -417,6 +423,7 @@ fn recycle_slow(mut inner: Box<IoInner>) {
         std::mem::take(&mut inner.bufs),
         std::mem::take(&mut inner.aux_bufs),
         inner.bounce.take(),
+        inner.ext_mem.take(),
     );
     recycle(inner);
     drop(extras);
@@ -477,29 +484,6 @@ pub(crate) fn replace_parent(child: &mut IoInner, parent: BdevIo) {
     if let Some(old) = child.parent.replace(parent) {
         drop_cold(old);
     }
-}
-
-/// Stores `new` in `slot`; the old value is dropped out of line, and only
-/// when it holds something (on the fast path the slot is empty, and a plain
-/// assignment would still call the enum's drop glue).
-#[inline(always)]
-pub(crate) fn replace_field<T: Default + IsEmpty>(slot: &mut T, new: T) {
-    let old = std::mem::replace(slot, new);
-    if old.is_empty() {
-        // Nothing to release; skip the drop glue.
-        std::mem::forget(old);
-    } else {
-        drop_cold(old);
-    }
-}
-
-#[cold]
-fn drop_cold<T>(v: T) {
-    drop(v);
-}
-
-pub(crate) trait IsEmpty {
-    fn is_empty(&self) -> bool;
 }
 
 impl IsEmpty for Bufs {

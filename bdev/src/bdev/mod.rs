@@ -44,6 +44,7 @@ mod reset;
 mod route;
 mod segments;
 mod shared;
+mod slot;
 pub mod split;
 mod splitting;
 pub mod stats;

@@ -8,8 +8,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::io::{replace_field, BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
+use super::io::{BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
 use super::segments::IoVec;
+use super::slot::replace_field;
 use super::types::{IoStatus, IoType, NvmeCmd};
 use crate::dma::{DmaBuf, ExtMem};
 use crate::error::Error;
@@ -36,6 +37,7 @@ impl BdevIo {
             len: buf.len(),
         });
         replace_field(&mut i.bufs, Bufs::One(buf));
+        release_ext(i);
     }
 
     fn set_bufs(i: &mut IoInner, mut bufs: Vec<DmaBuf>) {
@@ -46,6 +48,7 @@ impl BdevIo {
             });
         }
         replace_field(&mut i.bufs, Bufs::Many(bufs));
+        release_ext(i);
     }
 
     /// Read `num_blocks` at `offset_blocks` into `buf` (its first
@@ -114,9 +117,10 @@ impl BdevIo {
         mem: &Arc<ExtMem>,
     ) -> &mut Self {
         let i = self.set_request(io_type, offset_blocks, num_blocks);
-        match &i.bufs {
-            Bufs::Ext(m) if Arc::ptr_eq(m, mem) => {}
-            _ => replace_field(&mut i.bufs, Bufs::Ext(Arc::clone(mem))),
+        replace_field(&mut i.bufs, Bufs::None);
+        match &i.ext_mem {
+            Some(m) if Arc::ptr_eq(m, mem) => {}
+            _ => replace_field(&mut i.ext_mem, Some(Arc::clone(mem))),
         }
         i.ext_data = true;
         self
@@ -129,10 +133,8 @@ impl BdevIo {
     #[inline]
     pub fn push_ext_segment(&mut self, addr: usize, len: usize) -> Result<(), Error> {
         let i = self.inner_mut();
-        match &i.bufs {
-            Bufs::Ext(m)
-                if i.state != IoState::Submitted && i.ext_data && m.contains(addr, len) =>
-            {
+        match &i.ext_mem {
+            Some(m) if i.state != IoState::Submitted && i.ext_data && m.contains(addr, len) => {
                 i.iovs.push(IoVec {
                     base: addr as *mut u8,
                     len,
@@ -352,11 +354,12 @@ impl BdevIo {
             return Vec::new();
         }
         let taken = std::mem::take(&mut i.bufs);
-        if !matches!(taken, Bufs::None) {
+        if !matches!(taken, Bufs::None) || i.ext_mem.is_some() {
             i.iovs.clear();
+            release_ext(i);
         }
         match taken {
-            Bufs::None | Bufs::Ext(_) => Vec::new(),
+            Bufs::None => Vec::new(),
             Bufs::One(b) => vec![b],
             Bufs::Many(v) => v,
         }
@@ -387,4 +390,14 @@ fn ext_segment_refused(addr: usize, len: usize) -> Error {
     Error::InvalidArg(format!(
         "segment {addr:#x}+{len} is not inside the request's external memory"
     ))
+}
+
+/// A request with buffers of its own describes no external memory: the
+/// memory an earlier `ext` request kept alive is let go (a test and a
+/// jump when there is none).
+#[inline(always)]
+fn release_ext(i: &mut IoInner) {
+    if i.ext_mem.is_some() {
+        replace_field(&mut i.ext_mem, None);
+    }
 }

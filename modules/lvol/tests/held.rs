@@ -8,6 +8,9 @@
 //! completed, clusters allocated), never on elapsed time.
 
 #[cfg(test)]
+mod common;
+
+#[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -17,13 +20,13 @@ mod tests {
     use bdevkit::thread::{CpuSet, Thread, ThreadHandle};
     use bdevkit_error::{ErrorBdev, ErrorCreateParams, ErrorInjectParams};
     use bdevkit_error::{InjectErrorType, InjectIoType};
-    use bdevkit_lvol::{CreateLvstore, LvolOptions, LvsOptions, LvsRef};
     use bdevkit_passthru::PassthruCreateParams;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::{contents, malloc, TestEnv};
     use serde_json::Value;
 
-    const MIB: u64 = 1 << 20;
+    use crate::common::{lvol, store, MIB};
+
     /// Blocks (512 bytes) per 1 MiB cluster.
     const CL: u64 = MIB / 512;
 
@@ -37,34 +40,6 @@ mod tests {
                 bdevkit_lvol::register,
             ],
         )
-    }
-
-    async fn store(mgr: &BdevManager, base: &str, lvs: &str) -> String {
-        let args = CreateLvstore {
-            bdev_name: base.into(),
-            opts: LvsOptions {
-                cluster_size: 1 << 20,
-                ..LvsOptions::new(lvs)
-            },
-            md_page_size: 0,
-        };
-        bdevkit_lvol::create_lvstore(mgr, args)
-            .await
-            .unwrap()
-            .to_string()
-    }
-
-    async fn lvol(mgr: &BdevManager, name: &str, mib: u64, thin: bool) -> String {
-        let o = LvolOptions {
-            name: name.into(),
-            size_bytes: mib * MIB,
-            thin,
-            clear_method: bdevkit_blobstore::ClearMethod::Default,
-            uuid: None,
-        };
-        bdevkit_lvol::create_lvol(mgr, &LvsRef::Name("lvs0".into()), o)
-            .await
-            .unwrap()
     }
 
     fn pattern(len: usize, seed: u64) -> DmaBuf {
@@ -117,8 +92,8 @@ mod tests {
         env("0x1").run(|mgr| async move {
             malloc(&mgr, "M0", 32 * MIB / 512);
             bdevkit_passthru::create(&mgr, PassthruCreateParams::new("M0", "PT0")).unwrap();
-            let uuid = store(&mgr, "PT0", "lvs0").await;
-            let vol = lvol(&mgr, "v", 4, false).await;
+            let uuid = store(&mgr, "PT0", "lvs0", 1 << 20).await;
+            let vol = lvol(&mgr, "lvs0", "v", 4, false).await;
             {
                 let d = mgr.open(&vol, true, |_| {}).unwrap();
                 let ch = d.get_io_channel().unwrap();
@@ -217,9 +192,9 @@ mod tests {
             let other = on_other;
             malloc(&mgr, "M0", 64 * MIB / 512);
             bdevkit_error::create(&mgr, ErrorCreateParams::new("M0")).unwrap();
-            store(&mgr, "EE_M0", "lvs0").await;
-            let t = lvol(&mgr, "t", 16, true).await;
-            let u = lvol(&mgr, "u", 16, true).await;
+            store(&mgr, "EE_M0", "lvs0", 1 << 20).await;
+            let t = lvol(&mgr, "lvs0", "t", 16, true).await;
+            let u = lvol(&mgr, "lvs0", "u", 16, true).await;
             let d = mgr.open(&t, true, |_| {}).unwrap();
             let ch = d.get_io_channel().unwrap();
             // Cluster 0 (and the extent page that maps clusters 0..512).

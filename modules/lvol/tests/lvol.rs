@@ -5,6 +5,9 @@
 //! RPCs with SPDK's results and errors.
 
 #[cfg(test)]
+mod common;
+
+#[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -13,14 +16,13 @@ mod tests {
     use bdevkit::dma::DmaBuf;
     use bdevkit::thread::Thread;
     use bdevkit_jsonrpc::RpcError;
-    use bdevkit_lvol::{CreateLvstore, LvolOptions, LvsOptions, LvsRef};
     use bdevkit_passthru::PassthruCreateParams;
     use bdevkit_test::env::wait_for;
     use bdevkit_test::rpc::{self, call, RegisterRpcs};
     use bdevkit_test::{conformance, malloc, verify, TestEnv};
     use serde_json::{json, Value};
 
-    const MIB: u64 = 1 << 20;
+    use crate::common::{lvol, store, MIB};
 
     fn env(mask: &str) -> TestEnv {
         TestEnv::with_modules(
@@ -38,35 +40,6 @@ mod tests {
         bdevkit_passthru::rpc::register_rpcs,
         bdevkit_lvol::rpc::register_rpcs,
     ];
-
-    /// A store `lvs` on bdev `base` with `cluster` byte clusters.
-    async fn store(mgr: &BdevManager, base: &str, lvs: &str, cluster: u32) -> String {
-        let args = CreateLvstore {
-            bdev_name: base.into(),
-            opts: LvsOptions {
-                cluster_size: cluster,
-                ..LvsOptions::new(lvs)
-            },
-            md_page_size: 0,
-        };
-        bdevkit_lvol::create_lvstore(mgr, args)
-            .await
-            .unwrap()
-            .to_string()
-    }
-
-    async fn lvol(mgr: &BdevManager, lvs: &str, name: &str, mib: u64, thin: bool) -> String {
-        let o = LvolOptions {
-            name: name.into(),
-            size_bytes: mib * MIB,
-            thin,
-            clear_method: bdevkit_blobstore::ClearMethod::Default,
-            uuid: None,
-        };
-        bdevkit_lvol::create_lvol(mgr, &LvsRef::Name(lvs.into()), o)
-            .await
-            .unwrap()
-    }
 
     fn delete(mgr: &BdevManager, name: &str, done: Box<dyn FnOnce(bdevkit::Result<()>) + Send>) {
         let (mgr, name) = (mgr.clone(), name.to_string());

@@ -66,24 +66,18 @@ fn bdevperf(cfg: &std::path::Path, extra: &[&str]) -> Daemon {
     Daemon::start_program("bdevperf", &args)
 }
 
-#[test]
-fn bdevperf_verifies_a_thin_lvol_over_malloc_on_two_cores() {
-    let dir = temp_dir();
-    let cfg = config(
-        dir.path(),
-        "bp",
-        &[json!({"method": "bdev_malloc_create",
-            "params": {"name": "M0", "num_blocks": 131072, "block_size": 512}})],
-        &[],
-    );
-    let bp = bdevperf(&cfg, &["-C"]);
-    let lvol = thin_lvol(&bp, "M0", 48);
+/// bdevperf (`-C`, 2 cores) on a fresh thin lvol of 48 clusters over
+/// `base`: verify is clean, each core runs a job on the lvol, and the
+/// writes allocated some of its clusters (none before).
+fn verify_thin_lvol_on_two_cores(cfg: &std::path::Path, base: &str, what: &str) {
+    let bp = bdevperf(cfg, &["-C"]);
+    let lvol = thin_lvol(&bp, base, 48);
     assert_eq!(allocated(&bp), 0);
     let r = perform_tests(&bp, 2)
         .join()
         .unwrap()
         .expect("perform_tests");
-    assert_clean(&r, "verify on a thin lvol");
+    assert_clean(&r, what);
     let jobs = r["results"].as_array().unwrap();
     assert_eq!(jobs.len(), 2, "one job per core on the lvol: {r}");
     for j in jobs {
@@ -95,6 +89,19 @@ fn bdevperf_verifies_a_thin_lvol_over_malloc_on_two_cores() {
     }
     let n = allocated(&bp);
     assert!(n > 0 && n <= 48, "clusters allocated by the writes: {n}");
+}
+
+#[test]
+fn bdevperf_verifies_a_thin_lvol_over_malloc_on_two_cores() {
+    let dir = temp_dir();
+    let cfg = config(
+        dir.path(),
+        "bp",
+        &[json!({"method": "bdev_malloc_create",
+            "params": {"name": "M0", "num_blocks": 131072, "block_size": 512}})],
+        &[],
+    );
+    verify_thin_lvol_on_two_cores(&cfg, "M0", "verify on a thin lvol");
 }
 
 #[test]
@@ -111,24 +118,11 @@ fn bdevperf_verifies_a_thin_lvol_over_the_emulated_nvme_controller_on_two_cores(
         ],
         &[],
     );
-    let bp = bdevperf(&cfg, &["-C"]);
-    let lvol = thin_lvol(&bp, "Nvme0n1", 48);
-    let r = perform_tests(&bp, 2)
-        .join()
-        .unwrap()
-        .expect("perform_tests");
-    assert_clean(&r, "verify on a thin lvol over the emulated controller");
-    let jobs = r["results"].as_array().unwrap();
-    assert_eq!(jobs.len(), 2, "one job per core on the lvol: {r}");
-    for j in jobs {
-        assert_eq!(
-            j["job"].as_str().map(|s| s.contains(&lvol)),
-            Some(true),
-            "{j}"
-        );
-    }
-    let n = allocated(&bp);
-    assert!(n > 0 && n <= 48, "clusters allocated by the writes: {n}");
+    verify_thin_lvol_on_two_cores(
+        &cfg,
+        "Nvme0n1",
+        "verify on a thin lvol over the emulated controller",
+    );
 }
 
 #[test]

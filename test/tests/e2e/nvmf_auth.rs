@@ -7,7 +7,6 @@
 //! the reference SPDK build (its bdevperf against our target, our
 //! initiator against its nvmf_tgt), skipped loudly when it is absent.
 
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,6 +18,7 @@ use bdevkit_test::nvmf::free_port;
 use serde_json::{json, Value};
 
 use crate::nvmf_loss::{assert_clean, perform_tests, start_bdevperf};
+use crate::ref_spdk::NvmfTgt;
 
 const NQN: &str = "nqn.2016-06.io.bdevkit:auth1";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d6f4ae2-7dec-11d0-a765-00a0c91e6bf6";
@@ -264,13 +264,7 @@ fn our_initiator_authenticates_to_our_target_and_rekeys() {
 /// The reference SPDK build's directory (`bin` and `examples` under it),
 /// if `need` is built there.
 fn spdk_ref(need: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("SPDK_REF_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
-        })?;
-    let b = root.join("build");
-    b.join(need).is_file().then_some(b)
+    crate::ref_spdk::build_dir(&[need])
 }
 
 #[test]
@@ -342,50 +336,14 @@ fn our_initiator_authenticates_to_spdk_nvmf_tgt() {
     let keys = Keys::new();
     let port = free_port();
     let cfg = target_config(&keys, port);
-    let d = keys.dir.path();
-    let log = std::fs::File::create(d.join("spdk.log")).unwrap();
-    let mut child = Command::new(spdk.join("bin/nvmf_tgt"))
-        .args([
-            "--no-huge",
-            "-s",
-            "2048",
-            "-m",
-            "0x1",
-            "--disable-cpumask-locks",
-            "-r",
-        ])
-        .arg(d.join("spdk.sock"))
-        .arg("--json")
-        .arg(&cfg)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("nvmf_tgt starts");
-    let end = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        let gone = child.try_wait().unwrap();
-        let log = std::fs::read_to_string(d.join("spdk.log")).unwrap_or_default();
-        assert!(gone.is_none(), "nvmf_tgt exited:\n{log}");
-        assert!(Instant::now() < end, "nvmf_tgt did not listen:\n{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let r = std::panic::catch_unwind(|| {
-        verify_with_our_initiator(&host_config(&keys, port, false), "to SPDK, unidirectional");
-        verify_with_our_initiator(&host_config(&keys, port, true), "to SPDK, bidirectional");
-        // A wrong key is refused by SPDK.
-        let host = host_daemon(&keys);
-        host.call(
-            "bdev_nvme_attach_controller",
-            Some(attach(port, "bad", None)),
-        )
-        .expect_err("SPDK took a wrong key");
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Err(e) = r {
-        let log = std::fs::read_to_string(d.join("spdk.log")).unwrap_or_default();
-        eprintln!("nvmf_tgt log:\n{log}");
-        std::panic::resume_unwind(e);
-    }
+    let _tgt = NvmfTgt::start(&spdk.join("bin/nvmf_tgt"), keys.dir.path(), &cfg, port);
+    verify_with_our_initiator(&host_config(&keys, port, false), "to SPDK, unidirectional");
+    verify_with_our_initiator(&host_config(&keys, port, true), "to SPDK, bidirectional");
+    // A wrong key is refused by SPDK.
+    let host = host_daemon(&keys);
+    host.call(
+        "bdev_nvme_attach_controller",
+        Some(attach(port, "bad", None)),
+    )
+    .expect_err("SPDK took a wrong key");
 }

@@ -24,6 +24,7 @@ use bdevkit_test::nvmf::{free_port, Host};
 use serde_json::{json, Value};
 
 use crate::nvmf_loss::{assert_clean, perform_tests, start_bdevperf};
+use crate::ref_spdk::NvmfTgt;
 
 const NQN: &str = "nqn.2016-06.io.bdevkit:tls1";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
@@ -446,13 +447,7 @@ fn tls_and_dhchap_on_one_connection() {
 
 /// The reference SPDK build's directory, if it is built.
 fn spdk_ref() -> Option<PathBuf> {
-    let root = std::env::var_os("SPDK_REF_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
-        })?;
-    let b = root.join("build");
-    (b.join("bin/nvmf_tgt").is_file() && b.join("examples/bdevperf").is_file()).then_some(b)
+    crate::ref_spdk::build_dir(&["bin/nvmf_tgt", "examples/bdevperf"])
 }
 
 /// Runs `exe args` to its end (bounded by `timeout`), returning whether it
@@ -545,45 +540,11 @@ fn our_initiator_verifies_through_spdk_nvmf_tgt_over_tls() {
     let key = key_file(d, "key0", KEY);
     let port = free_port();
     let cfg = target_config(d, &key, port, None);
-    let sock = d.join("spdk.sock");
-    let log = std::fs::File::create(d.join("spdk.log")).unwrap();
-    let mut child = Command::new(spdk.join("bin/nvmf_tgt"))
-        .args([
-            "--no-huge",
-            "-s",
-            "2048",
-            "-m",
-            "0x1",
-            "--disable-cpumask-locks",
-            "-r",
-        ])
-        .arg(&sock)
-        .arg("--json")
-        .arg(&cfg)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("nvmf_tgt starts");
-    let end = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        let gone = child.try_wait().unwrap();
-        let log = std::fs::read_to_string(d.join("spdk.log")).unwrap_or_default();
-        assert!(gone.is_none(), "nvmf_tgt exited:\n{log}");
-        assert!(Instant::now() < end, "nvmf_tgt did not listen:\n{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let host_cfg = host_config(d, &key, port);
-    let r = std::panic::catch_unwind(|| {
-        verify_with_our_initiator(&host_cfg, "our initiator over TLS to SPDK")
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Err(e) = r {
-        let log = std::fs::read_to_string(d.join("spdk.log")).unwrap_or_default();
-        eprintln!("nvmf_tgt log:\n{log}");
-        std::panic::resume_unwind(e);
-    }
+    let _tgt = NvmfTgt::start(&spdk.join("bin/nvmf_tgt"), d, &cfg, port);
+    verify_with_our_initiator(
+        &host_config(d, &key, port),
+        "our initiator over TLS to SPDK",
+    );
 }
 
 /// SPDK's bdevperf with a PSK and a DH-HMAC-CHAP key on one connection

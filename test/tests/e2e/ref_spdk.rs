@@ -12,13 +12,19 @@ use serde_json::Value;
 /// `bin/spdk_dd`), if it is built (SPDK_REF_DIR, else
 /// `~/.cache/bdevkit-ref-spdk`).
 pub fn program(rel: &str) -> Option<PathBuf> {
+    build_dir(&[rel]).map(|b| b.join(rel))
+}
+
+/// The reference build's `build/` folder, if every program of `need`
+/// (paths below it: `bin/nvmf_tgt`, `examples/bdevperf`) is built.
+pub fn build_dir(need: &[&str]) -> Option<PathBuf> {
     let root = std::env::var_os("SPDK_REF_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bdevkit-ref-spdk"))
         })?;
-    let p = root.join("build").join(rel);
-    p.is_file().then_some(p)
+    let b = root.join("build");
+    need.iter().all(|rel| b.join(rel).is_file()).then_some(b)
 }
 
 /// Where the reference SPDK build keeps `spdk_tgt`, if it is built.
@@ -126,5 +132,68 @@ impl Drop for Spdk {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A running `nvmf_tgt` of the reference build, loaded with a config
+/// whose TCP listener is `port`; killed (SIGKILL) on drop, which prints its
+/// log when the test is failing.
+pub struct NvmfTgt {
+    child: Child,
+    log: PathBuf,
+}
+
+impl NvmfTgt {
+    /// `nvmf_tgt --json config` on core 0, without hugepages, its RPC
+    /// socket and log in `dir`; waits until it listens on `port`.
+    pub fn start(exe: &Path, dir: &Path, config: &Path, port: u16) -> NvmfTgt {
+        let log = dir.join("nvmf_tgt.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(exe)
+            .args([
+                "--no-huge",
+                "-s",
+                "2048",
+                "-m",
+                "0x1",
+                "--disable-cpumask-locks",
+                "-r",
+            ])
+            .arg(dir.join("nvmf_tgt.sock"))
+            .arg("--json")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("nvmf_tgt starts");
+        let mut t = NvmfTgt { child, log };
+        let end = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let gone = t.child.try_wait().unwrap();
+            assert!(gone.is_none(), "nvmf_tgt exited:\n{}", t.log());
+            assert!(
+                Instant::now() < end,
+                "nvmf_tgt did not listen:\n{}",
+                t.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        t
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NvmfTgt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("nvmf_tgt log:\n{}", self.log());
+        }
     }
 }
