@@ -9,8 +9,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use bdevkit_nvme_auth::{HashFn, Secret};
 use bdevkit_test::daemon::{temp_dir, Daemon};
@@ -18,7 +16,7 @@ use bdevkit_test::nvmf::free_port;
 use serde_json::{json, Value};
 
 use crate::nvmf_loss::{assert_clean, perform_tests, start_bdevperf};
-use crate::ref_spdk::NvmfTgt;
+use crate::ref_spdk::{spdk_bdevperf_verifies, NvmfTgt};
 
 const NQN: &str = "nqn.2016-06.io.bdevkit:auth1";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0d6f4ae2-7dec-11d0-a765-00a0c91e6bf6";
@@ -286,40 +284,10 @@ fn spdk_bdevperf_authenticates_to_our_target() {
     ]);
     for bidi in [false, true] {
         let cfg = host_config(&keys, port, bidi);
-        let mut child = Command::new(spdk.join("examples/bdevperf"))
-            .args([
-                "--no-huge",
-                "-s",
-                "2048",
-                "-m",
-                "0x2",
-                "--disable-cpumask-locks",
-            ])
-            .arg("--json")
-            .arg(&cfg)
-            .args(["-q", "16", "-o", "4096", "-w", "verify", "-t", "2"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("SPDK bdevperf starts");
-        let end = Instant::now() + Duration::from_secs(60);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > end {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success() && text.contains("Nvme0n1"),
-            "SPDK bdevperf (bidirectional {bidi}) against our target:\n{text}"
+        spdk_bdevperf_verifies(
+            &spdk,
+            &cfg,
+            &format!("(bidirectional {bidi}) against our target"),
         );
     }
 }

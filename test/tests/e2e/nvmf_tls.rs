@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bdevkit_nvme_auth::TlsPsk;
@@ -24,7 +23,7 @@ use bdevkit_test::nvmf::{free_port, Host};
 use serde_json::{json, Value};
 
 use crate::nvmf_loss::{assert_clean, perform_tests, start_bdevperf};
-use crate::ref_spdk::NvmfTgt;
+use crate::ref_spdk::{spdk_bdevperf_verifies, NvmfTgt};
 
 const NQN: &str = "nqn.2016-06.io.bdevkit:tls1";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
@@ -447,36 +446,6 @@ fn spdk_ref() -> Option<PathBuf> {
     crate::ref_spdk::build_dir(&["bin/nvmf_tgt", "examples/bdevperf"])
 }
 
-/// Runs `exe args` to its end (bounded by `timeout`), returning whether it
-/// succeeded and its output.
-fn run_spdk(exe: &Path, args: &[&str], timeout: Duration) -> (bool, String) {
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("SPDK binary starts");
-    let end = Instant::now() + timeout;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[test]
 fn spdk_bdevperf_verifies_through_our_target_over_tls() {
     let Some(spdk) = spdk_ref() else {
@@ -497,30 +466,7 @@ fn spdk_bdevperf_verifies_through_our_target_over_tls() {
         target_config(d, &key, port, None).to_str().unwrap(),
     ]);
     let host_cfg = host_config(d, &key, port);
-    let (ok, out) = run_spdk(
-        &spdk.join("examples/bdevperf"),
-        &[
-            "--no-huge",
-            "-s",
-            "2048",
-            "-m",
-            "0x2",
-            "--disable-cpumask-locks",
-            "--json",
-            host_cfg.to_str().unwrap(),
-            "-q",
-            "16",
-            "-o",
-            "4096",
-            "-w",
-            "verify",
-            "-t",
-            "2",
-        ],
-        Duration::from_secs(60),
-    );
-    assert!(ok, "SPDK bdevperf over TLS against our target:\n{out}");
-    assert!(out.contains("Nvme0n1"), "{out}");
+    spdk_bdevperf_verifies(&spdk, &host_cfg, "over TLS against our target");
 }
 
 #[test]
@@ -565,31 +511,9 @@ fn spdk_bdevperf_verifies_through_our_target_over_tls_with_dhchap() {
         both_target_config(d, port).to_str().unwrap(),
     ]);
     let host_cfg = both_host_config(d, port);
-    let (ok, out) = run_spdk(
-        &spdk.join("examples/bdevperf"),
-        &[
-            "--no-huge",
-            "-s",
-            "2048",
-            "-m",
-            "0x2",
-            "--disable-cpumask-locks",
-            "--json",
-            host_cfg.to_str().unwrap(),
-            "-q",
-            "16",
-            "-o",
-            "4096",
-            "-w",
-            "verify",
-            "-t",
-            "2",
-        ],
-        Duration::from_secs(60),
+    spdk_bdevperf_verifies(
+        &spdk,
+        &host_cfg,
+        "over TLS + DH-HMAC-CHAP against our target",
     );
-    assert!(
-        ok,
-        "SPDK bdevperf over TLS + DH-HMAC-CHAP against our target:\n{out}"
-    );
-    assert!(out.contains("Nvme0n1"), "{out}");
 }

@@ -197,3 +197,62 @@ impl Drop for NvmfTgt {
         }
     }
 }
+
+/// Runs `exe args` to its end (killed after `timeout`): whether it
+/// succeeded, and its stdout and stderr.
+pub fn run(exe: &Path, args: &[&str], timeout: Duration) -> (bool, String) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("SPDK binary starts");
+    let end = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// SPDK's bdevperf (`build/examples/bdevperf` of the build folder `spdk`)
+/// on core 1 with `config`: 2 s of 4 KiB verify at QD 16. Panics, saying
+/// `what`, unless it succeeds on `Nvme0n1`.
+pub fn spdk_bdevperf_verifies(spdk: &Path, config: &Path, what: &str) {
+    let (ok, out) = run(
+        &spdk.join("examples/bdevperf"),
+        &[
+            "--no-huge",
+            "-s",
+            "2048",
+            "-m",
+            "0x2",
+            "--disable-cpumask-locks",
+            "--json",
+            config.to_str().unwrap(),
+            "-q",
+            "16",
+            "-o",
+            "4096",
+            "-w",
+            "verify",
+            "-t",
+            "2",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        ok && out.contains("Nvme0n1"),
+        "SPDK bdevperf {what}:\n{out}"
+    );
+}
