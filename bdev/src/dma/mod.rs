@@ -74,10 +74,52 @@ pub fn remove_registrar(id: &RegistrarId) {
 /// view of an embedder's memory ([`DmaBuf::from_raw_parts`]).
 pub struct DmaBuf {
     ptr: NonNull<u8>,
-    len: usize,
-    /// The allocation's layout; a size of zero marks a borrowed buffer
-    /// (allocations are never empty).
-    layout: Layout,
+    /// The length, whether the buffer is borrowed and the alignment, in
+    /// one word (see [`Meta`]): two words in all, so that a buffer moves
+    /// in registers (returned from `take_buf`, passed to a request
+    /// builder) rather than through memory. An allocation's layout is its
+    /// length and its alignment.
+    meta: Meta,
+}
+
+/// The length (bits 0–55), the borrowed bit (56) and the base-2 logarithm
+/// of the alignment (bits 57–62) of a [`DmaBuf`].
+/// (A 64-bit word: bdevkit runs on 64-bit targets.)
+#[derive(Clone, Copy)]
+struct Meta(usize);
+
+const _: () = assert!(usize::BITS == 64, "Meta packs a DmaBuf into a 64-bit word");
+
+impl Meta {
+    const LEN_BITS: u32 = 56;
+    /// The largest length a buffer may have (64 PiB).
+    const MAX_LEN: usize = (1 << Self::LEN_BITS) - 1;
+    const BORROWED: usize = 1 << Self::LEN_BITS;
+    const ALIGN_SHIFT: u32 = Self::LEN_BITS + 1;
+
+    /// `len` at most [`Meta::MAX_LEN`], `align` a power of two.
+    fn new(len: usize, align: usize, borrowed: bool) -> Meta {
+        debug_assert!(len <= Self::MAX_LEN && align.is_power_of_two());
+        Meta(
+            len | if borrowed { Self::BORROWED } else { 0 }
+                | ((align.trailing_zeros() as usize) << Self::ALIGN_SHIFT),
+        )
+    }
+
+    #[inline(always)]
+    fn len(self) -> usize {
+        self.0 & Self::MAX_LEN
+    }
+
+    #[inline(always)]
+    fn borrowed(self) -> bool {
+        self.0 & Self::BORROWED != 0
+    }
+
+    #[inline(always)]
+    fn align(self) -> usize {
+        1 << (self.0 >> Self::ALIGN_SHIFT)
+    }
 }
 
 // SAFETY: DmaBuf owns its allocation exclusively (like Box<[u8]>); moving it
@@ -107,7 +149,7 @@ impl DmaBuf {
     pub fn alloc(len: usize, align: usize) -> Result<DmaBuf, DmaError> {
         let layout = Layout::from_size_align(len, align.max(1))
             .map_err(|_| DmaError::Layout { len, align })?;
-        if len == 0 {
+        if len == 0 || len > Meta::MAX_LEN {
             return Err(DmaError::Layout { len, align });
         }
         // SAFETY: the layout has a non-zero size (checked above).
@@ -121,7 +163,10 @@ impl DmaBuf {
                 r.register(addr, len);
             }
         }
-        Ok(DmaBuf { ptr, len, layout })
+        Ok(DmaBuf {
+            ptr,
+            meta: Meta::new(len, layout.align(), false),
+        })
     }
 
     /// Allocates with [`DEFAULT_ALIGN`].
@@ -139,7 +184,8 @@ impl DmaBuf {
     ///
     /// # Safety
     ///
-    /// Until the returned buffer is dropped, `[ptr, ptr + len)` must be
+    /// `len` is below 2^56 (64 PiB; checked: a longer one panics). Until
+    /// the returned buffer is dropped, `[ptr, ptr + len)` must be
     /// valid for reads and writes, initialised, and accessed through
     /// nothing else (the bdev layer and modules read and write it through
     /// the buffer, from the thread the I/O runs on).
@@ -147,34 +193,38 @@ impl DmaBuf {
     pub unsafe fn from_raw_parts(ptr: NonNull<u8>, len: usize) -> DmaBuf {
         let addr = ptr.as_ptr() as usize;
         let align = 1usize << addr.trailing_zeros().min(DEFAULT_ALIGN.trailing_zeros());
-        let layout = Layout::from_size_align(0, align).expect("invariant: a power of two");
-        DmaBuf { ptr, len, layout }
+        assert!(len <= Meta::MAX_LEN, "a DmaBuf view of {len} bytes");
+        DmaBuf {
+            ptr,
+            meta: Meta::new(len, align, true),
+        }
     }
 
     /// Whether this is a borrowed view ([`DmaBuf::from_raw_parts`]).
     #[inline]
     #[must_use]
     pub fn is_borrowed(&self) -> bool {
-        self.layout.size() == 0
+        self.meta.borrowed()
     }
 
     /// Length in bytes.
+    #[inline]
     #[must_use]
     pub fn len(&self) -> usize {
-        self.len
+        self.meta.len()
     }
 
     /// Never true for an allocation (zero-length buffers cannot be
     /// allocated); a borrowed view may be empty.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Alignment the buffer was allocated with.
     #[must_use]
     pub fn align(&self) -> usize {
-        self.layout.align()
+        self.meta.align()
     }
 
     /// Start address.
@@ -194,14 +244,14 @@ impl DmaBuf {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len initialised (zeroed at allocation)
         // bytes for as long as self lives; &self forbids concurrent writes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
     }
 
     /// The bytes, writable.
     #[must_use]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in as_slice; &mut self makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
     }
 }
 
@@ -222,8 +272,8 @@ impl fmt::Debug for DmaBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DmaBuf")
             .field("addr", &self.ptr)
-            .field("len", &self.len)
-            .field("align", &self.layout.align())
+            .field("len", &self.len())
+            .field("align", &self.align())
             .field("borrowed", &self.is_borrowed())
             .finish()
     }
@@ -246,14 +296,17 @@ impl DmaBuf {
         {
             let mut reg = REGISTRY.lock();
             for (_, r) in &reg.registrars {
-                r.unregister(addr, self.len);
+                r.unregister(addr, self.len());
             }
             reg.live.remove(&addr);
         }
+        // SAFETY: `alloc` took this length and alignment from a valid
+        // Layout (a power-of-two alignment, a size that fits), unchanged.
+        let layout = unsafe { Layout::from_size_align_unchecked(self.len(), self.align()) };
         // SAFETY: not borrowed (checked by the caller, `drop`): ptr was
         // allocated by alloc_zeroed with exactly this layout and is freed
         // once, here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
     }
 }
 
@@ -281,6 +334,31 @@ mod tests {
         fn unregister(&self, _a: usize, _l: usize) {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn two_words_that_keep_length_alignment_and_ownership() {
+        // Two words, with or without `Option`: moved in registers.
+        assert_eq!(
+            std::mem::size_of::<DmaBuf>(),
+            2 * std::mem::size_of::<usize>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Option<DmaBuf>>(),
+            2 * std::mem::size_of::<usize>()
+        );
+        for (len, align) in [(1, 1), (4096, 4096), (12345, 64), (1 << 21, 1 << 21)] {
+            let b = DmaBuf::alloc(len, align).unwrap();
+            assert_eq!((b.len(), b.align(), b.is_borrowed()), (len, align, false));
+            assert_eq!(b.as_ptr() as usize % align, 0);
+        }
+        assert_eq!(
+            DmaBuf::alloc(Meta::MAX_LEN + 1, 4096).unwrap_err(),
+            DmaError::Layout {
+                len: Meta::MAX_LEN + 1,
+                align: 4096
+            }
+        );
     }
 
     #[test]
