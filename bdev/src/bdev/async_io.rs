@@ -12,6 +12,7 @@ use std::task::{Context, Poll, Waker};
 use super::channel::BdevChannel;
 use super::io::{BdevIo, IoCompletion};
 use super::types::IoStatus;
+use super::zone::{ZoneAction, ZoneInfo, ZONE_INFO_SIZE};
 use crate::dma::DmaBuf;
 use crate::error::Error;
 
@@ -210,6 +211,63 @@ impl BdevChannel {
         let mut io = self.alloc_io_async().await;
         io.reset();
         self.run_plain(io).await
+    }
+
+    /// The zone report of `num_zones` zones from the zone starting at
+    /// `zone_id` (a zoned bdev).
+    pub async fn get_zone_info(
+        &self,
+        zone_id: u64,
+        num_zones: u64,
+    ) -> Result<Vec<ZoneInfo>, Error> {
+        let n = usize::try_from(num_zones)
+            .ok()
+            .and_then(|n| n.checked_mul(ZONE_INFO_SIZE))
+            .ok_or_else(|| Error::InvalidArg("zone report too large".into()))?;
+        let buf = DmaBuf::new(n.max(1)).map_err(|e| Error::InvalidArg(e.to_string()))?;
+        let mut io = self.alloc_io_async().await;
+        io.get_zone_info(zone_id, num_zones, buf);
+        let buf = self.run_data(io).await.map_err(|f| f.error)?;
+        ZoneInfo::decode_all(&buf, n / ZONE_INFO_SIZE)
+            .ok_or_else(|| Error::InvalidArg("malformed zone report".into()))
+    }
+
+    /// Zone management: `action` on the zone starting at `zone_id`.
+    pub async fn zone_management(&self, zone_id: u64, action: ZoneAction) -> Result<(), Error> {
+        let mut io = self.alloc_io_async().await;
+        io.zone_management(zone_id, action);
+        self.run_plain(io).await
+    }
+
+    /// Zone append of `num_blocks` from `buf` into the zone starting at
+    /// `zone_id`; returns where the data went and `buf`.
+    pub async fn zone_append(
+        &self,
+        zone_id: u64,
+        num_blocks: u64,
+        buf: DmaBuf,
+    ) -> Result<(u64, DmaBuf), IoFailure> {
+        let mut io = self.alloc_io_async().await;
+        io.zone_append(zone_id, num_blocks, buf);
+        let mut done = match self.submit_async(io) {
+            Ok(f) => f.await,
+            Err(mut e) => {
+                let buf = e.io.take_buf();
+                return Err(IoFailure {
+                    error: e.error,
+                    buf,
+                });
+            }
+        };
+        let lba = done.zone_append_lba();
+        let buf = done.take_buf();
+        match (lba, buf) {
+            (Some(lba), Some(b)) => Ok((lba, b)),
+            (_, b) => Err(IoFailure {
+                error: Error::Io(done.status()),
+                buf: b,
+            }),
+        }
     }
 
     /// Copies blocks inside the bdev.

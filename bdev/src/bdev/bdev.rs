@@ -306,7 +306,12 @@ impl Bdev {
         if let Some((ty, _)) = claim {
             m.insert("claim_type".into(), json!(ty.name()));
         }
-        m.insert("zoned".into(), json!(false));
+        m.insert("zoned".into(), json!(p.zoned.is_some()));
+        if let Some(z) = &p.zoned {
+            m.insert("zone_size".into(), json!(z.zone_size));
+            m.insert("max_open_zones".into(), json!(z.max_open_zones));
+            m.insert("optimal_open_zones".into(), json!(z.optimal_open_zones));
+        }
         let mut io = serde_json::Map::new();
         for t in IoType::ALL {
             io.insert(t.name().into(), json!(self.supports(t)));

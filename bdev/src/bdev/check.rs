@@ -6,7 +6,8 @@
 
 use super::io::{ChannelCore, IoInner, IoState};
 use super::segments::IoVec;
-use super::types::{IoType, DATA_TYPES, RANGE_TYPES};
+use super::types::{IoType, DATA_TYPES, RANGE_TYPES, ZONE_TYPES};
+use super::zone::{ZoneAction, ZONE_INFO_SIZE};
 use crate::error::{Error, Result};
 use crate::thread::current_thread_id;
 
@@ -64,6 +65,8 @@ fn check_rest(core: &ChannelCore, i: &mut IoInner) -> Result<()> {
         if i.num_blocks == 0 && t != IoType::Flush {
             return Err(Error::InvalidArg("zero-length I/O".into()));
         }
+    } else if ZONE_TYPES & bit != 0 {
+        return check_zone(core, i);
     }
     if DATA_TYPES & bit != 0 {
         let need = i
@@ -77,6 +80,64 @@ fn check_rest(core: &ChannelCore, i: &mut IoInner) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Zone I/O (only a zoned bdev gets it: the registry keeps the zone types
+/// out of every other bdev's mask): it names a zone by its first block, a
+/// zone report has room for its records, a zone management I/O a known
+/// action, and a zone append stays in its zone and under the bdev's limit.
+#[cold]
+fn check_zone(core: &ChannelCore, i: &mut IoInner) -> Result<()> {
+    let Some(geo) = core.bdev.props.zoned else {
+        return Err(Error::NotSupported(i.io_type));
+    };
+    let num_blocks = core.bdev.num_blocks();
+    let zone_id = i.offset_blocks;
+    if !zone_id.is_multiple_of(geo.zone_size) || zone_id >= num_blocks {
+        return Err(Error::InvalidArg(format!(
+            "block {zone_id} is not the start of a zone (zones of {} blocks, {} zones)",
+            geo.zone_size,
+            geo.num_zones(num_blocks)
+        )));
+    }
+    let n = i.num_blocks;
+    match i.io_type {
+        IoType::GetZoneInfo => {
+            let zones_left = (num_blocks - zone_id) / geo.zone_size;
+            if n == 0 || n > zones_left {
+                return Err(Error::InvalidArg(format!(
+                    "a report of {n} zones from zone {zone_id}: {zones_left} zones there"
+                )));
+            }
+            let need = usize::try_from(n)
+                .ok()
+                .and_then(|n| n.checked_mul(ZONE_INFO_SIZE))
+                .ok_or_else(|| Error::InvalidArg("zone report too large".into()))?;
+            trim_iovs(&mut i.iovs, need)
+        }
+        IoType::ZoneManagement => match ZoneAction::from_code(i.src_offset_blocks) {
+            Some(_) => Ok(()),
+            None => Err(Error::InvalidArg(format!(
+                "unknown zone action {}",
+                i.src_offset_blocks
+            ))),
+        },
+        _ => {
+            let max = u64::from(geo.max_zone_append_size);
+            if n == 0 || n > geo.zone_size || (max != 0 && n > max) {
+                return Err(Error::InvalidArg(format!(
+                    "a zone append of {n} blocks (zones of {} blocks, appends of at most {})",
+                    geo.zone_size,
+                    if max == 0 { geo.zone_size } else { max }
+                )));
+            }
+            let need = n
+                .checked_mul(core.block_size)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| Error::InvalidArg("I/O too large".into()))?;
+            trim_iovs(&mut i.iovs, need)
+        }
+    }
 }
 
 /// What the bit test in `check` does not pass: rejections, and writes on a

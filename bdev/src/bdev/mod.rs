@@ -49,6 +49,7 @@ pub mod split;
 mod splitting;
 pub mod stats;
 mod types;
+pub mod zone;
 
 pub use async_io::{IoFailure, IoFuture};
 pub use bdev::Bdev;
@@ -62,6 +63,9 @@ pub use registry::MAX_BDEV_NAME_LEN;
 pub use segments::IoVec;
 pub use stats::{IoStat, QueueDepthStats, ResetMode};
 pub use types::{BdevEvent, BdevProps, ClaimType, IoStatus, IoType, NvmeCmd};
+pub use zone::{
+    ZoneAction, ZoneError, ZoneGeometry, ZoneInfo, ZoneState, ZoneType, ZONE_INFO_SIZE,
+};
 
 #[cfg(test)]
 mod tests;

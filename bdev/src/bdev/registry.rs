@@ -18,7 +18,7 @@ use super::io::{BdevDevice, ChannelCore};
 use super::manager::{BdevManager, MgrShared};
 use super::module::ops::{BdevOps, BdevOpsDyn, Done, OpsBox};
 use super::shared::BdevShared;
-use super::types::{BdevEvent, BdevProps, ClaimType, IoType};
+use super::types::{BdevEvent, BdevProps, ClaimType, IoType, ZONE_TYPES};
 use crate::error::Error as BdevError;
 use crate::thread::{IoDevice, Thread};
 
@@ -63,6 +63,7 @@ impl BdevManager {
                 supported |= t.bit();
             }
         }
+        supported = zone_types_checked(&props, supported)?;
         let mut aliases = props.aliases.clone();
         let uuid_str = uuid.to_string();
         if uuid_str != props.name && !aliases.contains(&uuid_str) {
@@ -501,4 +502,24 @@ fn forget(mgr: &Weak<MgrShared>, b: &Bdev) {
         reg.bdevs.retain(|x| x != b);
         reg.names.retain(|_, x| x != b);
     }
+}
+
+/// The served types of a bdev with `props`, its zone geometry checked: a
+/// zoned bdev's zones fit it and it serves zone info and management; a bdev
+/// without zones serves no zone type (whatever its module says: a virtual
+/// bdev mirroring a zoned base's types without its zones).
+fn zone_types_checked(props: &BdevProps, supported: u32) -> Result<u32, BdevError> {
+    let Some(geo) = &props.zoned else {
+        return Ok(supported & !ZONE_TYPES);
+    };
+    geo.validate(props.num_blocks)
+        .map_err(|e| BdevError::InvalidArg(format!("zoned bdev {}: {e}", props.name)))?;
+    let needed = IoType::GetZoneInfo.bit() | IoType::ZoneManagement.bit();
+    if supported & needed != needed {
+        return Err(BdevError::InvalidArg(format!(
+            "zoned bdev {} must serve get_zone_info and zone_management",
+            props.name
+        )));
+    }
+    Ok(supported)
 }

@@ -12,6 +12,7 @@ use super::io::{BdevIo, Bufs, Completion, IoCompletion, IoInner, IoState};
 use super::segments::IoVec;
 use super::slot::replace_field;
 use super::types::{IoStatus, IoType, NvmeCmd};
+use super::zone::ZoneAction;
 use crate::dma::{DmaBuf, ExtMem};
 use crate::error::Error;
 
@@ -231,6 +232,54 @@ impl BdevIo {
         let i = self.set_request(IoType::Abort, 0, 0);
         i.src_offset_blocks = target_tag;
         self
+    }
+
+    /// Zone report: the state of `num_zones` zones from the zone starting
+    /// at block `zone_id`, written into `buf` as [`ZONE_INFO_SIZE`](super::zone::ZONE_INFO_SIZE)-byte
+    /// records ([`ZoneInfo::decode_all`](super::zone::ZoneInfo::decode_all)
+    /// reads them once the I/O completes). Zoned bdevs only.
+    pub fn get_zone_info(&mut self, zone_id: u64, num_zones: u64, buf: DmaBuf) -> &mut Self {
+        let i = self.set_request(IoType::GetZoneInfo, zone_id, num_zones);
+        Self::set_buf(i, buf);
+        self
+    }
+
+    /// Zone management: `action` on the zone starting at block `zone_id`.
+    pub fn zone_management(&mut self, zone_id: u64, action: ZoneAction) -> &mut Self {
+        let i = self.set_request(IoType::ZoneManagement, zone_id, 1);
+        i.src_offset_blocks = action as u64;
+        self
+    }
+
+    /// Zone append: `num_blocks` from `buf` into the zone starting at
+    /// block `zone_id`, wherever its write pointer is; once completed,
+    /// [`BdevIo::zone_append_lba`] says where the data went.
+    pub fn zone_append(&mut self, zone_id: u64, num_blocks: u64, buf: DmaBuf) -> &mut Self {
+        let i = self.set_request(IoType::ZoneAppend, zone_id, num_blocks);
+        Self::set_buf(i, buf);
+        self
+    }
+
+    /// Where a completed, successful zone append wrote its first block
+    /// (`None` for any other I/O, or before it completed successfully).
+    #[must_use]
+    pub fn zone_append_lba(&self) -> Option<u64> {
+        let i = self.inner();
+        (i.io_type == IoType::ZoneAppend
+            && i.state != IoState::Submitted
+            && i.status == IoStatus::Success)
+            .then_some(i.offset_blocks)
+    }
+
+    /// The action of a zone management I/O.
+    #[must_use]
+    pub fn zone_action(&self) -> Option<ZoneAction> {
+        let i = self.inner();
+        if i.io_type == IoType::ZoneManagement {
+            ZoneAction::from_code(i.src_offset_blocks)
+        } else {
+            None
+        }
     }
 
     /// Completion: a plain function.

@@ -204,6 +204,13 @@ pub(crate) const RANGE_TYPES: u32 = mask(&[
     IoType::WriteUncorrectable,
 ]);
 
+/// The zone types: served only by a bdev with a zone geometry.
+pub(crate) const ZONE_TYPES: u32 = mask(&[
+    IoType::GetZoneInfo,
+    IoType::ZoneManagement,
+    IoType::ZoneAppend,
+]);
+
 /// Types that carry `num_blocks` of data.
 pub(crate) const DATA_TYPES: u32 = mask(&[
     IoType::Read,
@@ -401,6 +408,10 @@ pub struct BdevProps {
     pub preferred_unmap_alignment: u32,
     /// Preferred unmap granularity (blocks).
     pub preferred_unmap_granularity: u32,
+    /// The zone layout of a zoned bdev (`None`: a conventional one). A
+    /// zoned bdev serves zone info and zone management (and may serve
+    /// zone append); a bdev without zones never gets zone I/O.
+    pub zoned: Option<ZoneGeometry>,
 }
 
 impl BdevProps {
@@ -445,6 +456,7 @@ impl BdevProps {
             optimal_write_size: 0,
             preferred_unmap_alignment: 0,
             preferred_unmap_granularity: 0,
+            zoned: None,
         }
     }
 }
@@ -454,6 +466,63 @@ impl BdevProps {
 pub struct NvmeCmd {
     /// The sixteen command dwords.
     pub cdw: [u32; 16],
+}
+
+/// The zone layout a zoned bdev declares in its
+/// [`BdevProps::zoned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoneGeometry {
+    /// Blocks per zone (the bdev's size is a whole number of zones).
+    pub zone_size: u64,
+    /// Most zones open at once (0 = no limit).
+    pub max_open_zones: u32,
+    /// Most zones open or closed at once (0 = no limit).
+    pub max_active_zones: u32,
+    /// Zones the device serves best open at once.
+    pub optimal_open_zones: u32,
+    /// Largest zone append in blocks (0 = no limit but the zone).
+    pub max_zone_append_size: u32,
+}
+
+impl ZoneGeometry {
+    /// Zones of `zone_size` blocks, no other limits, one optimal open zone.
+    #[must_use]
+    pub fn new(zone_size: u64) -> Self {
+        ZoneGeometry {
+            zone_size,
+            max_open_zones: 0,
+            max_active_zones: 0,
+            optimal_open_zones: 1,
+            max_zone_append_size: 0,
+        }
+    }
+
+    /// The number of zones of a bdev of `num_blocks` blocks.
+    #[must_use]
+    pub fn num_zones(&self, num_blocks: u64) -> u64 {
+        num_blocks.checked_div(self.zone_size).unwrap_or(0)
+    }
+
+    /// The id (first block) of the zone holding `lba`.
+    #[must_use]
+    pub fn zone_start(&self, lba: u64) -> u64 {
+        lba - lba % self.zone_size.max(1)
+    }
+
+    /// Whether this geometry fits a bdev of `num_blocks` blocks: a
+    /// non-zero zone size that divides the bdev, at least one zone.
+    pub(crate) fn validate(&self, num_blocks: u64) -> Result<(), String> {
+        if self.zone_size == 0 {
+            return Err("zone size must not be zero".into());
+        }
+        if num_blocks == 0 || !num_blocks.is_multiple_of(self.zone_size) {
+            return Err(format!(
+                "{num_blocks} blocks are not a whole number of zones of {} blocks",
+                self.zone_size
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

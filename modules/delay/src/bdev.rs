@@ -174,7 +174,7 @@ impl DeviceOps for Delay {
         };
         match io.io_type() {
             IoType::Read => ch.forward(io, held(true)),
-            IoType::Write => ch.forward(io, held(false)),
+            IoType::Write | IoType::ZoneAppend => ch.forward(io, held(false)),
             IoType::Reset => bdev.visit_then(
                 io,
                 |c| c.inner.abort_held(),

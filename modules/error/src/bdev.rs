@@ -91,6 +91,8 @@ fn attach(mgr: &BdevManager, cfg: &ErrorCreateParams, base: &Bdev) -> Result<Bde
         cfg.uuid
             .unwrap_or_else(|| vbdev::part_uuid(base.uuid(), 0, base.num_blocks())),
     );
+    // The same blocks, so the same zones: zone I/O forwards unchanged.
+    props.zoned = base.props().zoned;
     let injections = Injections::default();
     let bdev = ErrorBdev::register(mgr, base, MODULE, props, injections, ErrorChannel::new)?;
     tracing::info!(bdev = %name, base = %base.name(), "error bdev created");

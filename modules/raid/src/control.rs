@@ -78,6 +78,13 @@ impl Raid {
         i: usize,
         b: &Bdev,
     ) -> Result<MemberDesc> {
+        if b.props().zoned.is_some() {
+            // Stripes and mirrors write anywhere: zones would refuse it.
+            return Err(Error::InvalidArg(format!(
+                "{} is a zoned bdev: raid members must be conventional bdevs",
+                b.name()
+            )));
+        }
         let weak = Arc::downgrade(self);
         let desc = mgr.open(b.name(), false, move |event| {
             if let Some(raid) = weak.upgrade() {

@@ -41,7 +41,8 @@ pub use serve::ModuleIo;
 pub use crate::bdev::manager::BdevModule;
 pub use crate::bdev::{
     Bdev, BdevChannel, BdevDesc, BdevEvent, BdevIo, BdevManager, BdevProps, ClaimType, Completion,
-    IoCompletion, IoStatus, IoType, IoVec, NvmeCmd, SubmitError,
+    IoCompletion, IoStatus, IoType, IoVec, NvmeCmd, SubmitError, ZoneAction, ZoneError,
+    ZoneGeometry, ZoneInfo, ZoneState, ZoneType, ZONE_INFO_SIZE,
 };
 pub use crate::dma::{add_registrar, remove_registrar, DmaBuf, MemoryRegistrar, RegistrarId};
 pub use crate::error::{BoxError, Error, Result};

@@ -4,7 +4,8 @@
 
 use crate::bdev::io::{BdevIo, IoState, Role};
 use crate::bdev::segments::{self, IoVec};
-use crate::bdev::types::IoStatus;
+use crate::bdev::types::{IoStatus, IoType};
+use crate::bdev::zone::ZoneInfo;
 use crate::bdev::{complete, route};
 use crate::dma::SharedMem;
 use crate::thread::Thread;
@@ -57,6 +58,24 @@ pub trait ModuleIo: sealed::Sealed + Sized {
 
     /// Completes with the status (and NVMe cdw0) of a finished child I/O.
     fn complete_from(self, child: &BdevIo);
+
+    /// Records where a zone append being served wrote its first block
+    /// ([`BdevIo::zone_append_lba`] reports it once the I/O completes);
+    /// nothing for any other I/O.
+    fn set_zone_append_lba(&mut self, lba: u64);
+
+    /// Makes a child built from a zone append (with
+    /// [`ModuleIo::take_request_of`]) a write of the same blocks: for a
+    /// zoned virtual bdev that places appends itself (it set the blocks
+    /// with [`ModuleIo::set_zone_append_lba`] on the parent first).
+    /// Nothing for any other I/O.
+    fn zone_append_as_write(&mut self);
+
+    /// Writes a zone report's records into the I/O's segments, in order
+    /// (a `get_zone_info` I/O: the bdev layer checked they have room for
+    /// the zones asked); false when the data is not writable or the
+    /// segments are too short.
+    fn copy_zone_infos(&mut self, infos: &[ZoneInfo]) -> bool;
 
     /// The data segments.
     fn iovs(&self) -> &[IoVec];
@@ -190,9 +209,39 @@ impl ModuleIo for BdevIo {
     }
 
     fn complete_from(mut self, child: &BdevIo) {
-        let cdw0 = child.nvme_cdw0();
+        let c = child.inner();
+        let (cdw0, status) = (c.nvme_cdw0, c.status);
+        if c.io_type == IoType::ZoneAppend {
+            // Where the base put the data (the same blocks here: a child
+            // forwarded unchanged).
+            let lba = c.offset_blocks;
+            self.inner_mut().offset_blocks = lba;
+        }
         self.inner_mut().nvme_cdw0 = cdw0;
-        self.complete(child.status());
+        self.complete(status);
+    }
+
+    fn set_zone_append_lba(&mut self, lba: u64) {
+        let i = self.inner_mut();
+        if i.io_type == IoType::ZoneAppend {
+            i.offset_blocks = lba;
+        }
+    }
+
+    fn zone_append_as_write(&mut self) {
+        let i = self.inner_mut();
+        if i.io_type == IoType::ZoneAppend && i.state != IoState::Submitted {
+            i.io_type = IoType::Write;
+        }
+    }
+
+    fn copy_zone_infos(&mut self, infos: &[ZoneInfo]) -> bool {
+        // (A zone report is no data-path I/O: one buffer for its records.)
+        let bytes: Vec<u8> = infos.iter().flat_map(ZoneInfo::encode).collect();
+        self.data_writable() && self.iov_len() >= bytes.len() && {
+            self.copy_to_iovs(&bytes);
+            true
+        }
     }
 
     #[inline]

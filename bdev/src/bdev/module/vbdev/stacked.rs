@@ -165,6 +165,8 @@ pub fn props_mirroring(
     let mut p = props_over(base, name, product_name, base.num_blocks());
     p.uuid = Some(uuid.unwrap_or_else(|| Uuid::new_v5(namespace, base.uuid().as_bytes())));
     p.optimal_io_boundary = base.props().optimal_io_boundary;
+    // The same blocks, so the same zones: zone I/O forwards unchanged.
+    p.zoned = base.props().zoned;
     p
 }
 
