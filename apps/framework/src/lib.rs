@@ -168,7 +168,8 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("bdevkit-"))
             .filter_map(|l| l.split(['.', ' ']).next())
-            .map(str::to_string)
+            // Crate `bdevkit-zone-block` is module `zone_block`.
+            .map(|n| n.replace('-', "_"))
             .collect();
         let names: Vec<&str> = super::default_modules().iter().map(|m| m.name).collect();
         let in_manifest: Vec<&str> = listed

@@ -37,3 +37,5 @@ mod spdk_rpc;
 mod vbdev_rpc;
 #[cfg(test)]
 mod vhost_rpc;
+#[cfg(test)]
+mod zone_block;
