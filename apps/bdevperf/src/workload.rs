@@ -100,6 +100,24 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// Refuses a workload that writes on a zoned bdev (zones of
+    /// `zone_size` blocks, when `Some`): writes anywhere but at a zone's
+    /// write pointer would each fail with the device's status, so the job
+    /// fails at once with one clear error instead.
+    pub fn check_zoned(self, bdev: &str, zone_size: Option<u64>) -> Result<()> {
+        match zone_size {
+            Some(z) if !matches!(self, Workload::Read | Workload::RandRead) => bail!(
+                "bdev {bdev} is zoned (zones of {z} blocks, written only at their write \
+                 pointers): workload {} would write anywhere; bdevperf runs read and \
+                 randread on zoned bdevs",
+                self.name()
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Parses `4096`, `4k`, `1M`, `2g` (binary multiples).
 pub fn parse_size(s: &str) -> Result<u64> {
     bdevkit_app::parse_size(s).with_context(|| format!("invalid I/O size '{}'", s.trim()))

@@ -269,6 +269,24 @@ mod tests {
     }
 
     #[test]
+    fn zoned_bdev_reads_and_refuses_writing_workloads() {
+        let zb = r#"{"method":"bdev_zone_block_create","params":{"name":"Z0","base_bdev":"Malloc0","zone_capacity":1024,"optimal_open_zones":1}}"#;
+        let cfg = tmp("zoned.json", &config(&format!("{MALLOC0},{zb}")));
+        let cfg = cfg.to_str().unwrap();
+        for w in ["randwrite", "write", "verify"] {
+            fails_with(
+                &["-c", cfg, "-T", "Z0", "-q", "4", "-o", "4096", "-w", w, "-t", "1"],
+                &format!("bdev Z0 is zoned (zones of 1024 blocks, written only at their write pointers): workload {w} would write anywhere"),
+            );
+        }
+        let o = run(&[
+            "-c", cfg, "-T", "Z0", "-q", "4", "-o", "4096", "-w", "randread", "-t", "1",
+        ]);
+        ok(&o);
+        assert!(total_iops(&stdout(&o)) > 0.0);
+    }
+
+    #[test]
     fn bad_input_is_one_clear_error() {
         let good = tmp("good.json", &config(NULL0));
         let good = good.to_str().unwrap();

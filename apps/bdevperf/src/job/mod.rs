@@ -264,6 +264,8 @@ impl Job {
                 Ok(())
             }
         };
+        cfg.workload
+            .check_zoned(&cfg.bdev, bdev.props().zoned.map(|z| z.zone_size))?;
         match cfg.workload {
             Workload::Unmap => needs(IoType::Unmap)?,
             Workload::Flush => needs(IoType::Flush)?,
