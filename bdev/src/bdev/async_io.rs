@@ -116,6 +116,15 @@ impl BdevChannel {
     }
 
     async fn run_data(&self, io: BdevIo) -> Result<DmaBuf, IoFailure> {
+        self.run_data_with(io, |_| {}).await
+    }
+
+    /// `run_data`, `look` seeing the completed I/O first.
+    async fn run_data_with(
+        &self,
+        io: BdevIo,
+        look: impl FnOnce(&BdevIo),
+    ) -> Result<DmaBuf, IoFailure> {
         let mut done = match self.submit_async(io) {
             Ok(f) => f.await,
             Err(mut e) => {
@@ -126,6 +135,7 @@ impl BdevChannel {
                 });
             }
         };
+        look(&done);
         let status = done.status();
         let buf = done.take_buf();
         match (status, buf) {
@@ -249,25 +259,16 @@ impl BdevChannel {
     ) -> Result<(u64, DmaBuf), IoFailure> {
         let mut io = self.alloc_io_async().await;
         io.zone_append(zone_id, num_blocks, buf);
-        let mut done = match self.submit_async(io) {
-            Ok(f) => f.await,
-            Err(mut e) => {
-                let buf = e.io.take_buf();
-                return Err(IoFailure {
-                    error: e.error,
-                    buf,
-                });
-            }
-        };
-        let lba = done.zone_append_lba();
-        let buf = done.take_buf();
-        match (lba, buf) {
-            (Some(lba), Some(b)) => Ok((lba, b)),
-            (_, b) => Err(IoFailure {
-                error: Error::Io(done.status()),
-                buf: b,
-            }),
-        }
+        let mut lba = None;
+        let buf = self
+            .run_data_with(io, |done| lba = done.zone_append_lba())
+            .await?;
+        // A successful append reports its blocks.
+        let lba = lba.ok_or_else(|| IoFailure {
+            error: Error::InvalidArg("zone append completed without its blocks".into()),
+            buf: None,
+        })?;
+        Ok((lba, buf))
     }
 
     /// Copies blocks inside the bdev.

@@ -102,10 +102,7 @@ pub fn create(mgr: &BdevManager, params: PassthruCreateParams) -> Result<String>
 /// bdev; `done` gets the outcome on the calling thread once the bdev is
 /// gone (`ENODEV` when there is neither a configuration nor a bdev).
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match PassthruModule::of(mgr) {
-        Ok(m) => m.configs().delete(mgr, name, done),
-        Err(e) => done(Err(e)),
-    }
+    PassthruModule::delete(mgr, name, done);
 }
 
 /// `doc/writing-a-module.md`, whose code compiles as doctests of this

@@ -85,8 +85,5 @@ pub fn create(mgr: &BdevManager, params: ZoneBlockCreateParams) -> Result<String
 /// bdev; `done` gets the outcome once it is gone (`ENODEV` when there is
 /// neither).
 pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
-    match ZoneBlockModule::of(mgr) {
-        Ok(m) => m.configs().delete(mgr, name, done),
-        Err(e) => done(Err(e)),
-    }
+    ZoneBlockModule::delete(mgr, name, done);
 }

@@ -256,6 +256,17 @@ impl<P: VbdevConfig> VbdevModule<P> {
         &self.configs
     }
 
+    /// `bdev_<module>_delete` of a module that keeps nothing else: forgets
+    /// the configuration `name` and unregisters its bdev in the module
+    /// registered with `mgr` ([`VbdevConfigs::delete`]); `done` gets the
+    /// outcome on the calling thread.
+    pub fn delete(mgr: &BdevManager, name: &str, done: impl FnOnce(Result<()>) + Send + 'static) {
+        match Self::of(mgr) {
+            Ok(m) => m.configs.delete(mgr, name, done),
+            Err(e) => done(Err(e)),
+        }
+    }
+
     /// Records `params` and attaches at once when the base exists: `None`
     /// when it waits for its base (see [`VbdevConfigs::create`]). Call it
     /// from `bdev_<module>_create` after the module's own checks.
