@@ -145,7 +145,9 @@ impl<D: BlobDevice> Blob<D> {
         let bs = u64::from(self.store.geo.block_size);
         let bpc = self.blocks_per_cluster();
         let blocks = len as u64 / bs;
-        if !(len as u64).is_multiple_of(bs) || offset_blocks.saturating_add(blocks) > self.num_blocks() {
+        if !(len as u64).is_multiple_of(bs)
+            || offset_blocks.saturating_add(blocks) > self.num_blocks()
+        {
             return Err(Error::InvalidArgument("data range outside the blob"));
         }
         let mut out = Vec::new();
