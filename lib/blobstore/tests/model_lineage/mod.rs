@@ -198,9 +198,7 @@ mod tests {
                     } else {
                         let b = bs.open_blob(id).unwrap();
                         for idx in 0..clusters {
-                            b.write(idx * BPC, &vec![0; CLUSTER_BYTES])
-                                .await
-                                .unwrap();
+                            b.write(idx * BPC, &vec![0; CLUSTER_BYTES]).await.unwrap();
                         }
                         (0..clusters).map(|i| (i, [0; PIECES])).collect()
                     };
