@@ -29,7 +29,8 @@ impl<D: BlobDevice> Store<D> {
 
     /// The device LBA that holds blob cluster `idx` of `entry` for a read:
     /// its own cluster, else the nearest ancestor's; `None`: zeros. The walk
-    /// stops after as many steps as there are blobs (a corrupt cycle).
+    /// stops at a parent shorter than `idx` (zeros), and after as many steps
+    /// as there are blobs (a corrupt cycle).
     pub(crate) fn read_cluster_lba(&self, entry: &BlobEntry, idx: u64) -> Option<u64> {
         let c = entry.md.borrow().clusters.get(idx);
         if c != 0 {
@@ -45,6 +46,10 @@ impl<D: BlobDevice> Store<D> {
         for _ in 0..s.blobs.len() {
             let b = s.blobs.get(&next?)?;
             let md = b.md.borrow();
+            if idx >= md.clusters.len() {
+                // Past a parent's end: zeros (as SPDK's blob back device).
+                return None;
+            }
             let c = md.clusters.get(idx);
             if c != 0 {
                 return Some(self.cluster_lba(c));
