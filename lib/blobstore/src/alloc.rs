@@ -23,6 +23,7 @@ use crate::device::BlobDevice;
 use crate::error::{Error, Result};
 use crate::format::blob_md::serialize_extent_page;
 use crate::format::EXTENTS_PER_EP;
+use crate::persist::Freed;
 use crate::store::{BlobEntry, Store};
 
 /// Takes back a queued allocation if its future is dropped before anyone
@@ -41,6 +42,27 @@ impl<D: BlobDevice> Drop for Queued<'_, D> {
             pending.remove(&self.idx);
             drop(pending);
             self.store.release_clusters(&[self.cluster]);
+        }
+    }
+}
+
+/// Ends a copy-on-write: wakes the allocations waiting for it and, unless
+/// the copy was queued, gives its cluster back.
+struct Copying<'a, D: BlobDevice> {
+    store: &'a Store<D>,
+    entry: &'a BlobEntry,
+    idx: u64,
+    cluster: Option<u32>,
+}
+
+impl<D: BlobDevice> Drop for Copying<'_, D> {
+    fn drop(&mut self) {
+        self.entry.copying.borrow_mut().remove(&self.idx);
+        for w in std::mem::take(&mut *self.entry.copy_waiters.borrow_mut()) {
+            let _ = w.send(());
+        }
+        if let Some(c) = self.cluster {
+            self.store.release_clusters(&[c]);
         }
     }
 }
@@ -65,8 +87,16 @@ impl<D: BlobDevice> Store<D> {
         Ok(())
     }
 
-    /// The device LBA of blob cluster `idx`, allocating it if needed.
-    pub(crate) async fn allocate_cluster(&self, entry: &BlobEntry, idx: u64) -> Result<u64> {
+    /// The device LBA of blob cluster `idx`, allocating it if needed. A
+    /// clone's new cluster first gets the whole cluster its parent chain
+    /// holds there (copy-on-write); with `zero_fill`, one the chain does not
+    /// hold is zeroed (inflate: it must keep reading zeros).
+    pub(crate) async fn allocate_cluster(
+        &self,
+        entry: &BlobEntry,
+        idx: u64,
+        zero_fill: bool,
+    ) -> Result<u64> {
         loop {
             let c = entry.md.borrow().clusters.get(idx);
             if c != 0 {
@@ -77,11 +107,39 @@ impl<D: BlobDevice> Store<D> {
                 return Err(Error::ReadOnly(entry.id));
             }
             self.check_range(entry, idx)?;
+            if entry.copying.borrow().contains_key(&idx) {
+                // A copy-on-write of this cluster is in flight: wait for it.
+                let (tx, rx) = oneshot::channel();
+                entry.copy_waiters.borrow_mut().push(tx);
+                let _ = rx.await;
+                continue;
+            }
             let _queued = if entry.pending.borrow().contains_key(&idx) {
                 // Another allocation of this cluster is queued: wait for it.
                 None
             } else {
                 let cluster = self.claim_clusters(1)?[0];
+                let src = self.parent_cluster_lba(entry, idx);
+                if src.is_some() || zero_fill {
+                    let epoch = entry.epoch.get();
+                    entry.copying.borrow_mut().insert(idx, epoch);
+                    let mut copying = Copying {
+                        store: self,
+                        entry,
+                        idx,
+                        cluster: Some(cluster),
+                    };
+                    match src {
+                        Some(src) => self.copy_cluster(src, cluster).await?,
+                        None => self.zero_cluster(cluster).await?,
+                    }
+                    if entry.epoch.get() != epoch {
+                        // The parent changed during the copy: redo it.
+                        drop(copying);
+                        continue;
+                    }
+                    copying.cluster = None;
+                }
                 entry.pending.borrow_mut().insert(idx, cluster);
                 Some(Queued {
                     store: self,
@@ -105,16 +163,23 @@ impl<D: BlobDevice> Store<D> {
                     }
                 }
             };
-            let batch = std::mem::take(&mut *entry.pending.borrow_mut());
-            if !batch.is_empty() {
-                let r = self.commit_allocations(entry, batch).await;
-                for w in std::mem::take(&mut *entry.commit_waiters.borrow_mut()) {
-                    let _ = w.send(());
-                }
-                r?;
-            }
+            self.commit_pending(entry).await?;
             drop(lock);
         }
+    }
+
+    /// Commits the queued allocations of `entry` (its lock held): before a
+    /// lineage change, so that they belong to the old lineage.
+    pub(crate) async fn commit_pending(&self, entry: &BlobEntry) -> Result<()> {
+        let batch = std::mem::take(&mut *entry.pending.borrow_mut());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let r = self.commit_allocations(entry, batch).await;
+        for w in std::mem::take(&mut *entry.commit_waiters.borrow_mut()) {
+            let _ = w.send(());
+        }
+        r
     }
 
     /// Writes queued allocations (lock held).
@@ -176,7 +241,7 @@ impl<D: BlobDevice> Store<D> {
         for &(idx, c) in &valid {
             next.clusters.set(idx, c);
         }
-        let r = self.persist_blob(entry, next, false).await;
+        let r = self.persist_blob(entry, next, Freed::Release).await;
         if r.is_err() && !self.state.borrow().failed {
             let clusters: Vec<u32> = valid.iter().map(|&(_, c)| c).collect();
             self.release_clusters(&clusters);
@@ -226,7 +291,7 @@ impl<D: BlobDevice> Store<D> {
         }
         let mut next = entry.md.borrow().clone();
         next.clusters.set(idx, 0);
-        self.persist_blob(entry, next, false).await?;
+        self.persist_blob(entry, next, Freed::Release).await?;
         Ok(true)
     }
 }

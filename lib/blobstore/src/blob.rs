@@ -11,6 +11,7 @@ use crate::format::{
     FLAG_EXTERNAL_SNAPSHOT, FLAG_INTERNAL_XATTR, FLAG_READ_ONLY, MAX_BLOB_CLUSTERS,
 };
 use crate::options::ClearMethod;
+use crate::persist::Freed;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
@@ -217,7 +218,9 @@ impl<D: BlobDevice> Blob<D> {
         if next == *self.entry.md.borrow() {
             return Ok(());
         }
-        self.store.persist_blob(&self.entry, next, true).await
+        self.store
+            .persist_blob(&self.entry, next, Freed::Clear)
+            .await
     }
 
     /// Sets an xattr (replacing its value) and persists it.
@@ -309,7 +312,10 @@ impl<D: BlobDevice> Blob<D> {
                 next.clusters.set(cur + i as u64, c);
             }
         }
-        let r = self.store.persist_blob(&self.entry, next, true).await;
+        let r = self
+            .store
+            .persist_blob(&self.entry, next, Freed::Clear)
+            .await;
         if r.is_err() && !self.store.state.borrow().failed {
             self.store.release_clusters(&claimed);
         }
@@ -324,7 +330,7 @@ impl<D: BlobDevice> Blob<D> {
             return Ok(lba);
         }
         let _op = self.store.op()?;
-        self.store.allocate_cluster(&self.entry, idx).await
+        self.store.allocate_cluster(&self.entry, idx, false).await
     }
 
     /// Gives blob cluster `idx` back to the store (a thin blob's cluster the

@@ -18,12 +18,13 @@ use crate::format::{
     PAGE_SIZE,
 };
 use crate::options::{BlobOptions, InitOptions, LoadOptions, StoreInfo};
+use crate::persist::Freed;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
 /// A blobstore on a device. Cheap to clone: clones share the store.
 pub struct Blobstore<D: BlobDevice> {
-    store: Rc<Store<D>>,
+    pub(crate) store: Rc<Store<D>>,
 }
 
 impl<D: BlobDevice> Clone for Blobstore<D> {
@@ -77,9 +78,11 @@ impl<D: BlobDevice> Blobstore<D> {
 
     /// Loads the store on `dev`.
     pub async fn load(dev: D, opts: &LoadOptions) -> Result<Self> {
+        let (store, fixups) = crate::load::load(dev, opts).await?;
         let bs = Blobstore {
-            store: Rc::new(crate::load::load(dev, opts).await?),
+            store: Rc::new(store),
         };
+        bs.store.apply_fixups(&fixups).await?;
         if opts.grow {
             bs.grow().await?;
         }
@@ -195,7 +198,7 @@ impl<D: BlobDevice> Blobstore<D> {
         let entry = Rc::new(BlobEntry::new(empty));
         let r = {
             let _lock = entry.lock.lock().await;
-            self.store.persist_blob(&entry, md, false).await
+            self.store.persist_blob(&entry, md, Freed::Release).await
         };
         if let Err(e) = r {
             if !self.store.state.borrow().failed {
@@ -229,13 +232,22 @@ impl<D: BlobDevice> Blobstore<D> {
     }
 
     /// Deletes a blob that is not open: its clusters are freed (and cleared
-    /// by its clear method).
+    /// by its clear method). A snapshot with one clone is merged into it
+    /// first (see [`Blobstore::create_snapshot`]); one with several clones
+    /// is refused with [`Error::HasClones`] (EBUSY), as SPDK does.
     pub async fn delete_blob(&self, id: BlobId) -> Result<()> {
         let _op = self.store.op()?;
         self.store.check_writable()?;
         let entry = self.store.entry(id)?;
-        if entry.deleting.get() || entry.open_refs.get() > 0 {
+        if entry.deleting.get() || entry.open_refs.get() > 0 || entry.busy.get() {
             return Err(Error::Busy(id));
+        }
+        let clones = self.clones(id);
+        if clones.len() > 1 {
+            return Err(Error::HasClones(id));
+        }
+        if let Some(&clone) = clones.first() {
+            return self.merge_snapshot(&entry, clone).await;
         }
         if entry.unknown_invalid_flags() != 0 {
             return Err(Error::UnknownFlags {
@@ -248,6 +260,9 @@ impl<D: BlobDevice> Blobstore<D> {
         let r = self.store.delete_blob_md(&entry).await;
         if r.is_err() && !self.store.state.borrow().failed {
             entry.deleting.set(false);
+        }
+        if r.is_ok() {
+            self.store.state.borrow_mut().snapshots.remove(&id);
         }
         r
     }

@@ -197,6 +197,17 @@ pub enum Error {
     /// The store was unloaded.
     #[error("blobstore unloaded")]
     Unloaded,
+    /// The snapshot is already the blob's parent (SPDK's EEXIST).
+    #[error("blob {blob:#x} already has parent {parent:#x}")]
+    AlreadyParent {
+        /// The blob.
+        blob: BlobId,
+        /// Its parent.
+        parent: BlobId,
+    },
+    /// A snapshot with more than one clone cannot be deleted (SPDK's EBUSY).
+    #[error("blob {0:#x} has more than one clone")]
+    HasClones(BlobId),
 }
 
 impl Error {
@@ -221,7 +232,8 @@ impl Error {
             // SPDK answers ENOMEM for both.
             Error::NoMetadataSpace | Error::XattrTooLarge => libc::ENOMEM,
             Error::NotFound(_) | Error::XattrNotFound => libc::ENOENT,
-            Error::Busy(_) | Error::StoreBusy => libc::EBUSY,
+            Error::Busy(_) | Error::StoreBusy | Error::HasClones(_) => libc::EBUSY,
+            Error::AlreadyParent { .. } => libc::EEXIST,
             Error::ReadOnly(_) => libc::EPERM,
             Error::Failed => libc::EIO,
             Error::Unloaded => libc::ENODEV,

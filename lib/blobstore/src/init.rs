@@ -111,6 +111,8 @@ pub(crate) async fn init<D: BlobDevice>(dev: D, o: &InitOptions) -> Result<Store
         used_clusters,
         used_blobids: BitVec::new(u64::from(md_len)),
         blobs: BTreeMap::new(),
+        snapshots: std::collections::BTreeSet::new(),
+        cow_bufs: Vec::new(),
         failed: false,
         unloaded: false,
         ops: 0,

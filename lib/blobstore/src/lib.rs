@@ -94,13 +94,26 @@
 //! # }
 //! ```
 //!
+//! ## Snapshots and clones
+//!
+//! [`Blobstore::create_snapshot`] makes SPDK's kind of snapshot: a new
+//! read-only blob takes the volume's clusters and the volume becomes its
+//! thin clone (internal xattr `SNAP` = the parent's id);
+//! [`Blobstore::create_clone`] adds more clones of a snapshot. An
+//! unallocated cluster of a clone reads from its parent chain
+//! ([`Blob::read_cluster_lba`]); its first write copies the parent's whole
+//! cluster into a new one (copy-on-write, in [`Blob::allocate_cluster`]'s
+//! path). [`Blobstore::inflate_blob`], [`Blobstore::decouple_parent`],
+//! [`Blobstore::set_parent`] and [`Blobstore::delete_blob`] of a snapshot
+//! (merged into its one clone; EBUSY with more) change the lineage as
+//! SPDK's do, and load finishes or undoes the ones a crash cut (SPDK's
+//! `SNAPTMP` / `SNAPRM` markers).
+//!
 //! # Not here (yet)
 //!
-//! Snapshots, clones and external-snapshot clones are loaded and kept (their
-//! flags and internal xattrs round-trip) but not created; blobs left by an
-//! interrupted snapshot (`SNAPTMP`, `SNAPRM`) are not finished at load;
-//! metadata pages other than 4 KiB are refused; copy-on-write from a parent
-//! is the I/O path's business.
+//! External-snapshot clones are loaded and kept (their flags and internal
+//! xattrs round-trip) but not created, and their parent is not read;
+//! metadata pages other than 4 KiB are refused.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -108,14 +121,17 @@ mod alloc;
 mod bitmap;
 mod blob;
 mod blobstore;
+mod cow;
 pub mod device;
 pub mod error;
 pub mod format;
 mod init;
+mod lineage;
 mod load;
 pub mod mem;
 pub mod options;
 mod persist;
+mod recover;
 mod store;
 
 /// A blob's id: `(1 << 32) | index of its first metadata page`.

@@ -238,7 +238,12 @@ impl Claims {
     }
 }
 
-pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store<D>> {
+/// Loads a store; returns it with the interrupted snapshot operations that
+/// the caller must finish or undo (see `recover`).
+pub(crate) async fn load<D: BlobDevice>(
+    dev: D,
+    o: &LoadOptions,
+) -> Result<(Store<D>, Vec<crate::recover::Fixup>)> {
     let bs = dev.block_size();
     check_block_size(bs)?;
     let dev_bytes = dev.num_blocks().saturating_mul(u64::from(bs));
@@ -352,7 +357,7 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
         clusters: vec![0; usize::try_from(total_clusters).unwrap_or(0)],
         ids: Vec::with_capacity(roots.len()),
     };
-    let mut blobs: BTreeMap<BlobId, Rc<BlobEntry>> = BTreeMap::new();
+    let mut parsed: BTreeMap<BlobId, BlobMd> = BTreeMap::new();
     for &root in &roots {
         let id = blob_id(root);
         let md: BlobMd =
@@ -371,6 +376,18 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
                     reason,
                 }
             })?;
+        parsed.insert(id, md);
+    }
+    // Snapshot operations cut half-way share clusters between two blobs
+    // until they are finished or undone; the masks on disk may not match
+    // the outcome, so they are rebuilt.
+    let fixups = crate::recover::resolve(&mut parsed);
+    let masks = if fixups.is_empty() { masks } else { None };
+    let mut blobs: BTreeMap<BlobId, Rc<BlobEntry>> = BTreeMap::new();
+    for (id, md) in parsed {
+        let Some(root) = crate::format::blob_page(id) else {
+            continue;
+        };
         claims.ids.push(id);
         let who = u32::try_from(claims.ids.len()).unwrap_or(u32::MAX);
         for p in md.all_pages() {
@@ -431,6 +448,10 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
     for c in 0..geo.first_data_cluster {
         used_clusters.set(c);
     }
+    let snapshots = blobs
+        .values()
+        .filter_map(|b| b.md.borrow().parent())
+        .collect();
     tracing::info!(blobs = blobs.len(), dirty, "blobstore loaded");
     let state = State {
         sb,
@@ -440,9 +461,11 @@ pub(crate) async fn load<D: BlobDevice>(dev: D, o: &LoadOptions) -> Result<Store
         used_clusters,
         used_blobids,
         blobs,
+        snapshots,
+        cow_bufs: Vec::new(),
         failed: false,
         unloaded: false,
         ops: 0,
     };
-    Ok(Store::new(dev, geo, state))
+    Ok((Store::new(dev, geo, state), fixups))
 }

@@ -44,16 +44,28 @@ pub(crate) fn freed_clusters(cur: &BlobMd, next: &BlobMd) -> Vec<u32> {
         .collect()
 }
 
+/// What happens to the clusters a persist drops from a blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freed {
+    /// Cleared by the blob's clear method, then released.
+    Clear,
+    /// Released without clearing.
+    Release,
+    /// Kept: another blob owns them (a snapshot took them).
+    Handover,
+}
+
 impl<D: BlobDevice> Store<D> {
     /// Writes `next` as the new state of `entry` (whose lock the caller
-    /// holds) and applies it. `clear_freed`: apply the blob's clear method
-    /// to clusters `next` drops. Clusters new in `next` were claimed by the
-    /// caller; on an error before any write they are the caller's to free.
+    /// holds) and applies it; `freed` says what becomes of the clusters
+    /// `next` drops. Clusters new in `next` were claimed by the caller (or
+    /// handed over by another blob); on an error before any write they are
+    /// the caller's to free.
     pub(crate) async fn persist_blob(
         &self,
         entry: &BlobEntry,
         mut next: BlobMd,
-        clear_freed: bool,
+        freed_mode: Freed,
     ) -> Result<()> {
         self.check_writable()?;
         let root = blob_page(entry.id).ok_or(crate::Error::NotFound(entry.id))?;
@@ -136,10 +148,14 @@ impl<D: BlobDevice> Store<D> {
             .copied()
             .collect();
         let superseded: Vec<u32> = cur.all_pages().filter(|p| !keep.contains(p)).collect();
-        let freed = freed_clusters(&cur, &next);
+        let freed = if freed_mode == Freed::Handover {
+            Vec::new()
+        } else {
+            freed_clusters(&cur, &next)
+        };
         *entry.md.borrow_mut() = next;
 
-        let method = if clear_freed {
+        let method = if freed_mode == Freed::Clear {
             entry.clear_method()
         } else {
             ClearMethod::None

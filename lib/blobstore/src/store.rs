@@ -58,6 +58,17 @@ pub(crate) struct BlobEntry {
     /// may have been in it): the lock is not fair, so an allocation that
     /// another one committed must not wait for the lock to see it.
     pub commit_waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    /// A lineage operation (snapshot, clone, inflate, decouple, set_parent,
+    /// snapshot delete) holds the blob (SPDK's
+    /// `locked_operation_in_progress`): another one answers EBUSY.
+    pub busy: Cell<bool>,
+    /// Bumped when the blob's parent changes: a copy-on-write that read the
+    /// old parent is redone.
+    pub epoch: Cell<u64>,
+    /// Copy-on-writes in flight: blob cluster index -> the epoch it read.
+    pub copying: RefCell<BTreeMap<u64, u64>>,
+    /// Allocations waiting for a copy-on-write of their cluster to end.
+    pub copy_waiters: RefCell<Vec<oneshot::Sender<()>>>,
 }
 
 impl BlobEntry {
@@ -70,6 +81,10 @@ impl BlobEntry {
             deleting: Cell::new(false),
             pending: RefCell::new(BTreeMap::new()),
             commit_waiters: RefCell::new(Vec::new()),
+            busy: Cell::new(false),
+            epoch: Cell::new(0),
+            copying: RefCell::new(BTreeMap::new()),
+            copy_waiters: RefCell::new(Vec::new()),
         }
     }
 
@@ -107,6 +122,11 @@ pub(crate) struct State {
     pub used_clusters: BitVec,
     pub used_blobids: BitVec,
     pub blobs: BTreeMap<BlobId, Rc<BlobEntry>>,
+    /// Blobs that have been a parent since load and not deleted (SPDK's
+    /// snapshot list: `spdk_blob_is_snapshot`).
+    pub snapshots: std::collections::BTreeSet<BlobId>,
+    /// Cluster buffers kept for copy-on-write.
+    pub cow_bufs: Vec<Vec<u8>>,
     pub failed: bool,
     pub unloaded: bool,
     /// Public operations in flight.

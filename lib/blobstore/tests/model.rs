@@ -1,8 +1,12 @@
 //! A model test: random sequences of create / resize / write (allocate) /
 //! unmap (release) / delete / set xattr / reload clean or dirty, checked
 //! after every step against an in-memory model of what the store must hold.
+//! A second one (`lineage`) runs snapshot / clone / write through a clone
+//! / inflate / decouple / set_parent / delete / reload against a model of
+//! the lineage and of the bytes every blob reads.
 
 mod common;
+mod model_lineage;
 
 #[cfg(test)]
 mod tests {

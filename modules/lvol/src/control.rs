@@ -20,7 +20,7 @@ use crate::md::{spawn, MdStore, StoreState};
 use crate::table::ClusterTable;
 
 /// Marks lvol `blob` busy for the life of the guard.
-struct Busy<'a> {
+pub(crate) struct Busy<'a> {
     md: &'a MdStore,
     blob: BlobId,
 }
@@ -33,7 +33,7 @@ impl Drop for Busy<'_> {
     }
 }
 
-fn busy(md: &MdStore, blob: BlobId) -> Result<Busy<'_>> {
+pub(crate) fn busy(md: &MdStore, blob: BlobId) -> Result<Busy<'_>> {
     md.check_ready()?;
     let mut lvols = md.lvols.borrow_mut();
     let l = lvols
@@ -67,25 +67,37 @@ pub(crate) async fn create_lvol(md: Rc<MdStore>, o: LvolOptions) -> Result<Strin
 }
 
 /// `bdev_lvol_delete`: unregisters the bdev (its openers get a remove
-/// event), then deletes the blob. If the blob cannot be deleted the lvol
-/// is served again.
+/// event), then deletes the blob. A snapshot with one clone is merged into
+/// it, the clone's writes held meanwhile; with more, EBUSY before anything
+/// changes (SPDK's). If the blob cannot be deleted the lvol is served
+/// again.
 pub(crate) async fn delete_lvol(md: Rc<MdStore>, blob: BlobId) -> Result<()> {
     let guard = busy(&md, blob)?;
-    let clones = md
-        .core
-        .lvols()
-        .iter()
-        .any(|l| l.parent == Parent::Snapshot(blob));
-    if clones {
-        return Err(LvolError::NotPermitted(format!(
-            "lvol {blob:#x} has clones"
+    let clones = md.core.clones_of(blob);
+    if clones.len() > 1 {
+        return Err(LvolError::Busy(format!(
+            "lvol {blob:#x} has {} clones",
+            clones.len()
         )));
     }
+    let _clone_guard = match clones.first() {
+        Some(&c) => Some(busy(&md, c)?),
+        None => None,
+    };
     md.unserve(blob).await;
-    match md.core.delete_lvol(blob).await {
+    let frozen = match clones.first() {
+        Some(&c) => md.freeze(c).await,
+        None => None,
+    };
+    let r = md.core.delete_lvol(blob).await;
+    if r.is_ok() {
+        md.lvols.borrow_mut().remove(&blob);
+    }
+    md.refresh_lineage(&clones).await;
+    MdStore::thaw(frozen).await;
+    match r {
         Ok(()) => {
             drop(guard);
-            md.lvols.borrow_mut().remove(&blob);
             Ok(())
         }
         Err(e) => {

@@ -92,22 +92,30 @@ impl BaseEvents for StoreLink {
     fn base_resized(&self) {}
 }
 
-/// The flags of an lvol that `bdev_get_bdevs` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What `bdev_get_bdevs` shows of an lvol's lineage (the metadata thread
+/// refreshes it after every change).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct LvolFlags {
     pub thin: bool,
     pub snapshot: bool,
+    /// The parent snapshot's lvol name (a clone).
+    pub base_snapshot: Option<String>,
+    /// The clones' lvol names (a snapshot).
+    pub clones: Vec<String>,
 }
 
 /// One lvol bdev.
 pub struct LvolBdev {
     pub(crate) blob: BlobId,
     pub(crate) store: Arc<StoreLink>,
-    pub(crate) flags: LvolFlags,
+    pub(crate) flags: Mutex<LvolFlags>,
     read_only: AtomicBool,
     allocated: AtomicU64,
     /// The current table, for channels created from now on.
     table: Mutex<Arc<ClusterTable>>,
+    /// Where unallocated clusters read from (the parent chain's clusters;
+    /// 0: zeros), and whether the lvol is thin, for new channels.
+    lineage: Mutex<(Arc<ClusterTable>, bool)>,
     device: IoDevice<LvolChannel>,
     flush: bool,
 }
@@ -128,15 +136,18 @@ impl LvolBdev {
         flags: LvolFlags,
         read_only: bool,
         table: Arc<ClusterTable>,
+        backing: Arc<ClusterTable>,
     ) -> Arc<LvolBdev> {
         let flush = store.base.bdev().supports(IoType::Flush);
         let allocated = table.mapped().len() as u64;
         Arc::new_cyclic(|weak: &Weak<LvolBdev>| {
             let w = weak.clone();
+            let thin = flags.thin;
             LvolBdev {
                 blob,
                 store,
-                flags,
+                flags: Mutex::new(flags),
+                lineage: Mutex::new((backing, thin)),
                 read_only: AtomicBool::new(read_only),
                 allocated: AtomicU64::new(allocated),
                 table: Mutex::new(table),
@@ -175,6 +186,47 @@ impl LvolBdev {
         self.device.for_each_channel(
             move |ch| {
                 ch.inner.table.replace(Arc::clone(&table));
+            },
+            done,
+        );
+    }
+
+    /// Hands every channel (and channels to come) the parent chain's table
+    /// `backing` and the thin flag; then `done` on the calling thread.
+    pub(crate) fn set_lineage(
+        &self,
+        backing: Arc<ClusterTable>,
+        thin: bool,
+        done: impl FnOnce() + Send + 'static,
+    ) {
+        *self.lineage.lock() = (Arc::clone(&backing), thin);
+        self.device.for_each_channel(
+            move |ch| {
+                ch.inner.backing.replace(Arc::clone(&backing));
+                ch.inner.thin.set(thin);
+            },
+            done,
+        );
+    }
+
+    /// Holds new writes, unmaps and write zeroes (and writes whose cluster
+    /// arrives) on every channel until [`LvolBdev::unfreeze`]; then `done`.
+    /// Reads go on. Follow with [`LvolBdev::drain`] for the writes sent.
+    pub(crate) fn freeze(&self, done: impl FnOnce() + Send + 'static) {
+        self.device
+            .for_each_channel(|ch| ch.inner.frozen.set(true), done);
+    }
+
+    /// Resubmits what [`LvolBdev::freeze`] held, in order; then `done`.
+    pub(crate) fn unfreeze(&self, done: impl FnOnce() + Send + 'static) {
+        self.device.for_each_channel(
+            |ch| {
+                let chan = &ch.inner;
+                chan.frozen.set(false);
+                let held = std::mem::take(&mut *chan.held.borrow_mut());
+                for io in held {
+                    chan.submit(io);
+                }
             },
             done,
         );
@@ -242,15 +294,23 @@ impl BdevOps for LvolBdev {
     }
 
     fn dump_info_json(&self) -> Value {
-        json!({"lvol": {
+        let f = self.flags.lock().clone();
+        let mut lvol = json!({
             "lvol_store_uuid": self.store.uuid.to_string(),
             "base_bdev": self.store.base.bdev().name(),
-            "thin_provision": self.flags.thin,
+            "thin_provision": f.thin,
             "num_allocated_clusters": self.allocated.load(Ordering::Relaxed),
-            "snapshot": self.flags.snapshot,
-            "clone": false,
-            "esnap_clone": false,
-        }})
+            "snapshot": f.snapshot,
+            "clone": f.base_snapshot.is_some(),
+        });
+        if let Some(base) = &f.base_snapshot {
+            lvol["base_snapshot"] = json!(base);
+        }
+        if f.snapshot {
+            lvol["clones"] = json!(f.clones);
+        }
+        lvol["esnap_clone"] = json!(false);
+        json!({ "lvol": lvol })
     }
 }
 
@@ -264,11 +324,15 @@ impl LvolChannel {
     fn new(bdev: Arc<LvolBdev>) -> Result<LvolChannel, BoxError> {
         let base = bdev.store.base.channel()?;
         let table = Arc::clone(&bdev.table.lock());
+        let (backing, thin) = bdev.lineage.lock().clone();
         let me = Thread::try_current()?.handle();
         Ok(LvolChannel {
             inner: Rc::new(Chan {
                 geo: bdev.store.geo,
-                thin: bdev.flags.thin,
+                thin: Cell::new(thin),
+                backing: RefCell::new(backing),
+                frozen: Cell::new(false),
+                held: RefCell::new(Vec::new()),
                 bdev,
                 base,
                 me,
@@ -294,9 +358,16 @@ struct Chan {
     bdev: Arc<LvolBdev>,
     base: BdevChannel,
     geo: ClusterGeo,
-    thin: bool,
+    thin: Cell<bool>,
     me: ThreadHandle,
     table: RefCell<Arc<ClusterTable>>,
+    /// The parent chain's cluster of each lvol cluster (0: zeros): where
+    /// reads of an unallocated cluster go.
+    backing: RefCell<Arc<ClusterTable>>,
+    /// A lineage change is under way: writes, unmaps and write zeroes wait
+    /// in `held` (in order) instead of going to the base.
+    frozen: Cell<bool>,
+    held: RefCell<Vec<BdevIo>>,
     /// Children in flight per epoch, and the drain waiting for the old
     /// epoch (its index and the walk's step).
     epoch: Cell<usize>,
@@ -344,19 +415,26 @@ impl Chan {
         if t != IoType::Read && self.bdev.read_only.load(Ordering::Relaxed) {
             return io.complete_deferred(IoStatus::Failed);
         }
+        if t != IoType::Read && self.frozen.get() {
+            return self.held.borrow_mut().push(io);
+        }
         let (idx, within) = self.geo.split(io.offset_blocks());
         let c = self.table.borrow().get(idx);
         if c != 0 {
             let whole = within == 0 && io.num_blocks() == self.geo.blocks;
-            let release = (t == IoType::Unmap && self.thin && whole).then_some(idx);
+            let release = (t == IoType::Unmap && self.thin.get() && whole).then_some(idx);
             return self.send(io, self.geo.lba(c) + within, release);
         }
-        if !self.thin {
+        if !self.thin.get() {
             // A thick lvol owns every cluster: only an I/O past a table
             // being replaced by a resize gets here.
             return io.complete_deferred(IoStatus::Failed);
         }
+        let parent = self.backing.borrow().get(idx);
         match t {
+            IoType::Read if parent != 0 => self.send(io, self.geo.lba(parent) + within, None),
+            // Zeros must hide the parent's data: a write, with copy-on-write.
+            IoType::WriteZeroes if parent != 0 => self.wait_for_cluster(idx, io),
             IoType::Read => {
                 let status = if io.zero_iovs() {
                     IoStatus::Success
@@ -464,6 +542,12 @@ impl Chan {
         loop {
             let next = self.ready.borrow_mut().pop();
             let Some(io) = next else { break };
+            if self.frozen.get() {
+                // The cluster may belong to a snapshot by now: look again
+                // once the lineage change is done.
+                self.held.borrow_mut().push(io);
+                continue;
+            }
             match r {
                 Ok(c) => {
                     let (_, within) = self.geo.split(io.offset_blocks());

@@ -32,12 +32,23 @@
 //! thread by message only for a cluster not allocated yet (writes to it
 //! wait, nothing else does) or one to give back.
 //!
+//! # Snapshots and clones
+//!
+//! `bdev_lvol_snapshot` makes a read-only snapshot lvol that takes the
+//! volume's clusters; the volume becomes its thin clone (SPDK's way, in
+//! the blobstore). `bdev_lvol_clone` adds clones of a snapshot. A clone's
+//! channels read an unallocated cluster from the parent chain's cluster
+//! (a second table, `backing`), and its first write to one is copied whole
+//! from the parent by the blobstore's allocation. Operations that move
+//! clusters freeze the lvol's writes and drain those sent (`snap.rs`).
+//! `bdev_lvol_inflate`, `bdev_lvol_decouple_parent`, `bdev_lvol_set_parent`
+//! and `bdev_lvol_delete` of a snapshot (merged into its one clone; EBUSY
+//! with more) are SPDK's.
+//!
 //! # Not here (yet)
 //!
-//! Snapshots and clones (part 2): stores with them load, the lvols with a
-//! parent are listed but not served as bdevs; `bdev_lvol_delete` of a
-//! snapshot with clones answers EPERM. Seek data/hole. Metadata pages
-//! other than 4 KiB.
+//! External-snapshot clones (listed, not served), shallow copy. Seek
+//! data/hole. Metadata pages other than 4 KiB.
 //!
 //! RPCs: see [`rpc`]. `doc/lvol.md` has examples and the differences from
 //! SPDK.
@@ -48,7 +59,7 @@
 // `lvs` (the store core, generic over the device), `dev` (the bdev as the
 // blobstore's device), `table` (cluster tables), `io` (the lvol bdev and
 // its I/O path), `md` (the metadata thread), `control` (operations on
-// it), `module` (examine, the store list, the operations' entry points),
+// it), `snap` (the lineage operations), `module` (examine, the store list, the operations' entry points),
 // `rpc`.
 mod control;
 mod dev;
@@ -58,6 +69,7 @@ pub mod lvs;
 mod md;
 mod module;
 pub mod rpc;
+mod snap;
 pub mod table;
 
 use bdevkit::bdev::module::BdevManager;
@@ -68,9 +80,10 @@ pub use error::{LvolError, Result};
 pub use io::{LvolBdev, LvolChannel};
 pub use lvs::{LvolMeta, LvolOptions, LvsCore, LvsOptions, Parent};
 pub use module::{
-    create_lvol, create_lvstore, delete_lvol, delete_lvstore, get_lvols, get_lvstores,
-    grow_lvstore, rename_lvol, rename_lvstore, resize_lvol, set_read_only, store_clear_method,
-    CreateLvstore, LvolModule, LvsRef,
+    clone_lvol, create_lvol, create_lvstore, decouple_parent, delete_lvol, delete_lvstore,
+    get_lvols, get_lvstores, grow_lvstore, inflate_lvol, rename_lvol, rename_lvstore, resize_lvol,
+    set_parent, set_read_only, snapshot_lvol, store_clear_method, CreateLvstore, LvolModule,
+    LvsRef,
 };
 
 /// Module name (also the RPC infix).

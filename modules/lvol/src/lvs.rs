@@ -176,11 +176,11 @@ impl LvolMeta {
         }
     }
 
-    /// Whether this module serves it as a bdev: lvols with a parent read
-    /// through it, which part 2 (snapshots and clones) brings.
+    /// Whether this module serves it as a bdev: all but clones of an
+    /// external snapshot (their parent is a bdev this module does not read).
     #[must_use]
     pub fn servable(&self) -> bool {
-        self.parent == Parent::None
+        !matches!(self.parent, Parent::External(_))
     }
 }
 
@@ -382,9 +382,77 @@ impl<D: BlobDevice> LvsCore<D> {
             })
             .collect();
         for l in &mut all {
-            l.is_snapshot = parents.contains(&l.id);
+            l.is_snapshot = parents.contains(&l.id) || self.bs.is_snapshot(l.id);
         }
         all
+    }
+
+    /// The lvols whose parent is `id`, in blob id order.
+    #[must_use]
+    pub fn clones_of(&self, id: BlobId) -> Vec<BlobId> {
+        self.bs.clones(id)
+    }
+
+    /// Name and uuid xattrs of a new lvol.
+    fn new_lvol_xattrs(&self, name: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.check_new_lvol_name(name)?;
+        let uuid = Uuid::new_v4();
+        Ok(vec![
+            ("name".into(), padded_name_xattr(name)),
+            ("uuid".into(), uuid_xattr(&uuid)),
+        ])
+    }
+
+    /// Runs `f` with `name` reserved, then records it as blob's name.
+    async fn named<F>(&self, name: &str, f: F) -> Result<BlobId>
+    where
+        F: std::future::Future<Output = std::result::Result<BlobId, bdevkit_blobstore::Error>>,
+    {
+        self.pending.borrow_mut().insert(name.to_string());
+        let r = f.await;
+        self.pending.borrow_mut().remove(name);
+        let id = r?;
+        self.names.borrow_mut().insert(id, name.to_string());
+        Ok(id)
+    }
+
+    /// Snapshots lvol `id` as a new read-only lvol `name` (SPDK's
+    /// `spdk_lvol_create_snapshot`): the snapshot takes its clusters and
+    /// `id` becomes its clone. Returns the snapshot's blob. The caller holds
+    /// the lvol's writes meanwhile.
+    pub async fn snapshot_lvol(&self, id: BlobId, name: &str) -> Result<BlobId> {
+        self.known(id)?;
+        let xattrs = self.new_lvol_xattrs(name)?;
+        self.named(name, self.bs.create_snapshot(id, &xattrs)).await
+    }
+
+    /// Clones snapshot `snapshot` as a new thin lvol `name`; returns its blob.
+    pub async fn clone_lvol(&self, snapshot: BlobId, name: &str) -> Result<BlobId> {
+        self.known(snapshot)?;
+        let xattrs = self.new_lvol_xattrs(name)?;
+        self.named(name, self.bs.create_clone(snapshot, &xattrs))
+            .await
+    }
+
+    /// `bdev_lvol_inflate`: every cluster allocated, no parent left.
+    pub async fn inflate_lvol(&self, id: BlobId) -> Result<()> {
+        self.known(id)?;
+        Ok(self.bs.inflate_blob(id).await?)
+    }
+
+    /// `bdev_lvol_decouple_parent`: the parent's own clusters copied in,
+    /// the grandparent becomes the parent.
+    pub async fn decouple_lvol(&self, id: BlobId) -> Result<()> {
+        self.known(id)?;
+        Ok(self.bs.decouple_parent(id).await?)
+    }
+
+    /// `bdev_lvol_set_parent`: snapshot `parent` becomes the parent of thin
+    /// lvol `id`.
+    pub async fn set_parent_lvol(&self, id: BlobId, parent: BlobId) -> Result<()> {
+        self.known(id)?;
+        self.known(parent)?;
+        Ok(self.bs.set_parent(id, parent).await?)
     }
 
     /// The lvol called `name`.
@@ -477,21 +545,10 @@ impl<D: BlobDevice> LvsCore<D> {
     }
 
     /// Deletes an lvol (not open): its clusters are freed, cleared by its
-    /// clear method. EPERM for a snapshot with clones (SPDK answers that
-    /// for more than one clone; deleting a snapshot into its one clone is
-    /// part 2's).
+    /// clear method. A snapshot with one clone is merged into it first; one
+    /// with more answers EBUSY (SPDK's `spdk_lvol_destroy`).
     pub async fn delete_lvol(&self, id: BlobId) -> Result<()> {
         self.known(id)?;
-        let clones = self
-            .lvols()
-            .iter()
-            .filter(|l| l.parent == Parent::Snapshot(id))
-            .count();
-        if clones > 0 {
-            return Err(LvolError::NotPermitted(format!(
-                "snapshot {id:#x} has clones"
-            )));
-        }
         self.bs.delete_blob(id).await?;
         self.names.borrow_mut().remove(&id);
         Ok(())

@@ -149,6 +149,8 @@ pub(crate) struct MdLvol {
     release_queue: Vec<(u64, ThreadHandle)>,
     release_running: bool,
     alloc_waiting: Vec<(u64, ThreadHandle)>,
+    /// One channel drain at a time (releases and lineage changes).
+    drain_lock: Rc<futures::lock::Mutex<()>>,
 }
 
 /// The store on its metadata thread.
@@ -232,8 +234,8 @@ impl MdStore {
     }
 
     /// Knows lvol `meta`, and serves it as a bdev if it can: named by its
-    /// unique id, with the alias `lvs/lvol`. A clone is known but not
-    /// served (reading through its parent is part 2's).
+    /// unique id, with the alias `lvs/lvol`. A clone of an external
+    /// snapshot is known but not served.
     pub(crate) fn add_lvol(&self, meta: &LvolMeta) -> Result<()> {
         let blob = self.core.blobstore().open_blob(meta.id)?;
         let table = Arc::new(ClusterTable::new(
@@ -249,23 +251,22 @@ impl MdStore {
             release_queue: Vec::new(),
             release_running: false,
             alloc_waiting: Vec::new(),
+            drain_lock: Rc::new(futures::lock::Mutex::new(())),
         };
         self.lvols.borrow_mut().insert(meta.id, entry);
         if !meta.servable() {
             tracing::warn!(lvs = %self.core.name(), lvol = %meta.name,
-                "lvol with a parent snapshot: not served yet (snapshots and clones are part 2)");
+                "clone of an external snapshot: not served");
             return Ok(());
         }
-        let flags = LvolFlags {
-            thin: meta.thin,
-            snapshot: meta.is_snapshot,
-        };
+        let (backing, flags) = self.lineage_of(meta.id, meta.num_clusters);
         let bdev = LvolBdev::new(
             meta.id,
             Arc::clone(&self.link),
             flags,
             meta.read_only,
             table,
+            backing,
         );
         let base = self.link.base.bdev();
         let block = base.block_size();
@@ -320,6 +321,127 @@ impl MdStore {
             let _ = tx.send(());
         });
         let _ = rx.await;
+    }
+
+    /// Where lvol `id`'s unallocated clusters read from (the device cluster
+    /// its parent chain holds; 0: zeros), and its lineage flags.
+    pub(crate) fn lineage_of(
+        &self,
+        id: BlobId,
+        num_clusters: u64,
+    ) -> (Arc<ClusterTable>, LvolFlags) {
+        let bs = self.core.blobstore();
+        let geo = self.link.geo;
+        let parent = bs.parent(id);
+        let mapped: Vec<(u64, u32)> = match parent.and_then(|p| bs.open_blob(p).ok()) {
+            Some(pb) => (0..num_clusters)
+                .filter_map(|i| {
+                    let lba = pb.read_cluster_lba(i)?;
+                    Some((i, u32::try_from(lba / geo.blocks).unwrap_or(0)))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let name = |b: BlobId| self.core.lvol(b).map(|l| l.name);
+        let flags = LvolFlags {
+            thin: bs.open_blob(id).is_ok_and(|b| b.is_thin()),
+            snapshot: bs.is_snapshot(id),
+            base_snapshot: parent.and_then(name),
+            clones: self
+                .core
+                .clones_of(id)
+                .into_iter()
+                .filter_map(name)
+                .collect(),
+        };
+        (Arc::new(ClusterTable::new(num_clusters, mapped)), flags)
+    }
+
+    /// Waits until every channel of `bdev` (lvol `blob`) has finished the
+    /// I/O it sent before, one drain at a time per lvol.
+    pub(crate) async fn drain(&self, blob: BlobId, bdev: &LvolBdev) {
+        let lock = self
+            .lvols
+            .borrow()
+            .get(&blob)
+            .map(|l| Rc::clone(&l.drain_lock));
+        let _g = match &lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        let (tx, rx) = oneshot::channel();
+        bdev.drain(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+    }
+
+    /// Holds the writes of lvol `blob`'s channels and waits for those sent
+    /// (SPDK's `blob_freeze_io`); returns its bdev for [`MdStore::thaw`].
+    pub(crate) async fn freeze(&self, blob: BlobId) -> Option<Arc<LvolBdev>> {
+        let (bdev, _) = self.bdev_of(blob)?;
+        let (tx, rx) = oneshot::channel();
+        bdev.freeze(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+        self.drain(blob, &bdev).await;
+        Some(bdev)
+    }
+
+    /// Lets the writes [`MdStore::freeze`] held go, in order.
+    pub(crate) async fn thaw(bdev: Option<Arc<LvolBdev>>) {
+        let Some(bdev) = bdev else { return };
+        let (tx, rx) = oneshot::channel();
+        bdev.unfreeze(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+    }
+
+    /// After a lineage change: lvol `changed` (frozen by the caller) gets
+    /// its table rebuilt from its blob (less the clusters being released),
+    /// and every served lvol its parent chain's table and flags.
+    pub(crate) async fn refresh_lineage(&self, changed: &[BlobId]) {
+        for &id in changed {
+            let t = {
+                let mut lvols = self.lvols.borrow_mut();
+                let Some(l) = lvols.get_mut(&id) else {
+                    continue;
+                };
+                let Some(b) = l.blob.as_ref() else { continue };
+                let mapped = b
+                    .allocated_clusters()
+                    .into_iter()
+                    .filter(|(i, _)| !l.releasing.contains(i));
+                let t = Arc::new(ClusterTable::new(b.num_clusters(), mapped));
+                l.table = Arc::clone(&t);
+                t
+            };
+            if let Some((bdev, _)) = self.bdev_of(id) {
+                MdStore::swap_tables(&bdev, t).await;
+            }
+            self.update_allocated(id);
+        }
+        let served: Vec<(BlobId, Arc<LvolBdev>, u64)> = self
+            .lvols
+            .borrow()
+            .iter()
+            .filter_map(|(&id, l)| {
+                let (bdev, _) = l.bdev.as_ref()?;
+                Some((id, Arc::clone(bdev), l.table.len()))
+            })
+            .collect();
+        for (id, bdev, n) in served {
+            let (backing, flags) = self.lineage_of(id, n);
+            let thin = flags.thin;
+            *bdev.flags.lock() = flags;
+            let (tx, rx) = oneshot::channel();
+            bdev.set_lineage(backing, thin, move || {
+                let _ = tx.send(());
+            });
+            let _ = rx.await;
+        }
     }
 
     /// The table lvol `blob`'s channels read now, rebuilt from its blob.
@@ -468,11 +590,7 @@ async fn release_loop(md: Rc<MdStore>, blob: BlobId) {
         };
         if !todo.is_empty() {
             // I/O sent before the entries were cleared finishes first.
-            let (tx, rx) = oneshot::channel();
-            bdev.drain(move || {
-                let _ = tx.send(());
-            });
-            let _ = rx.await;
+            md.drain(blob, &bdev).await;
         }
         let mut ok = BTreeSet::new();
         for &idx in &todo {

@@ -19,6 +19,7 @@ use crate::error::{LvolError, Result};
 use crate::io::{LvolBdev, StoreLink};
 use crate::lvs::{check_name, LvolOptions, LvsCore, LvsOptions, BSTYPE};
 use crate::md::{self, MdStore, MdTx};
+use crate::snap;
 use crate::table::ClusterGeo;
 use crate::MODULE;
 
@@ -452,4 +453,46 @@ pub async fn rename_lvol(mgr: &BdevManager, old: &str, new: &str) -> Result<()> 
 pub async fn set_read_only(mgr: &BdevManager, name: &str) -> Result<()> {
     let (s, blob) = lvol_of(mgr, name)?;
     s.md.ask(move |md| control::set_read_only(md, blob)).await
+}
+
+/// `bdev_lvol_snapshot`: snapshots the lvol bdev `lvol` as `snapshot_name`
+/// in its store; returns the snapshot's unique id (its bdev name).
+pub async fn snapshot_lvol(mgr: &BdevManager, lvol: &str, snapshot_name: &str) -> Result<String> {
+    let (s, blob) = lvol_of(mgr, lvol)?;
+    let name = snapshot_name.to_string();
+    s.md.ask(move |md| snap::snapshot(md, blob, name)).await
+}
+
+/// `bdev_lvol_clone`: a thin clone `clone_name` of the snapshot bdev
+/// `snapshot`; returns its unique id.
+pub async fn clone_lvol(mgr: &BdevManager, snapshot: &str, clone_name: &str) -> Result<String> {
+    let (s, blob) = lvol_of(mgr, snapshot)?;
+    let name = clone_name.to_string();
+    s.md.ask(move |md| snap::clone(md, blob, name)).await
+}
+
+/// `bdev_lvol_inflate`.
+pub async fn inflate_lvol(mgr: &BdevManager, name: &str) -> Result<()> {
+    let (s, blob) = lvol_of(mgr, name)?;
+    s.md.ask(move |md| snap::relink(md, blob, snap::Relink::Inflate))
+        .await
+}
+
+/// `bdev_lvol_decouple_parent`.
+pub async fn decouple_parent(mgr: &BdevManager, name: &str) -> Result<()> {
+    let (s, blob) = lvol_of(mgr, name)?;
+    s.md.ask(move |md| snap::relink(md, blob, snap::Relink::Decouple))
+        .await
+}
+
+/// `bdev_lvol_set_parent`: the snapshot bdev `parent` becomes the parent
+/// of the lvol bdev `lvol` (both in one store: EINVAL otherwise).
+pub async fn set_parent(mgr: &BdevManager, lvol: &str, parent: &str) -> Result<()> {
+    let (s, blob) = lvol_of(mgr, lvol)?;
+    let (ps, pblob) = lvol_of(mgr, parent)?;
+    if !Arc::ptr_eq(&s.link, &ps.link) {
+        return Err(LvolError::invalid("the parent is in another lvol store"));
+    }
+    s.md.ask(move |md| snap::relink(md, blob, snap::Relink::SetParent(pblob)))
+        .await
 }

@@ -12,6 +12,12 @@
 //! | `bdev_lvol_delete` | `true` | -19 no lvol; -32603 + strerror |
 //! | `bdev_lvol_resize`, `bdev_lvol_rename`, `bdev_lvol_set_read_only` | `true` | -19 no lvol; -32602 + strerror |
 //! | `bdev_lvol_get_lvols` | array | -22, -19 store |
+//! | `bdev_lvol_snapshot`, `bdev_lvol_clone` | new lvol's uuid (bdev name) | -19 no lvol; -32602 + strerror (-22 read-only origin or writable parent, -17 name taken, -16 busy) |
+//! | `bdev_lvol_inflate`, `bdev_lvol_decouple_parent` | `true` | -19 no lvol; -32602 + strerror (-22 no parent to decouple, -28 no space, -16 busy) |
+//! | `bdev_lvol_set_parent` | `true` | -19 no lvol or parent; -32602 + strerror (-22 not thin, not a snapshot, other size; -17 already the parent) |
+//!
+//! `bdev_lvol_delete` of a snapshot with one clone merges it into the
+//! clone; with more it answers -32603 "Device or resource busy" (EBUSY).
 
 use bdevkit::bdev::module::BdevManager;
 use bdevkit::thread::Thread;
@@ -118,6 +124,36 @@ pub struct ResizeParams {
     pub name: String,
     /// The new size in MiB.
     pub size_in_mib: u64,
+}
+
+/// `bdev_lvol_snapshot` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotParams {
+    /// The lvol to snapshot (bdev name or alias).
+    pub lvol_name: String,
+    /// The snapshot's name in the store.
+    pub snapshot_name: String,
+}
+
+/// `bdev_lvol_clone` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CloneParams {
+    /// The snapshot to clone (bdev name or alias).
+    pub snapshot_name: String,
+    /// The clone's name in the store.
+    pub clone_name: String,
+}
+
+/// `bdev_lvol_set_parent` params.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SetParentParams {
+    /// The thin lvol whose parent changes (bdev name or alias).
+    pub lvol_name: String,
+    /// The snapshot that becomes its parent (bdev name or alias).
+    pub parent_name: String,
 }
 
 const MIB: u64 = 1 << 20;
@@ -376,8 +412,66 @@ fn register_lvols(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc
     Ok(())
 }
 
+fn register_lineage(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_lvol_snapshot",
+        RUNTIME,
+        move |p: SnapshotParams, resp| {
+            let m = m.clone();
+            spawn_answer(resp, async move {
+                module::snapshot_lvol(&m, &p.lvol_name, &p.snapshot_name)
+                    .await
+                    .map(Value::String)
+                    .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+            });
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded("bdev_lvol_clone", RUNTIME, move |p: CloneParams, resp| {
+        let m = m.clone();
+        spawn_answer(resp, async move {
+            module::clone_lvol(&m, &p.snapshot_name, &p.clone_name)
+                .await
+                .map(Value::String)
+                .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+        });
+    })?;
+    for method in ["bdev_lvol_inflate", "bdev_lvol_decouple_parent"] {
+        let m = mgr.clone();
+        reg.register_decoded(method, RUNTIME, move |p: NameParams, resp| {
+            let m = m.clone();
+            spawn_answer(resp, async move {
+                let r = if method == "bdev_lvol_inflate" {
+                    module::inflate_lvol(&m, &p.name).await
+                } else {
+                    module::decouple_parent(&m, &p.name).await
+                };
+                r.map(|()| json!(true))
+                    .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+            });
+        })?;
+    }
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_lvol_set_parent",
+        RUNTIME,
+        move |p: SetParentParams, resp| {
+            let m = m.clone();
+            spawn_answer(resp, async move {
+                module::set_parent(&m, &p.lvol_name, &p.parent_name)
+                    .await
+                    .map(|()| json!(true))
+                    .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+            });
+        },
+    )?;
+    Ok(())
+}
+
 /// Registers the lvol RPCs.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     register_stores(reg, mgr)?;
-    register_lvols(reg, mgr)
+    register_lvols(reg, mgr)?;
+    register_lineage(reg, mgr)
 }

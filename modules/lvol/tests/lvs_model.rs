@@ -1,5 +1,6 @@
 //! A model test at the lvol level: random sequences of create / resize /
-//! write / unmap / delete / rename / set_read_only / reload (clean or
+//! write / unmap / delete (a snapshot: merged, or EBUSY) / rename /
+//! set_read_only / snapshot / clone / reload (clean or
 //! dirty) over lvols of a store on the blobstore's in-memory device,
 //! checked after every step against an in-memory model of the lvols (name,
 //! UUID, thin, read-only, size, which clusters hold which data) and the
@@ -34,6 +35,8 @@ mod tests {
         Delete { lvol: usize },
         Rename { lvol: usize, name: u8 },
         SetReadOnly { lvol: usize },
+        Snapshot { lvol: usize, name: u8 },
+        Clone { lvol: usize, name: u8 },
         Reload { clean: bool },
     }
 
@@ -47,6 +50,8 @@ mod tests {
             1 => (0usize..8, 0u8..6).prop_map(|(lvol, name)| Op::Rename { lvol, name }),
             1 => (0usize..8).prop_map(|lvol| Op::SetReadOnly { lvol }),
             1 => any::<bool>().prop_map(|clean| Op::Reload { clean }),
+            2 => (0usize..8, 0u8..9).prop_map(|(lvol, name)| Op::Snapshot { lvol, name }),
+            1 => (0usize..8, 0u8..9).prop_map(|(lvol, name)| Op::Clone { lvol, name }),
         ]
     }
 
@@ -60,8 +65,29 @@ mod tests {
         clusters: u64,
         /// Clusters a thin lvol has (all of them, for a thick one).
         allocated: std::collections::BTreeSet<u64>,
-        /// The 4 KiB pattern written at the start of a cluster.
+        /// The 4 KiB pattern written at the start of a cluster it holds.
         data: BTreeMap<u64, u64>,
+        /// Its parent snapshot (a clone).
+        parent: Option<BlobId>,
+    }
+
+    /// The pattern lvol `id` reads at the start of cluster `idx`: its own,
+    /// else its parent chain's (None: unknown or nothing written).
+    fn visible(model: &BTreeMap<BlobId, MLvol>, id: BlobId, idx: u64) -> Option<u64> {
+        let mut at = Some(id);
+        while let Some(m) = at.and_then(|a| model.get(&a)) {
+            if idx >= m.clusters {
+                return None;
+            }
+            if let Some(&s) = m.data.get(&idx) {
+                return Some(s);
+            }
+            if m.allocated.contains(&idx) {
+                return None;
+            }
+            at = m.parent;
+        }
+        None
     }
 
     fn name(n: u8) -> String {
@@ -90,13 +116,21 @@ mod tests {
             let got: std::collections::BTreeSet<u64> =
                 b.allocated_clusters().into_iter().map(|(i, _)| i).collect();
             assert_eq!(got, m.allocated, "allocated clusters of {}", m.name);
-            for (&idx, &seed) in &m.data {
-                assert_eq!(
-                    read(core, l.id, idx).as_deref(),
-                    Some(&pattern(seed)[..]),
-                    "data of {} cluster {idx}",
-                    m.name
-                );
+            assert_eq!(
+                core.blobstore().parent(l.id),
+                m.parent,
+                "parent of {}",
+                m.name
+            );
+            for idx in 0..m.clusters {
+                if let Some(seed) = visible(model, l.id, idx) {
+                    assert_eq!(
+                        read(core, l.id, idx).as_deref(),
+                        Some(&pattern(seed)[..]),
+                        "data of {} cluster {idx}",
+                        m.name
+                    );
+                }
             }
         }
     }
@@ -158,6 +192,7 @@ mod tests {
                             clusters,
                             allocated,
                             data: BTreeMap::new(),
+                            parent: None,
                         },
                     );
                 }
@@ -227,13 +262,96 @@ mod tests {
                 if released {
                     m.allocated.remove(&idx);
                     m.data.remove(&idx);
-                    assert_eq!(read(core, id, idx), None, "reads zeros: no cluster");
+                    if m.parent.is_none() {
+                        assert_eq!(read(core, id, idx), None, "reads zeros: no cluster");
+                    }
                 }
             }
             Op::Delete { lvol } => {
                 let Some(id) = pick(model, lvol) else { return };
-                run(core.delete_lvol(id)).unwrap();
-                model.remove(&id);
+                let clones: Vec<BlobId> = model
+                    .iter()
+                    .filter(|(_, m)| m.parent == Some(id))
+                    .map(|(&c, _)| c)
+                    .collect();
+                let r = run(core.delete_lvol(id));
+                if clones.len() > 1 {
+                    assert_eq!(r.map_err(|e| e.errno()), Err(libc::EBUSY));
+                    return;
+                }
+                r.unwrap();
+                let s = model.remove(&id).unwrap();
+                if let Some(&c) = clones.first() {
+                    // Merged: the clone takes what it lacks, and the parent.
+                    let cm = model.get_mut(&c).unwrap();
+                    for i in s.allocated.iter().copied().filter(|&i| i < cm.clusters) {
+                        if cm.allocated.insert(i) {
+                            if let Some(&d) = s.data.get(&i) {
+                                cm.data.insert(i, d);
+                            }
+                        }
+                    }
+                    cm.parent = s.parent;
+                }
+            }
+            Op::Snapshot { lvol, name: n } => {
+                let Some(id) = pick(model, lvol) else { return };
+                let new = name(n);
+                let r = run(core.snapshot_lvol(id, &new));
+                let m = model[&id].clone();
+                if model.values().any(|o| o.name == new) {
+                    assert!(matches!(r, Err(LvolError::Exists(_))), "{r:?}");
+                    return;
+                }
+                if m.read_only {
+                    assert_eq!(r.map_err(|e| e.errno()), Err(libc::EINVAL));
+                    return;
+                }
+                let s = r.unwrap();
+                let uuid = core.lvol(s).unwrap().uuid.unwrap();
+                model.insert(
+                    s,
+                    MLvol {
+                        name: new,
+                        uuid,
+                        read_only: true,
+                        ..m.clone()
+                    },
+                );
+                let v = model.get_mut(&id).unwrap();
+                v.thin = true;
+                v.allocated.clear();
+                v.data.clear();
+                v.parent = Some(s);
+            }
+            Op::Clone { lvol, name: n } => {
+                let Some(id) = pick(model, lvol) else { return };
+                let new = name(n);
+                let r = run(core.clone_lvol(id, &new));
+                let m = model[&id].clone();
+                if model.values().any(|o| o.name == new) {
+                    assert!(matches!(r, Err(LvolError::Exists(_))), "{r:?}");
+                    return;
+                }
+                if !m.read_only {
+                    assert_eq!(r.map_err(|e| e.errno()), Err(libc::EINVAL));
+                    return;
+                }
+                let c = r.unwrap();
+                let uuid = core.lvol(c).unwrap().uuid.unwrap();
+                model.insert(
+                    c,
+                    MLvol {
+                        name: new,
+                        uuid,
+                        thin: true,
+                        read_only: false,
+                        clusters: m.clusters,
+                        allocated: Default::default(),
+                        data: BTreeMap::new(),
+                        parent: Some(id),
+                    },
+                );
             }
             Op::Rename { lvol, name: n } => {
                 let Some(id) = pick(model, lvol) else { return };

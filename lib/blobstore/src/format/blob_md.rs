@@ -52,6 +52,53 @@ impl BlobMd {
         self.invalid_flags & FLAG_THIN_PROV != 0
     }
 
+    /// An internal xattr's value.
+    pub(crate) fn internal(&self, name: &str) -> Option<&[u8]> {
+        self.internal_xattrs
+            .iter()
+            .find(|x| x.name == name.as_bytes())
+            .map(|x| &x.value[..])
+    }
+
+    /// An internal xattr holding a blob id (8 bytes, little endian).
+    pub(crate) fn internal_id(&self, name: &str) -> Option<BlobId> {
+        let v = self.internal(name)?;
+        Some(u64::from_le_bytes(v.try_into().ok()?))
+    }
+
+    /// The parent snapshot: the `SNAP` internal xattr of a thin blob (SPDK
+    /// ignores it on a thick one).
+    pub(crate) fn parent(&self) -> Option<BlobId> {
+        if !self.is_thin() {
+            return None;
+        }
+        self.internal_id(super::XATTR_SNAP)
+    }
+
+    /// Sets an internal xattr (and the INTERNAL_XATTR flag).
+    pub(crate) fn set_internal(&mut self, name: &str, value: &[u8]) {
+        match self
+            .internal_xattrs
+            .iter_mut()
+            .find(|x| x.name == name.as_bytes())
+        {
+            Some(x) => x.value = value.to_vec(),
+            None => self.internal_xattrs.push(Xattr {
+                name: name.as_bytes().to_vec(),
+                value: value.to_vec(),
+            }),
+        }
+        self.invalid_flags |= super::FLAG_INTERNAL_XATTR;
+    }
+
+    /// Removes an internal xattr (the flag goes with the last one).
+    pub(crate) fn remove_internal(&mut self, name: &str) {
+        self.internal_xattrs.retain(|x| x.name != name.as_bytes());
+        if self.internal_xattrs.is_empty() {
+            self.invalid_flags &= !super::FLAG_INTERNAL_XATTR;
+        }
+    }
+
     /// Every metadata page the blob uses: its chain (root first; page 0 is a
     /// page like any other there), then its allocated extent pages.
     pub(crate) fn all_pages(&self) -> impl Iterator<Item = u32> + '_ {

@@ -60,6 +60,17 @@ pub const MD_RO_CLEAR_METHOD: u64 = 3;
 /// The md-ro flags known; others open the blob with read-only metadata.
 pub const MD_RO_FLAGS_MASK: u64 = MD_RO_CLEAR_METHOD;
 
+/// Internal xattr of a clone: its parent snapshot's blob id (u64, LE).
+pub const XATTR_SNAP: &str = "SNAP";
+/// Internal xattr of a snapshot being created: the origin's blob id.
+pub const XATTR_SNAPTMP: &str = "SNAPTMP";
+/// Internal xattr of a snapshot being merged into its clone and deleted: the
+/// clone's blob id.
+pub const XATTR_SNAPRM: &str = "SNAPRM";
+/// Internal xattr of an external-snapshot clone: the parent bdev's UUID
+/// string (NUL-terminated).
+pub const XATTR_EXTSNAP: &str = "EXTSNAP";
+
 /// The high bit of every blob id (SPDK sets bit 32 to catch code that takes
 /// a blob id for a page index).
 pub const BLOBID_HIGH_BIT: u64 = 1 << 32;

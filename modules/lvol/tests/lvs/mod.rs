@@ -149,10 +149,11 @@ pub async fn write(core: &Core, id: BlobId, idx: u64, seed: u64) -> bdevkit_lvol
     Ok(())
 }
 
-/// The first 4 KiB of lvol cluster `idx` (None: not allocated).
+/// The first 4 KiB of lvol cluster `idx`, through its parent chain (None:
+/// neither it nor an ancestor holds the cluster).
 pub fn read(core: &Core, id: BlobId, idx: u64) -> Option<Vec<u8>> {
     let b = core.blobstore().open_blob(id).ok()?;
-    let lba = b.cluster_lba(idx)?;
+    let lba = b.read_cluster_lba(idx)?;
     let mut buf = vec![0u8; 4096];
     run(core.blobstore().device().read(lba, &mut buf)).expect("read");
     Some(buf)
