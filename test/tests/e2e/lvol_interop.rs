@@ -10,6 +10,8 @@
 //!   the same lvols and reads back the same bytes through spdk_dd; what
 //!   spdk_dd then writes into it (allocating clusters of a thin lvol) reads
 //!   back in bdev_dd. Needs the reference build; says SKIPPED without it.
+//! * A snapshot and clone bdev_tgt makes load in `spdk_tgt` with the same
+//!   lineage and bytes (reference build too).
 //! * SPDK's client answers the same from both daemons for a sequence of
 //!   lvol RPCs with bad params (taken names, sizes, missing stores and
 //!   lvols, bad clear methods): the same codes and messages. Needs the
@@ -318,6 +320,96 @@ fn lvstores_cross_between_bdev_tgt_and_spdk_tgt() {
         lvol(&lvols, "thin")["num_allocated_clusters"],
         3,
         "thin: SPDK's cluster too"
+    );
+}
+
+/// A snapshot and a clone bdev_tgt makes, written around by bdev_dd
+/// (copy-on-write in the clone, a new cluster in the volume after its
+/// snapshot), load in `spdk_tgt` with the same lineage
+/// (`bdev_lvol_get_lvols`, `driver_specific.lvol`) and read back the same
+/// bytes through spdk_dd.
+#[test]
+fn a_lineage_bdev_tgt_makes_loads_in_spdk_tgt() {
+    let (Some(tgt), Some(spdk_dd)) = (program("bin/spdk_tgt"), program("bin/spdk_dd")) else {
+        eprintln!(
+            "SKIPPED a_lineage_bdev_tgt_makes_loads_in_spdk_tgt: reference SPDK build not found"
+        );
+        return;
+    };
+    let dir = temp_dir();
+    let img = dir.path().join("lineage.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let cfg = aio_config(dir.path(), &img, 4096);
+    let ours = bin("bdev_dd");
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "aio0", "lvs_name": "lvs_l", "cluster_sz": 2 << 20})),
+    );
+    let _ = d.ok(
+        "bdev_lvol_create",
+        Some(json!({"lvs_name": "lvs_l", "lvol_name": "vol", "size_in_mib": 8})),
+    );
+    assert!(d.terminate().success());
+    // The volume written whole, then snapshotted and cloned.
+    let original = pattern("vol", 0, 16384);
+    write_lvol(&ours, &cfg, dir.path(), "lvs_l/vol", &original, 0);
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok("bdev_wait_for_examine", None);
+    let _ = d.ok(
+        "bdev_lvol_snapshot",
+        Some(json!({"lvol_name": "lvs_l/vol", "snapshot_name": "snap"})),
+    );
+    let _ = d.ok(
+        "bdev_lvol_clone",
+        Some(json!({"snapshot_name": "lvs_l/snap", "clone_name": "cl"})),
+    );
+    assert!(d.terminate().success());
+    // MiB 2..4 of the clone (a copy-on-write of its cluster 1) and MiB
+    // 6..8 of the volume (now a clone of the snapshot too).
+    let cl_part = pattern("cl", 4096, 4096);
+    write_lvol(&ours, &cfg, dir.path(), "lvs_l/cl", &cl_part, 32);
+    let vol_part = pattern("vol2", 12288, 4096);
+    write_lvol(&ours, &cfg, dir.path(), "lvs_l/vol", &vol_part, 96);
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok("bdev_wait_for_examine", None);
+    let lvols = sorted_by(&d.ok("bdev_lvol_get_lvols", None), "name");
+    let bdevs = lvol_bdevs(&d.ok("bdev_get_bdevs", None));
+    assert!(d.terminate().success());
+    assert_eq!(lvol(&lvols, "snap")["is_snapshot"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "cl")["is_clone"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "vol")["is_clone"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "cl")["num_allocated_clusters"], 1, "{lvols}");
+
+    let s = Spdk::start(&tgt, dir.path(), "spdk", &cfg);
+    let _ = s.ok("bdev_wait_for_examine", None);
+    assert_eq!(
+        sorted_by(&s.ok("bdev_lvol_get_lvols", None), "name"),
+        lvols,
+        "SPDK's lvols"
+    );
+    assert_eq!(
+        lvol_bdevs(&s.ok("bdev_get_bdevs", None)),
+        bdevs,
+        "SPDK's bdevs"
+    );
+    s.stop();
+    let expect = |part: &[u8], at: usize| {
+        let mut v = original.clone();
+        v[at..at + part.len()].copy_from_slice(part);
+        v
+    };
+    let snap = read_lvol(&spdk_dd, &cfg, dir.path(), "lvs_l/snap");
+    assert!(snap == original, "the snapshot, read by SPDK");
+    let cl = read_lvol(&spdk_dd, &cfg, dir.path(), "lvs_l/cl");
+    assert!(cl == expect(&cl_part, 2 << 20), "the clone, read by SPDK");
+    let vol = read_lvol(&spdk_dd, &cfg, dir.path(), "lvs_l/vol");
+    assert!(
+        vol == expect(&vol_part, 6 << 20),
+        "the volume, read by SPDK"
     );
 }
 
