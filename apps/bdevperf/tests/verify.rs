@@ -139,6 +139,80 @@ mod tests {
         assert_clean(&z.kill_output());
     }
 
+    /// Issue 25: `-w verify` on a clone from two cores while snapshots of
+    /// it are taken, one after another: each snapshot freezes the clone's
+    /// writes, drains those in flight and turns the clone into a clone of
+    /// the new snapshot, whose first writes then copy their clusters; no
+    /// read-back may find other data than its write put there.
+    #[test]
+    fn verify_on_a_clone_while_its_snapshot_is_taken_again() {
+        // 256 MiB: room for the volume's 16 clusters in each of the four
+        // snapshots and in the clone.
+        let entries = [
+            malloc(65536),
+            r#"{"method":"bdev_lvol_create_lvstore","params":{"bdev_name":"Malloc0","lvs_name":"lvs","cluster_sz":1048576}}"#.to_string(),
+            r#"{"method":"bdev_lvol_create","params":{"lvs_name":"lvs","lvol_name":"lv","size_in_mib":16}}"#.to_string(),
+            r#"{"method":"bdev_lvol_snapshot","params":{"lvol_name":"lvs/lv","snapshot_name":"snap0"}}"#.to_string(),
+            r#"{"method":"bdev_lvol_clone","params":{"snapshot_name":"lvs/snap0","clone_name":"cl"}}"#.to_string(),
+        ]
+        .join(",");
+        let z = ZServer::start(
+            "snapverify",
+            &entries,
+            &[
+                "-m", "0x3", "-C", "-T", "lvs/cl", "-q", "16", "-o", "4096", "-w", "verify", "-t",
+                "8",
+            ],
+        );
+        let mut c = z.client();
+        let mut runner = z.client();
+        let run = std::thread::spawn(move || runner.call("perform_tests", None));
+        let writes = |c: &mut bdevkit_jsonrpc::Client| {
+            let st = c
+                .call("bdev_get_iostat", Some(json!({"name": "lvs/cl"})))
+                .unwrap();
+            st["bdevs"][0]["num_write_ops"].as_u64().unwrap()
+        };
+        // A snapshot each time the clone took another 500 writes (events,
+        // not time: 1500 writes in the 8 s run is 190 writes a second,
+        // far below what even a loaded machine does).
+        for n in 1..=3 {
+            let start = Instant::now();
+            let from = writes(&mut c);
+            while writes(&mut c) < from + 500 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30) && !run.is_finished(),
+                    "the job did not get going"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            c.call(
+                "bdev_lvol_snapshot",
+                Some(json!({"lvol_name": "lvs/cl", "snapshot_name": format!("s{n}")})),
+            )
+            .unwrap();
+        }
+        let r = run.join().unwrap().unwrap();
+        let results = r["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "a job per core: {r}");
+        for res in results {
+            assert_eq!(res["io_failed"], 0, "{r}");
+            assert_eq!(res["status"], "finished", "{r}");
+        }
+        let lvols = c.call("bdev_lvol_get_lvols", None).unwrap();
+        let names: Vec<&str> = lvols
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            ["s1", "s2", "s3"].iter().all(|s| names.contains(s)),
+            "{lvols}"
+        );
+        assert_clean(&z.kill_output());
+    }
+
     /// Issue 17, bug 1: a pool smaller than the queue needs (128 I/Os, 32
     /// cached per thread) under a raid1, whose writes take two children
     /// each: submissions wait for free I/Os (io_wait) instead of panicking
