@@ -3,14 +3,14 @@
 
 Each bdevperf (ours, then SPDK's: alternating, RUNS rounds) starts with -z
 on a 1 GiB malloc bdev with an lvstore (4 MiB clusters) and a thick 128 MiB
-lvol (room for every snapshot's copies), runs randwrite on the lvol at
-QD128 on one core, and meanwhile takes
-SNAPS snapshots of it, one after another, each timed from the RPC's request
-to its answer: the freeze, the drain of the writes in flight, the metadata
-writes and the lineage switch. Prints the median per implementation, the
-ratio, and the writes each failed meanwhile (bdevperf runs with -f, so
-that a failure is counted rather than ending the job: a store too small
-for the copies the snapshots cause fails writes with ENOSPC in both). Needs the reference SPDK build ($SPDK_REF, default
+lvol (room for every snapshot's copies), runs randwrite on the lvol at QD128
+on one core, and meanwhile takes SNAPS snapshots of it, one after another,
+each timed from the RPC's request to its answer: the freeze, the drain of
+the writes in flight, the metadata writes and the lineage switch. Prints the
+median per implementation, the ratio, and the writes each failed meanwhile
+(bdevperf runs with -f, so that a failure is counted rather than ending the
+job: a store too small for the copies the snapshots cause fails writes with
+ENOSPC in both). Needs the reference SPDK build ($SPDK_REF, default
 ~/.cache/bdevkit-ref-spdk) and target/release/bdevperf.
 
     bench/lvol_snapshot_time.py          (RUNS=3 SNAPS=5)
