@@ -21,6 +21,7 @@ use futures::future::{select, try_join_all, Either};
 
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
+use crate::esnap::ClusterSource;
 use crate::format::blob_md::serialize_extent_page;
 use crate::format::EXTENTS_PER_EP;
 use crate::persist::Freed;
@@ -119,8 +120,8 @@ impl<D: BlobDevice> Store<D> {
                 None
             } else {
                 let cluster = self.claim_clusters(1)?[0];
-                let src = self.parent_cluster_lba(entry, idx);
-                if src.is_some() || zero_fill {
+                let src = self.parent_source(entry, idx);
+                if src != ClusterSource::Zeros || zero_fill {
                     let epoch = entry.epoch.get();
                     entry.copying.borrow_mut().insert(idx, epoch);
                     let mut copying = Copying {
@@ -130,8 +131,11 @@ impl<D: BlobDevice> Store<D> {
                         cluster: Some(cluster),
                     };
                     match src {
-                        Some(src) => self.copy_cluster(src, cluster).await?,
-                        None => self.zero_cluster(cluster).await?,
+                        ClusterSource::Device(src) => self.copy_cluster(src, cluster).await?,
+                        ClusterSource::External => {
+                            self.copy_external(entry, idx, cluster).await?;
+                        }
+                        ClusterSource::Zeros => self.zero_cluster(cluster).await?,
                     }
                     if entry.epoch.get() != epoch {
                         // The parent changed during the copy: redo it.

@@ -14,8 +14,8 @@ use crate::format::clusters::ClusterMap;
 use crate::format::mask::{self, MASK_USED_BLOBIDS, MASK_USED_CLUSTERS, MASK_USED_PAGES};
 use crate::format::super_block::BLOBID_INVALID;
 use crate::format::{
-    blob_id, mask_pages, FLAG_EXTENT_TABLE, FLAG_INTERNAL_XATTR, FLAG_THIN_PROV, MAX_BLOB_CLUSTERS,
-    PAGE_SIZE,
+    blob_id, mask_pages, FLAG_EXTENT_TABLE, FLAG_EXTERNAL_SNAPSHOT, FLAG_INTERNAL_XATTR,
+    FLAG_THIN_PROV, MAX_BLOB_CLUSTERS, PAGE_SIZE, XATTR_EXTSNAP,
 };
 use crate::options::{BlobOptions, InitOptions, LoadOptions, StoreInfo};
 use crate::persist::Freed;
@@ -163,6 +163,9 @@ impl<D: BlobDevice> Blobstore<D> {
         }
         if !internal.is_empty() {
             invalid |= FLAG_INTERNAL_XATTR;
+        }
+        if opts.thin_provision && opts.internal_xattrs.iter().any(|(n, _)| n == XATTR_EXTSNAP) {
+            invalid |= FLAG_EXTERNAL_SNAPSHOT;
         }
         let empty = BlobMd {
             id,

@@ -16,6 +16,7 @@
 use crate::blob::Blob;
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
+use crate::esnap::ClusterSource;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
@@ -28,38 +29,20 @@ impl<D: BlobDevice> Store<D> {
     }
 
     /// The device LBA that holds blob cluster `idx` of `entry` for a read:
-    /// its own cluster, else the nearest ancestor's; `None`: zeros. The walk
-    /// stops at a parent shorter than `idx` (zeros), and after as many steps
-    /// as there are blobs (a corrupt cycle).
+    /// its own cluster, else the nearest ancestor's; `None`: zeros or the
+    /// external snapshot (see [`Store::parent_source`]).
     pub(crate) fn read_cluster_lba(&self, entry: &BlobEntry, idx: u64) -> Option<u64> {
         let c = entry.md.borrow().clusters.get(idx);
         if c != 0 {
             return Some(self.cluster_lba(c));
         }
-        self.parent_cluster_lba(entry, idx)
-    }
-
-    /// The LBA of cluster `idx` in the parent chain of `entry` (not itself).
-    pub(crate) fn parent_cluster_lba(&self, entry: &BlobEntry, idx: u64) -> Option<u64> {
-        let s = self.state.borrow();
-        let mut next = entry.md.borrow().parent();
-        for _ in 0..s.blobs.len() {
-            let b = s.blobs.get(&next?)?;
-            let md = b.md.borrow();
-            if idx >= md.clusters.len() {
-                // Past a parent's end: zeros (as SPDK's blob back device).
-                return None;
-            }
-            let c = md.clusters.get(idx);
-            if c != 0 {
-                return Some(self.cluster_lba(c));
-            }
-            next = md.parent();
+        match self.parent_source(entry, idx) {
+            ClusterSource::Device(lba) => Some(lba),
+            _ => None,
         }
-        None
     }
 
-    fn take_buf(&self) -> Vec<u8> {
+    pub(crate) fn take_buf(&self) -> Vec<u8> {
         let size = self.geo.cluster_size as usize;
         self.state
             .borrow_mut()
@@ -68,7 +51,7 @@ impl<D: BlobDevice> Store<D> {
             .unwrap_or_else(|| vec![0; size])
     }
 
-    fn put_buf(&self, buf: Vec<u8>) {
+    pub(crate) fn put_buf(&self, buf: Vec<u8>) {
         let mut s = self.state.borrow_mut();
         if s.cow_bufs.len() < 4 {
             s.cow_bufs.push(buf);
@@ -88,19 +71,24 @@ impl<D: BlobDevice> Store<D> {
                     offset_blocks: src_lba,
                     source,
                 })?;
-            let lba = self.cluster_lba(dst);
-            self.dev
-                .write(lba, &buf)
-                .await
-                .map_err(|source| Error::Device {
-                    op: "write",
-                    offset_blocks: lba,
-                    source,
-                })
+            self.write_cluster(dst, &buf).await
         }
         .await;
         self.put_buf(buf);
         r
+    }
+
+    /// Writes a whole cluster's bytes into device cluster `dst`.
+    pub(crate) async fn write_cluster(&self, dst: u32, buf: &[u8]) -> Result<()> {
+        let lba = self.cluster_lba(dst);
+        self.dev
+            .write(lba, buf)
+            .await
+            .map_err(|source| Error::Device {
+                op: "write",
+                offset_blocks: lba,
+                source,
+            })
     }
 
     /// Zeroes device cluster `c` (data only: the store stays usable on error).
@@ -124,6 +112,13 @@ impl<D: BlobDevice> Blob<D> {
     #[must_use]
     pub fn read_cluster_lba(&self, idx: u64) -> Option<u64> {
         self.store.read_cluster_lba(&self.entry, idx)
+    }
+
+    /// Where blob cluster `idx` reads from when the blob itself does not
+    /// hold it: an ancestor's cluster, the external snapshot, or zeros.
+    #[must_use]
+    pub fn parent_source(&self, idx: u64) -> ClusterSource {
+        self.store.parent_source(&self.entry, idx)
     }
 
     /// The parent snapshot (the `SNAP` link of a thin blob), if the store
@@ -175,18 +170,30 @@ impl<D: BlobDevice> Blob<D> {
     pub async fn read(&self, offset_blocks: u64, buf: &mut [u8]) -> Result<()> {
         for (idx, off, at, bytes) in self.split(offset_blocks, buf.len())? {
             let part = &mut buf[at..at + bytes];
-            match self.read_cluster_lba(idx) {
-                None => part.fill(0),
-                Some(lba) => self
-                    .store
-                    .dev
-                    .read(lba + off, part)
-                    .await
-                    .map_err(|source| Error::Device {
-                        op: "read",
-                        offset_blocks: lba + off,
-                        source,
-                    })?,
+            let own = self.entry.md.borrow().clusters.get(idx);
+            let src = if own != 0 {
+                ClusterSource::Device(self.store.cluster_lba(own))
+            } else {
+                self.parent_source(idx)
+            };
+            match src {
+                ClusterSource::Zeros => part.fill(0),
+                ClusterSource::External => {
+                    let bs = u64::from(self.store.geo.block_size);
+                    let offset = (idx * self.blocks_per_cluster() + off) * bs;
+                    self.store.read_external(&self.entry, offset, part).await?;
+                }
+                ClusterSource::Device(lba) => {
+                    self.store
+                        .dev
+                        .read(lba + off, part)
+                        .await
+                        .map_err(|source| Error::Device {
+                            op: "read",
+                            offset_blocks: lba + off,
+                            source,
+                        })?
+                }
             }
         }
         Ok(())

@@ -197,6 +197,9 @@ pub enum Error {
     /// The store was unloaded.
     #[error("blobstore unloaded")]
     Unloaded,
+    /// The external snapshot is already the blob's parent (SPDK's EEXIST).
+    #[error("blob {0:#x} already has this external snapshot as its parent")]
+    AlreadyExternal(BlobId),
     /// The snapshot is already the blob's parent (SPDK's EEXIST).
     #[error("blob {blob:#x} already has parent {parent:#x}")]
     AlreadyParent {
@@ -233,7 +236,7 @@ impl Error {
             Error::NoMetadataSpace | Error::XattrTooLarge => libc::ENOMEM,
             Error::NotFound(_) | Error::XattrNotFound => libc::ENOENT,
             Error::Busy(_) | Error::StoreBusy | Error::HasClones(_) => libc::EBUSY,
-            Error::AlreadyParent { .. } => libc::EEXIST,
+            Error::AlreadyParent { .. } | Error::AlreadyExternal(_) => libc::EEXIST,
             Error::ReadOnly(_) => libc::EPERM,
             Error::Failed => libc::EIO,
             Error::Unloaded => libc::ENODEV,

@@ -124,6 +124,7 @@ mod blobstore;
 mod cow;
 pub mod device;
 pub mod error;
+mod esnap;
 pub mod format;
 mod init;
 mod lineage;
@@ -141,6 +142,7 @@ pub use blob::Blob;
 pub use blobstore::{Blobstore, VerifyReport};
 pub use device::{BlobDevice, DeviceError};
 pub use error::{Corruption, Error, Result};
+pub use esnap::{ClusterSource, ExternalDevice, ReadFuture};
 pub use mem::{MemDevice, MemImage, MemStats};
 pub use options::{
     bstype, BlobOptions, ClearMethod, InitOptions, LoadOptions, StoreClearMethod, StoreInfo,

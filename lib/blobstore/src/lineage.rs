@@ -51,10 +51,10 @@ use crate::BlobId;
 
 /// Holds a blob for one lineage operation (SPDK's
 /// `locked_operation_in_progress`).
-struct Held<'a>(&'a BlobEntry);
+pub(crate) struct Held<'a>(&'a BlobEntry);
 
 impl<'a> Held<'a> {
-    fn take(entry: &'a BlobEntry) -> Result<Self> {
+    pub(crate) fn take(entry: &'a BlobEntry) -> Result<Self> {
         if entry.busy.get() || entry.deleting.get() {
             return Err(Error::Busy(entry.id));
         }
@@ -70,7 +70,7 @@ impl Drop for Held<'_> {
 }
 
 impl<D: BlobDevice> Blobstore<D> {
-    fn live_entry(&self, id: BlobId) -> Result<Rc<BlobEntry>> {
+    pub(crate) fn live_entry(&self, id: BlobId) -> Result<Rc<BlobEntry>> {
         let entry = self.store.entry(id)?;
         if entry.deleting.get() {
             return Err(Error::NotFound(id));
@@ -337,8 +337,9 @@ impl<D: BlobDevice> Blobstore<D> {
     }
 
     /// Inflates blob `id`: every cluster it does not hold is allocated and
-    /// filled from its parent chain (zeros where the chain has none), and it
-    /// becomes a thick blob with no parent. A thick blob: nothing to do.
+    /// filled from its parent chain (zeros where the chain has none; the
+    /// external snapshot's data where it ends at one, which must be
+    /// attached), and it becomes a thick blob with no parent. A thick blob: nothing to do.
     /// ENOSPC if the store lacks the clusters (checked first).
     pub async fn inflate_blob(&self, id: BlobId) -> Result<()> {
         self.inflate(id, true).await
@@ -346,7 +347,9 @@ impl<D: BlobDevice> Blobstore<D> {
 
     /// Decouples blob `id` from its parent: the clusters the parent itself
     /// holds are copied into the blob, and the blob's parent becomes the
-    /// parent's parent (none at the top). EINVAL without a parent.
+    /// parent's parent (none at the top; the external snapshot where the
+    /// parent is an esnap clone). EINVAL without a parent; an esnap clone
+    /// is inflated (SPDK's).
     pub async fn decouple_parent(&self, id: BlobId) -> Result<()> {
         self.inflate(id, false).await
     }
@@ -368,11 +371,9 @@ impl<D: BlobDevice> Blobstore<D> {
         let _op = self.store.op()?;
         self.store.check_writable()?;
         let entry = self.live_entry(id)?;
-        if entry.md.borrow().invalid_flags & FLAG_EXTERNAL_SNAPSHOT != 0 {
-            return Err(Error::Unsupported(
-                "inflate or decouple of an external-snapshot clone",
-            ));
-        }
+        // An esnap clone has its device's data in every cluster: decouple
+        // is inflate (SPDK's).
+        let allocate_all = allocate_all || entry.md.borrow().esnap_id().is_some();
         let _held = Held::take(&entry)?;
         let parent = self.parent(id);
         if parent.is_none() && !allocate_all {
@@ -410,6 +411,13 @@ impl<D: BlobDevice> Blobstore<D> {
             match grandparent {
                 Some(g) => next.set_internal(XATTR_SNAP, &g.to_le_bytes()),
                 None => next.remove_internal(XATTR_SNAP),
+            }
+            // The parent was the root of a chain that ends at an external
+            // snapshot: the blob becomes its clone.
+            let esnap = parent.and_then(|p| self.esnap_id(p));
+            if let (None, Some(e)) = (grandparent, esnap) {
+                next.set_internal(XATTR_EXTSNAP, &e);
+                next.invalid_flags |= FLAG_EXTERNAL_SNAPSHOT;
             }
         }
         self.store

@@ -141,6 +141,8 @@ pub(crate) struct Store<D> {
     pub state: RefCell<State>,
     /// Orders super block writes.
     pub super_lock: Mutex<()>,
+    /// The external snapshots attached (`esnap`).
+    pub externals: crate::esnap::Externals,
 }
 
 /// Counts a public operation in flight (unload refuses while any is).
@@ -183,6 +185,7 @@ impl<D: BlobDevice> Store<D> {
             geo,
             state: RefCell::new(state),
             super_lock: Mutex::new(()),
+            externals: crate::esnap::Externals::default(),
         }
     }
 

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::error::{LvolError, Result};
-use crate::lvs::{check_name, LvolOptions, Parent};
+use crate::lvs::{c_str_id, check_name, esnap_name, LvolOptions, Parent};
 use crate::md::{spawn, MdStore, StoreState};
 use crate::table::ClusterTable;
 
@@ -98,6 +98,7 @@ pub(crate) async fn delete_lvol(md: Rc<MdStore>, blob: BlobId) -> Result<()> {
     match r {
         Ok(()) => {
             drop(guard);
+            close_unused_externals(&md).await;
             Ok(())
         }
         Err(e) => {
@@ -243,8 +244,34 @@ async fn unserve_all(md: &MdStore) {
     }
 }
 
+/// Closes the external snapshots not named by any lvol any more (all of
+/// them once the store is unloaded), releasing their claims.
+pub(crate) async fn close_unused_externals(md: &MdStore) {
+    let bs = md.core.blobstore();
+    let named: Vec<String> = if md.state.get() == StoreState::Removing {
+        Vec::new()
+    } else {
+        bs.external_ids().iter().map(|e| esnap_name(e)).collect()
+    };
+    let unused: Vec<_> = {
+        let mut ext = md.externals.borrow_mut();
+        let gone: Vec<String> = ext.keys().filter(|k| !named.contains(k)).cloned().collect();
+        gone.iter().filter_map(|k| ext.remove(k)).collect()
+    };
+    for e in unused {
+        bs.detach_external(&c_str_id(&e.id));
+        let (tx, rx) = oneshot::channel();
+        e.base.close(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+        tracing::info!(lvs = %md.core.name(), esnap = %e.id, "external snapshot closed");
+    }
+}
+
 /// Closes the base (on this, the opening thread) and forgets the store.
 async fn close(md: &MdStore) {
+    close_unused_externals(md).await;
     let (tx, rx) = oneshot::channel();
     md.link.base.close(move || {
         let _ = tx.send(());
@@ -324,7 +351,7 @@ pub(crate) fn lvols_json(md: &MdStore) -> Vec<Value> {
                 "is_snapshot": l.is_snapshot,
                 "is_clone": matches!(l.parent, Parent::Snapshot(_)),
                 "is_esnap_clone": matches!(l.parent, Parent::External(_)),
-                "is_degraded": false,
+                "is_degraded": l.degraded,
                 "num_allocated_clusters": l.allocated_clusters,
                 "lvs": {"name": name, "uuid": uuid},
             })

@@ -6,7 +6,7 @@
 //! duration of a call; metadata I/O, not the data path).
 
 use bdevkit::bdev::module::{Bdev, BdevChannel, DmaBuf, IoType};
-use bdevkit_blobstore::{BlobDevice, DeviceError};
+use bdevkit_blobstore::{BlobDevice, DeviceError, ExternalDevice, ReadFuture};
 
 /// A bdev as a [`BlobDevice`], through one channel of the metadata thread.
 #[derive(Debug)]
@@ -96,5 +96,32 @@ impl BlobDevice for BdevDev {
             .write_zeroes(offset_blocks, num_blocks)
             .await
             .map_err(|e| dev_err(&e))
+    }
+}
+
+/// An external snapshot's bdev as the blobstore reads it (copy-on-write of
+/// an esnap clone's cluster), through one channel of the metadata thread.
+#[derive(Debug)]
+pub struct ExtDev(BdevDev);
+
+impl ExtDev {
+    /// The device behind `ch` (a channel of this thread).
+    #[must_use]
+    pub fn new(ch: BdevChannel) -> Self {
+        ExtDev(BdevDev::new(ch))
+    }
+}
+
+impl ExternalDevice for ExtDev {
+    fn block_size(&self) -> u32 {
+        self.0.block_size()
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.0.num_blocks()
+    }
+
+    fn read<'a>(&'a self, offset_blocks: u64, buf: &'a mut [u8]) -> ReadFuture<'a> {
+        Box::pin(BlobDevice::read(&self.0, offset_blocks, buf))
     }
 }

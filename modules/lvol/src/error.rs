@@ -22,6 +22,14 @@ pub enum LvolError {
     /// No such store, lvol or bdev (ENODEV).
     #[error("{0} not found")]
     NotFound(String),
+    /// A bdev an operation needs, found missing once it started (ENODEV,
+    /// answered as SPDK's completions answer it).
+    #[error("bdev {0} could not be opened")]
+    NoDevice(String),
+    /// Refused by the RPC's own checks with this message (SPDK answers
+    /// `-32602` and the message; `bdev_lvol_clone_bdev`).
+    #[error("{0}")]
+    Refused(&'static str),
     /// The base bdev is claimed by another module (EPERM).
     #[error("bdev {0} is claimed")]
     Claimed(String),
@@ -58,7 +66,8 @@ impl LvolError {
         match self {
             LvolError::Invalid(_) => libc::EINVAL,
             LvolError::Exists(_) => libc::EEXIST,
-            LvolError::NotFound(_) => libc::ENODEV,
+            LvolError::NotFound(_) | LvolError::NoDevice(_) => libc::ENODEV,
+            LvolError::Refused(_) => libc::EINVAL,
             LvolError::Claimed(_) | LvolError::NotPermitted(_) => libc::EPERM,
             LvolError::Busy(_) => libc::EBUSY,
             LvolError::NotLvs { errno, .. } => *errno,

@@ -42,7 +42,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::table::{ClusterGeo, ClusterTable};
+use crate::table::{ClusterGeo, ClusterTable, EXTERNAL};
 
 /// What the I/O path asks of a store's metadata thread. Answers come back
 /// through [`LvolBdev::allocated`] and [`LvolBdev::released`], on the
@@ -56,6 +56,8 @@ pub(crate) trait MdPort: Send + Sync + 'static {
     fn destructed(&self, blob: BlobId, done: Done);
     /// The store's base is going away.
     fn base_removed(&self);
+    /// External snapshot bdev `id` (its UUID) is going away.
+    fn esnap_removed(&self, id: String);
 }
 
 /// What every lvol of a store shares (`Send + Sync`; the store itself
@@ -92,6 +94,48 @@ impl BaseEvents for StoreLink {
     fn base_resized(&self) {}
 }
 
+/// An external snapshot's bdev, open read-only and claimed
+/// `read_many_write_none` by the store (SPDK's esnap `bs_dev`): the lvols
+/// whose chain ends at it read their unwritten clusters there.
+pub(crate) struct ExtLink {
+    /// Its id in the store: the bdev's UUID.
+    pub id: String,
+    pub base: BaseBdev,
+    pub store: Arc<StoreLink>,
+}
+
+impl std::fmt::Debug for ExtLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtLink")
+            .field("id", &self.id)
+            .field("bdev", &self.base.bdev().name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BaseEvents for ExtLink {
+    fn base_bdev(&self) -> &BaseBdev {
+        &self.base
+    }
+
+    fn base_removed(&self) {
+        self.store.port.esnap_removed(self.id.clone());
+    }
+
+    fn base_resized(&self) {}
+}
+
+/// Where an lvol's unallocated clusters read from, for its channels.
+#[derive(Debug, Clone)]
+pub(crate) struct Lineage {
+    /// The parent chain's device cluster of each cluster (0: zeros;
+    /// [`EXTERNAL`]: the external snapshot).
+    pub backing: Arc<ClusterTable>,
+    pub thin: bool,
+    /// The external snapshot at the root of the chain.
+    pub ext: Option<Arc<ExtLink>>,
+}
+
 /// What `bdev_get_bdevs` shows of an lvol's lineage (the metadata thread
 /// refreshes it after every change).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -102,6 +146,8 @@ pub(crate) struct LvolFlags {
     pub base_snapshot: Option<String>,
     /// The clones' lvol names (a snapshot).
     pub clones: Vec<String>,
+    /// Its own external snapshot's id (an esnap clone).
+    pub esnap: Option<String>,
 }
 
 /// One lvol bdev.
@@ -113,9 +159,8 @@ pub struct LvolBdev {
     allocated: AtomicU64,
     /// The current table, for channels created from now on.
     table: Mutex<Arc<ClusterTable>>,
-    /// Where unallocated clusters read from (the parent chain's clusters;
-    /// 0: zeros), and whether the lvol is thin, for new channels.
-    lineage: Mutex<(Arc<ClusterTable>, bool)>,
+    /// Where unallocated clusters read from, for new channels.
+    lineage: Mutex<Lineage>,
     device: IoDevice<LvolChannel>,
     flush: bool,
 }
@@ -136,18 +181,17 @@ impl LvolBdev {
         flags: LvolFlags,
         read_only: bool,
         table: Arc<ClusterTable>,
-        backing: Arc<ClusterTable>,
+        lineage: Lineage,
     ) -> Arc<LvolBdev> {
         let flush = store.base.bdev().supports(IoType::Flush);
         let allocated = table.mapped().len() as u64;
         Arc::new_cyclic(|weak: &Weak<LvolBdev>| {
             let w = weak.clone();
-            let thin = flags.thin;
             LvolBdev {
                 blob,
                 store,
                 flags: Mutex::new(flags),
-                lineage: Mutex::new((backing, thin)),
+                lineage: Mutex::new(lineage),
                 read_only: AtomicBool::new(read_only),
                 allocated: AtomicU64::new(allocated),
                 table: Mutex::new(table),
@@ -191,19 +235,28 @@ impl LvolBdev {
         );
     }
 
-    /// Hands every channel (and channels to come) the parent chain's table
-    /// `backing` and the thin flag; then `done` on the calling thread.
-    pub(crate) fn set_lineage(
-        &self,
-        backing: Arc<ClusterTable>,
-        thin: bool,
-        done: impl FnOnce() + Send + 'static,
-    ) {
-        *self.lineage.lock() = (Arc::clone(&backing), thin);
+    /// Hands every channel (and channels to come) `lineage`: the parent
+    /// chain's table, the thin flag, the external snapshot; then `done` on
+    /// the calling thread.
+    pub(crate) fn set_lineage(&self, lineage: Lineage, done: impl FnOnce() + Send + 'static) {
+        *self.lineage.lock() = lineage.clone();
         self.device.for_each_channel(
             move |ch| {
-                ch.inner.backing.replace(Arc::clone(&backing));
-                ch.inner.thin.set(thin);
+                let c = &ch.inner;
+                c.backing.replace(Arc::clone(&lineage.backing));
+                c.thin.set(lineage.thin);
+                let same = match (&*c.ext.borrow(), &lineage.ext) {
+                    (Some((id, _)), Some(e)) => *id == e.id,
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    let ext = lineage.ext.as_ref().and_then(|e| {
+                        let ch = e.base.channel().ok()?;
+                        Some((e.id.clone(), ch))
+                    });
+                    c.ext.replace(ext);
+                }
             },
             done,
         );
@@ -309,7 +362,10 @@ impl BdevOps for LvolBdev {
         if f.snapshot {
             lvol["clones"] = json!(f.clones);
         }
-        lvol["esnap_clone"] = json!(false);
+        lvol["esnap_clone"] = json!(f.esnap.is_some());
+        if let Some(e) = &f.esnap {
+            lvol["external_snapshot_name"] = json!(e);
+        }
         json!({ "lvol": lvol })
     }
 }
@@ -324,13 +380,18 @@ impl LvolChannel {
     fn new(bdev: Arc<LvolBdev>) -> Result<LvolChannel, BoxError> {
         let base = bdev.store.base.channel()?;
         let table = Arc::clone(&bdev.table.lock());
-        let (backing, thin) = bdev.lineage.lock().clone();
+        let lineage = bdev.lineage.lock().clone();
+        let ext = match &lineage.ext {
+            Some(e) => Some((e.id.clone(), e.base.channel()?)),
+            None => None,
+        };
         let me = Thread::try_current()?.handle();
         Ok(LvolChannel {
             inner: Rc::new(Chan {
                 geo: bdev.store.geo,
-                thin: Cell::new(thin),
-                backing: RefCell::new(backing),
+                thin: Cell::new(lineage.thin),
+                backing: RefCell::new(lineage.backing),
+                ext: RefCell::new(ext),
                 frozen: Cell::new(false),
                 held: RefCell::new(Vec::new()),
                 bdev,
@@ -361,9 +422,13 @@ struct Chan {
     thin: Cell<bool>,
     me: ThreadHandle,
     table: RefCell<Arc<ClusterTable>>,
-    /// The parent chain's cluster of each lvol cluster (0: zeros): where
-    /// reads of an unallocated cluster go.
+    /// The parent chain's cluster of each lvol cluster (0: zeros;
+    /// [`EXTERNAL`]: the external snapshot): where reads of an unallocated
+    /// cluster go.
     backing: RefCell<Arc<ClusterTable>>,
+    /// This thread's channel to the external snapshot at the root of the
+    /// chain (with its id), if the chain ends at one.
+    ext: RefCell<Option<(String, BdevChannel)>>,
     /// A lineage change is under way: writes, unmaps and write zeroes wait
     /// in `held` (in order) instead of going to the base.
     frozen: Cell<bool>,
@@ -432,6 +497,15 @@ impl Chan {
         }
         let parent = self.backing.borrow().get(idx);
         match t {
+            IoType::Read if parent == EXTERNAL => {
+                // Same block size: the external's block is the lvol's.
+                let lba = io.offset_blocks();
+                let ext = self.ext.borrow();
+                match ext.as_ref() {
+                    Some((_, ch)) => self.send_on(ch, io, lba, None),
+                    None => io.complete_deferred(IoStatus::Errno(libc::ENODEV)),
+                }
+            }
             IoType::Read if parent != 0 => self.send(io, self.geo.lba(parent) + within, None),
             // Zeros must hide the parent's data: a write, with copy-on-write.
             IoType::WriteZeroes if parent != 0 => self.wait_for_cluster(idx, io),
@@ -450,8 +524,14 @@ impl Chan {
 
     /// Sends `io` to the base at `lba` as a child carrying it, counted in
     /// this epoch; `release`: give the cluster back once it is unmapped.
-    fn send(self: &Rc<Self>, mut io: BdevIo, lba: u64, release: Option<u64>) {
-        let Some(mut child) = self.base.alloc_io() else {
+    fn send(self: &Rc<Self>, io: BdevIo, lba: u64, release: Option<u64>) {
+        self.send_on(&self.base, io, lba, release);
+    }
+
+    /// [`Chan::send`] to `ch` (the base's channel or the external
+    /// snapshot's).
+    fn send_on(self: &Rc<Self>, ch: &BdevChannel, mut io: BdevIo, lba: u64, release: Option<u64>) {
+        let Some(mut child) = ch.alloc_io() else {
             return io.complete_deferred(IoStatus::NoMem);
         };
         let e = self.epoch.get();
@@ -463,12 +543,12 @@ impl Chan {
         self.inflight[e].set(self.inflight[e].get() + 1);
         child.take_request_of(io).on_done(self.handler());
         child.set_offset_blocks(lba);
-        self.go(child, e);
+        self.go(ch, child, e);
     }
 
-    /// Submits a child counted in epoch `e`.
-    fn go(&self, child: BdevIo, e: usize) {
-        if let Err(err) = self.base.submit(child) {
+    /// Submits a child counted in epoch `e` on `ch`.
+    fn go(&self, ch: &BdevChannel, child: BdevIo, e: usize) {
+        if let Err(err) = ch.submit(child) {
             let errno = err.error.errno();
             let mut child = err.io;
             self.done_in(e);
@@ -611,7 +691,7 @@ impl Chan {
         // The child carries the parent; its own range is the base span.
         child.take_request_of(io).on_done(self.handler());
         child.flush(start, len);
-        self.go(child, e);
+        self.go(&self.base, child, e);
     }
 }
 

@@ -59,11 +59,13 @@
 // `lvs` (the store core, generic over the device), `dev` (the bdev as the
 // blobstore's device), `table` (cluster tables), `io` (the lvol bdev and
 // its I/O path), `md` (the metadata thread), `control` (operations on
-// it), `snap` (the lineage operations), `module` (examine, the store list, the operations' entry points),
+// it), `snap` (the lineage operations), `esnap` (external-snapshot
+// clones), `module` (examine, the store list, the operations' entry points),
 // `rpc`.
 mod control;
 mod dev;
 pub mod error;
+mod esnap;
 mod io;
 pub mod lvs;
 mod md;

@@ -59,9 +59,28 @@ fn c_string(v: &[u8]) -> String {
 }
 
 fn uuid_xattr(u: &Uuid) -> Vec<u8> {
-    let mut v = u.to_string().into_bytes();
+    c_str_id(&u.to_string())
+}
+
+/// `s` with a NUL: an external snapshot id from its name.
+pub(crate) fn c_str_id(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
     v.push(0);
     v
+}
+
+/// The external snapshot id SPDK's lvol gives a bdev: its UUID string,
+/// lower case, with the NUL (37 bytes).
+#[must_use]
+pub fn esnap_id(bdev_uuid: &Uuid) -> Vec<u8> {
+    uuid_xattr(bdev_uuid)
+}
+
+/// An external snapshot id as text (`external_snapshot_name`; the bdev
+/// name to look for): up to its NUL.
+#[must_use]
+pub fn esnap_name(id: &[u8]) -> String {
+    c_string(id)
 }
 
 fn parse_uuid_xattr(v: &[u8]) -> Option<Uuid> {
@@ -163,6 +182,9 @@ pub struct LvolMeta {
     pub parent: Parent,
     /// Another lvol of the store is a clone of it.
     pub is_snapshot: bool,
+    /// Its chain ends at an external snapshot that is not attached (SPDK's
+    /// `spdk_lvol_is_degraded`).
+    pub degraded: bool,
 }
 
 impl LvolMeta {
@@ -176,11 +198,12 @@ impl LvolMeta {
         }
     }
 
-    /// Whether this module serves it as a bdev: all but clones of an
-    /// external snapshot (their parent is a bdev this module does not read).
+    /// Whether this module serves it as a bdev: all but the degraded (as
+    /// SPDK's, which defers their bdevs until the external snapshot
+    /// appears).
     #[must_use]
     pub fn servable(&self) -> bool {
-        !matches!(self.parent, Parent::External(_))
+        !self.degraded
     }
 }
 
@@ -362,6 +385,7 @@ impl<D: BlobDevice> LvsCore<D> {
             allocated_clusters: b.num_allocated_clusters(),
             parent,
             is_snapshot: false,
+            degraded: self.bs.is_degraded(id),
         })
     }
 
@@ -453,6 +477,42 @@ impl<D: BlobDevice> LvsCore<D> {
         self.known(id)?;
         self.known(parent)?;
         Ok(self.bs.set_parent(id, parent).await?)
+    }
+
+    /// Creates thin lvol `name`, a clone of the external snapshot of bdev
+    /// `esnap` (`size_bytes` long, a whole number of clusters: EINVAL
+    /// otherwise, as SPDK's `spdk_lvol_create_esnap_clone`); returns its
+    /// blob.
+    pub async fn create_esnap_clone(
+        &self,
+        esnap: &Uuid,
+        size_bytes: u64,
+        name: &str,
+    ) -> Result<BlobId> {
+        let cluster = self.cluster_size();
+        if size_bytes == 0 || !size_bytes.is_multiple_of(cluster) {
+            return Err(LvolError::invalid(format!(
+                "size {size_bytes} is not a whole number of {cluster}-byte clusters"
+            )));
+        }
+        let xattrs = self.new_lvol_xattrs(name)?;
+        self.named(
+            name,
+            self.bs.create_esnap_clone(
+                &esnap_id(esnap),
+                size_bytes / cluster,
+                &xattrs,
+                ClearMethod::Default,
+            ),
+        )
+        .await
+    }
+
+    /// `bdev_lvol_set_parent_bdev`: the external snapshot of bdev `esnap`
+    /// becomes the parent of thin lvol `id`.
+    pub async fn set_external_parent(&self, id: BlobId, esnap: &Uuid) -> Result<()> {
+        self.known(id)?;
+        Ok(self.bs.set_external_parent(id, &esnap_id(esnap)).await?)
     }
 
     /// The lvol called `name`.

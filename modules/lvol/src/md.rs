@@ -21,15 +21,15 @@ use std::sync::Arc;
 
 use bdevkit::bdev::module::{Bdev, BdevManager, BdevProps, Done};
 use bdevkit::thread::{Thread, ThreadHandle};
-use bdevkit_blobstore::{Blob, BlobId};
+use bdevkit_blobstore::{Blob, BlobId, ClusterSource};
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 
 use crate::dev::BdevDev;
 use crate::error::{LvolError, Result};
-use crate::io::{LvolBdev, LvolFlags, MdPort, StoreLink};
-use crate::lvs::{LvolMeta, LvsCore};
-use crate::table::ClusterTable;
+use crate::io::{ExtLink, Lineage, LvolBdev, LvolFlags, MdPort, StoreLink};
+use crate::lvs::{esnap_name, LvolMeta, LvsCore};
+use crate::table::{ClusterTable, EXTERNAL};
 use crate::{MODULE, PRODUCT_NAME};
 
 /// A closure run on the metadata thread.
@@ -52,8 +52,14 @@ pub(crate) enum MdMsg {
         done: Done,
     },
     BaseRemoved,
+    /// The bdev of external snapshot (UUID) is going away.
+    EsnapRemoved(String),
     Run(MdTask),
 }
+
+/// What a removal of the base, and of an external snapshot's bdev, start
+/// (given to [`MdStore::start`] by the module).
+pub(crate) type Hooks = (fn(&Rc<MdStore>), fn(&Rc<MdStore>, String));
 
 /// The sending side of a store's queue.
 #[derive(Clone)]
@@ -112,6 +118,10 @@ impl MdPort for MdTx {
     fn base_removed(&self) {
         let _ = self.0.unbounded_send(MdMsg::BaseRemoved);
     }
+
+    fn esnap_removed(&self, id: String) {
+        let _ = self.0.unbounded_send(MdMsg::EsnapRemoved(id));
+    }
 }
 
 /// A new queue.
@@ -166,6 +176,10 @@ pub(crate) struct MdStore {
     on_gone: RefCell<Option<Box<dyn FnOnce()>>>,
     /// What a removal of the base starts (the unload, `control.rs`).
     on_base_removed: fn(&Rc<MdStore>),
+    /// What a removal of an external snapshot's bdev starts (`esnap.rs`).
+    on_esnap_removed: fn(&Rc<MdStore>, String),
+    /// The external snapshots open, by id (the bdev's UUID).
+    pub externals: RefCell<BTreeMap<String, Arc<ExtLink>>>,
     /// Its own queue, to wake the task when the store is gone.
     wake: MdTx,
 }
@@ -188,7 +202,7 @@ impl MdStore {
         mgr: BdevManager,
         (wake, rx): (MdTx, mpsc::UnboundedReceiver<MdMsg>),
         on_gone: Box<dyn FnOnce()>,
-        on_base_removed: fn(&Rc<MdStore>),
+        (on_base_removed, on_esnap_removed): Hooks,
     ) -> Rc<MdStore> {
         let md = Rc::new(MdStore {
             core,
@@ -199,6 +213,8 @@ impl MdStore {
             stopped: Cell::new(false),
             on_gone: RefCell::new(Some(on_gone)),
             on_base_removed,
+            on_esnap_removed,
+            externals: RefCell::new(BTreeMap::new()),
             wake,
         });
         spawn(run(Rc::clone(&md), rx));
@@ -234,8 +250,8 @@ impl MdStore {
     }
 
     /// Knows lvol `meta`, and serves it as a bdev if it can: named by its
-    /// unique id, with the alias `lvs/lvol`. A clone of an external
-    /// snapshot is known but not served.
+    /// unique id, with the alias `lvs/lvol`. A degraded lvol (its external
+    /// snapshot is missing) is known but not served.
     pub(crate) fn add_lvol(&self, meta: &LvolMeta) -> Result<()> {
         let blob = self.core.blobstore().open_blob(meta.id)?;
         let table = Arc::new(ClusterTable::new(
@@ -254,19 +270,19 @@ impl MdStore {
             drain_lock: Rc::new(futures::lock::Mutex::new(())),
         };
         self.lvols.borrow_mut().insert(meta.id, entry);
-        if !meta.servable() {
+        if self.core.blobstore().is_degraded(meta.id) {
             tracing::warn!(lvs = %self.core.name(), lvol = %meta.name,
-                "clone of an external snapshot: not served");
+                "lvol is degraded (its external snapshot is missing): bdev deferred");
             return Ok(());
         }
-        let (backing, flags) = self.lineage_of(meta.id, meta.num_clusters);
+        let (lineage, flags) = self.lineage_of(meta.id, meta.num_clusters);
         let bdev = LvolBdev::new(
             meta.id,
             Arc::clone(&self.link),
             flags,
             meta.read_only,
             table,
-            backing,
+            lineage,
         );
         let base = self.link.base.bdev();
         let block = base.block_size();
@@ -324,27 +340,35 @@ impl MdStore {
     }
 
     /// Where lvol `id`'s unallocated clusters read from (the device cluster
-    /// its parent chain holds; 0: zeros), and its lineage flags.
-    pub(crate) fn lineage_of(
-        &self,
-        id: BlobId,
-        num_clusters: u64,
-    ) -> (Arc<ClusterTable>, LvolFlags) {
+    /// its parent chain holds, [`EXTERNAL`], or nothing: zeros), and its
+    /// lineage flags.
+    pub(crate) fn lineage_of(&self, id: BlobId, num_clusters: u64) -> (Lineage, LvolFlags) {
         let bs = self.core.blobstore();
         let geo = self.link.geo;
-        let parent = bs.parent(id);
-        let mapped: Vec<(u64, u32)> = match parent.and_then(|p| bs.open_blob(p).ok()) {
-            Some(pb) => (0..num_clusters)
-                .filter_map(|i| {
-                    let lba = pb.read_cluster_lba(i)?;
-                    Some((i, u32::try_from(lba / geo.blocks).unwrap_or(0)))
+        let blob = bs.open_blob(id).ok();
+        let mapped: Vec<(u64, u32)> = match (
+            &blob,
+            bs.parent(id).is_some() || bs.esnap_of_chain(id).is_some(),
+        ) {
+            (Some(b), true) => (0..num_clusters)
+                .filter_map(|i| match b.parent_source(i) {
+                    ClusterSource::Device(lba) => {
+                        Some((i, u32::try_from(lba / geo.blocks).unwrap_or(0)))
+                    }
+                    ClusterSource::External => Some((i, EXTERNAL)),
+                    ClusterSource::Zeros => None,
                 })
                 .collect(),
-            None => Vec::new(),
+            _ => Vec::new(),
         };
+        let ext = bs
+            .esnap_of_chain(id)
+            .and_then(|e| self.externals.borrow().get(&esnap_name(&e)).cloned());
+        let parent = bs.parent(id);
         let name = |b: BlobId| self.core.lvol(b).map(|l| l.name);
+        let thin = blob.as_ref().is_some_and(|b| b.is_thin());
         let flags = LvolFlags {
-            thin: bs.open_blob(id).is_ok_and(|b| b.is_thin()),
+            thin,
             snapshot: bs.is_snapshot(id),
             base_snapshot: parent.and_then(name),
             clones: self
@@ -353,8 +377,14 @@ impl MdStore {
                 .into_iter()
                 .filter_map(name)
                 .collect(),
+            esnap: bs.esnap_id(id).map(|e| esnap_name(&e)),
         };
-        (Arc::new(ClusterTable::new(num_clusters, mapped)), flags)
+        let lineage = Lineage {
+            backing: Arc::new(ClusterTable::new(num_clusters, mapped)),
+            thin,
+            ext,
+        };
+        (lineage, flags)
     }
 
     /// Waits until every channel of `bdev` (lvol `blob`) has finished the
@@ -433,11 +463,10 @@ impl MdStore {
             })
             .collect();
         for (id, bdev, n) in served {
-            let (backing, flags) = self.lineage_of(id, n);
-            let thin = flags.thin;
+            let (lineage, flags) = self.lineage_of(id, n);
             *bdev.flags.lock() = flags;
             let (tx, rx) = oneshot::channel();
-            bdev.set_lineage(backing, thin, move || {
+            bdev.set_lineage(lineage, move || {
                 let _ = tx.send(());
             });
             let _ = rx.await;
@@ -552,6 +581,7 @@ async fn run(md: Rc<MdStore>, mut rx: mpsc::UnboundedReceiver<MdMsg>) {
                     "base bdev removed: unloading the lvol store");
                 (md.on_base_removed)(&md);
             }
+            MdMsg::EsnapRemoved(id) => (md.on_esnap_removed)(&md, id),
             MdMsg::Run(f) => f(&md),
         }
         if md.stopped.get() {

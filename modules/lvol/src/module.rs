@@ -16,9 +16,10 @@ use uuid::Uuid;
 use crate::control;
 use crate::dev::BdevDev;
 use crate::error::{LvolError, Result};
+use crate::esnap;
 use crate::io::{LvolBdev, StoreLink};
 use crate::lvs::{check_name, LvolOptions, LvsCore, LvsOptions, BSTYPE};
-use crate::md::{self, MdStore, MdTx};
+use crate::md::{self, spawn, MdStore, MdTx};
 use crate::snap;
 use crate::table::ClusterGeo;
 use crate::MODULE;
@@ -129,7 +130,13 @@ impl BdevModule for LvolModule {
     /// A new bdev that nobody claimed may carry an lvol store: read its
     /// first 4 KiB and, with SPDK's blobstore signature and the type
     /// `LVOLSTORE` there, load the store on this thread.
+    /// Any new bdev may also be the missing external snapshot of some
+    /// store's lvols (SPDK's `examine_config` hotplug of an esnap).
     fn examine_disk(&self, mgr: &BdevManager, bdev: &Bdev, done: Done) {
+        let uuid = bdev.uuid();
+        for s in self.entries() {
+            s.md.run(move |md| spawn(esnap::arrived(Rc::clone(md), uuid)));
+        }
         if bdev.claim().is_some() {
             return done.done();
         }
@@ -253,8 +260,9 @@ async fn attach(mgr: &BdevManager, bdev: &Bdev, init: Option<LvsOptions>) -> Res
                 m.forget(uuid);
             }
         }),
-        control::spawn_unload,
+        (control::spawn_unload, esnap::removed),
     );
+    esnap::open_all(&md);
     for meta in md.core.lvols() {
         if let Err(e) = md.add_lvol(&meta) {
             tracing::error!(lvs = %md.core.name(), lvol = %meta.name, error = %e,
@@ -494,5 +502,41 @@ pub async fn set_parent(mgr: &BdevManager, lvol: &str, parent: &str) -> Result<(
         return Err(LvolError::invalid("the parent is in another lvol store"));
     }
     s.md.ask(move |md| snap::relink(md, blob, snap::Relink::SetParent(pblob)))
+        .await
+}
+
+/// `bdev_lvol_clone_bdev`: a thin clone `clone_name` in store `lvs_name`
+/// of bdev `bdev` (not an lvol of that store: use `bdev_lvol_clone`);
+/// returns its unique id.
+pub async fn clone_bdev(
+    mgr: &BdevManager,
+    bdev: &str,
+    lvs_name: &str,
+    clone_name: &str,
+) -> Result<String> {
+    let module = LvolModule::of(mgr)?;
+    let s = module
+        .find(&LvsRef::Name(lvs_name.to_string()))
+        .map_err(|_| LvolError::Refused("lvs does not exist"))?;
+    let esnap = mgr
+        .get(bdev)
+        .ok_or(LvolError::Refused("bdev does not exist"))?;
+    if lvol_of(mgr, bdev).is_ok_and(|(o, _)| Arc::ptr_eq(&o.link, &s.link)) {
+        return Err(LvolError::Refused(
+            "bdev is an lvol in same lvs as clone; use bdev_lvol_clone instead",
+        ));
+    }
+    let name = clone_name.to_string();
+    s.md.ask(move |md| esnap::clone_bdev(md, esnap, name)).await
+}
+
+/// `bdev_lvol_set_parent_bdev`: bdev `parent` becomes the external
+/// snapshot parent of the thin lvol bdev `lvol`.
+pub async fn set_parent_bdev(mgr: &BdevManager, lvol: &str, parent: &str) -> Result<()> {
+    let (s, blob) = lvol_of(mgr, lvol)?;
+    let esnap = mgr
+        .get(parent)
+        .ok_or_else(|| LvolError::NoDevice(parent.to_string()))?;
+    s.md.ask(move |md| esnap::set_parent_bdev(md, blob, esnap))
         .await
 }

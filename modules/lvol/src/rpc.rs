@@ -15,6 +15,8 @@
 //! | `bdev_lvol_snapshot`, `bdev_lvol_clone` | new lvol's uuid (bdev name) | -19 no lvol; -32602 + strerror (-22 read-only origin or writable parent, -17 name taken, -16 busy) |
 //! | `bdev_lvol_inflate`, `bdev_lvol_decouple_parent` | `true` | -19 no lvol; -32602 + strerror (-22 no parent to decouple, -28 no space, -16 busy) |
 //! | `bdev_lvol_set_parent` | `true` | -19 no lvol or parent; -32602 + strerror (-22 not thin, not a snapshot, other size; -17 already the parent) |
+//! | `bdev_lvol_clone_bdev` | new lvol's uuid | -32602 "lvs does not exist", "bdev does not exist", "bdev is an lvol in same lvs as clone; use bdev_lvol_clone instead"; -32602 + strerror (-22 size not a whole number of clusters or another block size, -17 name taken, -1 bdev claimed by a writer) |
+//! | `bdev_lvol_set_parent_bdev` | `true` | -19 no lvol; -32602 + strerror (-19 no such bdev, -22 not thin, own UUID, size; -17 already the parent) |
 //!
 //! `bdev_lvol_delete` of a snapshot with one clone merges it into the
 //! clone; with more it answers -32603 "Device or resource busy" (EBUSY).
@@ -156,6 +158,18 @@ pub struct SetParentParams {
     pub parent_name: String,
 }
 
+/// `bdev_lvol_clone_bdev`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CloneBdevParams {
+    /// The bdev to clone (name or alias), read-only from now on.
+    pub bdev: String,
+    /// The store the clone is made in.
+    pub lvs_name: String,
+    /// The clone's lvol name.
+    pub clone_name: String,
+}
+
 const MIB: u64 = 1 << 20;
 
 /// A failure found by a check answers `-errno`; a later one `code` with
@@ -172,6 +186,7 @@ fn answer(e: &LvolError, code: i32) -> RpcError {
 fn after_lookup(e: &LvolError, code: i32) -> RpcError {
     match e {
         LvolError::NotFound(_) => RpcError::from_errno(libc::ENODEV),
+        LvolError::Refused(msg) => RpcError::new(RpcError::INVALID_PARAMS, *msg),
         e => RpcError::new(code, strerror(e.errno())),
     }
 }
@@ -469,9 +484,42 @@ fn register_lineage(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonr
     Ok(())
 }
 
+fn register_esnap(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_lvol_clone_bdev",
+        RUNTIME,
+        move |p: CloneBdevParams, resp| {
+            let m = m.clone();
+            spawn_answer(resp, async move {
+                module::clone_bdev(&m, &p.bdev, &p.lvs_name, &p.clone_name)
+                    .await
+                    .map(Value::String)
+                    .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+            });
+        },
+    )?;
+    let m = mgr.clone();
+    reg.register_decoded(
+        "bdev_lvol_set_parent_bdev",
+        RUNTIME,
+        move |p: SetParentParams, resp| {
+            let m = m.clone();
+            spawn_answer(resp, async move {
+                module::set_parent_bdev(&m, &p.lvol_name, &p.parent_name)
+                    .await
+                    .map(|()| json!(true))
+                    .map_err(|e| after_lookup(&e, RpcError::INVALID_PARAMS))
+            });
+        },
+    )?;
+    Ok(())
+}
+
 /// Registers the lvol RPCs.
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     register_stores(reg, mgr)?;
     register_lvols(reg, mgr)?;
-    register_lineage(reg, mgr)
+    register_lineage(reg, mgr)?;
+    register_esnap(reg, mgr)
 }

@@ -17,12 +17,12 @@ use std::rc::Rc;
 
 use bdevkit_blobstore::BlobId;
 
-use crate::control::busy;
+use crate::control::{busy, close_unused_externals};
 use crate::error::{LvolError, Result};
 use crate::md::MdStore;
 
 /// Serves new lvol `id` as a bdev; returns its unique id.
-fn serve(md: &MdStore, id: BlobId) -> Result<String> {
+pub(crate) fn serve(md: &MdStore, id: BlobId) -> Result<String> {
     let meta = md
         .core
         .lvol(id)
@@ -86,5 +86,6 @@ pub(crate) async fn relink(md: Rc<MdStore>, blob: BlobId, how: Relink) -> Result
     let frozen = md.freeze(blob).await;
     md.refresh_lineage(&[blob]).await;
     MdStore::thaw(frozen).await;
+    close_unused_externals(&md).await;
     r
 }

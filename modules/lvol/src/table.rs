@@ -12,6 +12,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// A backing-table entry (see the lvol channel's `backing`): the cluster
+/// reads from the external snapshot at the root of the lvol's chain. No
+/// device cluster has this number (blob cluster numbers are below 2^32 - 1).
+pub const EXTERNAL: u32 = u32::MAX;
+
 /// Sizes of a store's clusters in device blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClusterGeo {

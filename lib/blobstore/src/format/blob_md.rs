@@ -75,6 +75,14 @@ impl BlobMd {
         self.internal_id(super::XATTR_SNAP)
     }
 
+    /// The external snapshot this blob names (an esnap clone's `EXTSNAP`).
+    pub(crate) fn esnap_id(&self) -> Option<&[u8]> {
+        if self.invalid_flags & super::FLAG_EXTERNAL_SNAPSHOT == 0 {
+            return None;
+        }
+        self.internal(super::XATTR_EXTSNAP)
+    }
+
     /// Sets an internal xattr (and the INTERNAL_XATTR flag).
     pub(crate) fn set_internal(&mut self, name: &str, value: &[u8]) {
         match self

@@ -130,6 +130,18 @@ impl BaseBdev {
         base: &Bdev,
         module: &'static str,
     ) -> Result<(BaseBdev, BaseLink<T>)> {
+        BaseBdev::open_claimed(mgr, base, module, ClaimType::ExclusiveWrite)
+    }
+
+    /// [`BaseBdev::open`] with another kind of claim: `read_many_write_none`
+    /// for a base the module only reads (an lvol's external snapshot),
+    /// which other readers may share.
+    pub fn open_claimed<T: BaseEvents>(
+        mgr: &BdevManager,
+        base: &Bdev,
+        module: &'static str,
+        claim: ClaimType,
+    ) -> Result<(BaseBdev, BaseLink<T>)> {
         let slot: Arc<OnceLock<Weak<T>>> = Arc::new(OnceLock::new());
         let slot2 = Arc::clone(&slot);
         // The callback runs on this thread.
@@ -139,7 +151,7 @@ impl BaseBdev {
             }
         })?;
         // Closing the descriptor releases the claim.
-        desc.claim(ClaimType::ExclusiveWrite, module)?;
+        desc.claim(claim, module)?;
         let open = BaseBdev {
             bdev: base.clone(),
             module,
