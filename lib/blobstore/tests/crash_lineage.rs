@@ -1,6 +1,8 @@
 //! Power-cut tests of the lineage operations: snapshot, clone, inflate,
 //! decouple, set_parent, snapshot delete (plain and merged), and the first
-//! writes to a clone (copy-on-write), each cut at every write unit. After
+//! writes to a clone (copy-on-write), external-snapshot clones (create,
+//! set_external_parent, copy-on-write from the device, snapshot, inflate,
+//! decouple, merge), each cut at every write unit. After
 //! each cut the surviving image must load (finishing or undoing an
 //! interrupted snapshot operation), own every cluster once and leak none,
 //! show the old or the new lineage as a whole (never a mix), read the old
@@ -16,7 +18,8 @@ mod tests {
 
     use crate::common::{check_invariants, run, state, Store};
     use bdevkit_blobstore::{
-        BlobId, BlobOptions, Blobstore, Error, InitOptions, LoadOptions, MemDevice, MemImage,
+        BlobId, BlobOptions, Blobstore, ClearMethod, DeviceError, Error, ExternalDevice,
+        InitOptions, LoadOptions, MemDevice, MemImage, ReadFuture,
     };
     use futures::future::LocalBoxFuture;
     use futures::FutureExt;
@@ -42,6 +45,43 @@ mod tests {
         w: BlobId,
         /// A thick volume.
         t: BlobId,
+        /// An esnap clone of [`EXT`] with its own cluster 1.
+        x: BlobId,
+        /// A clone of snapshot `xs` (an esnap clone of [`EXT`] holding
+        /// cluster 2), with its own cluster 5.
+        e: BlobId,
+        xs: BlobId,
+    }
+
+    /// The external snapshot's id, as SPDK's lvol forms one.
+    const EXT: &[u8] = b"0f0e0d0c-0b0a-4908-8706-050403020100\0";
+
+    /// The external snapshot: `N` clusters of a pattern, read-only.
+    struct Ext;
+
+    impl ExternalDevice for Ext {
+        fn block_size(&self) -> u32 {
+            BLOCK
+        }
+        fn num_blocks(&self) -> u64 {
+            N * BPC
+        }
+        fn read<'a>(&'a self, offset_blocks: u64, buf: &'a mut [u8]) -> ReadFuture<'a> {
+            async move {
+                if offset_blocks + buf.len() as u64 / u64::from(BLOCK) > N * BPC {
+                    return Err(DeviceError::io());
+                }
+                for (i, x) in (0u64..).zip(buf.iter_mut()) {
+                    *x = ((offset_blocks * 3 + i / 512) % 253) as u8 | 0x80;
+                }
+                Ok(())
+            }
+            .boxed_local()
+        }
+    }
+
+    fn attach(bs: &Store) {
+        bs.attach_external(EXT, Rc::new(Ext)).unwrap();
     }
 
     type Op = fn(Store, Ctx) -> LocalBoxFuture<'static, Result<(), Error>>;
@@ -94,10 +134,31 @@ mod tests {
         }))
         .unwrap();
         put(&bs, t, 1, 0x61);
+        attach(&bs);
+        let esnap = || run(bs.create_esnap_clone(EXT, N, &[], ClearMethod::Default)).unwrap();
+        let x = esnap();
+        put(&bs, x, 1, 0x71);
+        let e = esnap();
+        put(&bs, e, 2, 0x72);
+        let xs = snapshot(&bs, e);
+        put(&bs, e, 5, 0x75);
         if clean {
             run(bs.unload()).unwrap();
         }
-        (dev.image(), Ctx { s1, s2, v, c, w, t })
+        (
+            dev.image(),
+            Ctx {
+                s1,
+                s2,
+                v,
+                c,
+                w,
+                t,
+                x,
+                e,
+                xs,
+            },
+        )
     }
 
     /// Everything but the cluster numbers: sizes, flags, xattrs and the
@@ -134,8 +195,11 @@ mod tests {
             .collect()
     }
 
+    /// Loads the store and attaches the external snapshot.
     fn load(dev: Rc<MemDevice>) -> Store {
-        run(Blobstore::load(dev, &LoadOptions::default())).expect("the store must load")
+        let bs = run(Blobstore::load(dev, &LoadOptions::default())).expect("the store must load");
+        attach(&bs);
+        bs
     }
 
     /// Work after recovery: a write through a clone, a snapshot, a delete.
@@ -321,6 +385,50 @@ mod tests {
                 x?;
                 y
             }),
+        );
+    }
+
+    #[test]
+    fn external_snapshot_clones() {
+        crash_test(
+            "esnap clone of EXT",
+            op!(|bs, _c| bs
+                .create_esnap_clone(EXT, N, &[], ClearMethod::Default)
+                .await
+                .map(drop)),
+        );
+        crash_test(
+            "set_external_parent w -> EXT",
+            op!(|bs, c| bs.set_external_parent(c.w, EXT).await),
+        );
+        crash_test(
+            "set_external_parent c -> EXT (from s1)",
+            op!(|bs, c| bs.set_external_parent(c.c, EXT).await),
+        );
+        crash_test(
+            "first write to x's cluster 4 (from EXT)",
+            op!(|bs, c| bs.open_blob(c.x)?.write(4 * BPC + 16, &[0xAB; 4096]).await),
+        );
+        crash_test(
+            "first write to e's cluster 6 (from EXT under xs)",
+            op!(|bs, c| bs.open_blob(c.e)?.write(6 * BPC, &[0xAC; 4096]).await),
+        );
+        crash_test(
+            "snapshot of x (the esnap moves up)",
+            op!(|bs, c| bs.create_snapshot(c.x, &[]).await.map(drop)),
+        );
+    }
+
+    #[test]
+    fn external_snapshot_lineage_changes() {
+        crash_test("inflate x", op!(|bs, c| bs.inflate_blob(c.x).await));
+        crash_test(
+            "decouple e (to xs's external snapshot)",
+            op!(|bs, c| bs.decouple_parent(c.e).await),
+        );
+        crash_test(
+            "delete xs (merged into e)",
+            op!(|bs, c| bs.delete_blob(c.xs).await),
         );
     }
 }
