@@ -19,6 +19,7 @@ use crate::error::{LvolError, Result};
 use crate::io::{LvolBdev, StoreLink};
 use crate::lvs::{check_name, LvolOptions, LvsCore, LvsOptions, BSTYPE};
 use crate::md::{self, MdStore, MdTx};
+use crate::shallow::{self, ShallowCopy};
 use crate::snap;
 use crate::table::ClusterGeo;
 use crate::MODULE;
@@ -494,5 +495,17 @@ pub async fn set_parent(mgr: &BdevManager, lvol: &str, parent: &str) -> Result<(
         return Err(LvolError::invalid("the parent is in another lvol store"));
     }
     s.md.ask(move |md| snap::relink(md, blob, snap::Relink::SetParent(pblob)))
+        .await
+}
+
+/// `bdev_lvol_start_shallow_copy`: starts copying the clusters the lvol
+/// bdev `src` holds itself to the same offsets of bdev `dst`, and returns
+/// at once with the copy's handle. `NotFound` when `src` is not an lvol;
+/// a failure to open or claim `dst` fails the start; every later one ends
+/// the copy (see its status).
+pub async fn start_shallow_copy(mgr: &BdevManager, src: &str, dst: &str) -> Result<ShallowCopy> {
+    let (s, blob) = lvol_of(mgr, src)?;
+    let dst = dst.to_string();
+    s.md.ask(move |md| async move { shallow::start(&md, blob, &dst) })
         .await
 }
