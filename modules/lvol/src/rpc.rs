@@ -15,6 +15,8 @@
 //! | `bdev_lvol_snapshot`, `bdev_lvol_clone` | new lvol's uuid (bdev name) | -19 no lvol; -32602 + strerror (-22 read-only origin or writable parent, -17 name taken, -16 busy) |
 //! | `bdev_lvol_inflate`, `bdev_lvol_decouple_parent` | `true` | -19 no lvol; -32602 + strerror (-22 no parent to decouple, -28 no space, -16 busy) |
 //! | `bdev_lvol_set_parent` | `true` | -19 no lvol or parent; -32602 + strerror (-22 not thin, not a snapshot, other size; -17 already the parent) |
+//! | `bdev_lvol_start_shallow_copy` | `{"operation_id": N}` at once | -32603 decode; -19 no lvol; -32602 + strerror (-19 no dst bdev, -1 dst claimed or open for writing); later, in the check: "error" with strerror (-1 lvol not read-only, -22 dst too small or block size not dividing, -16 busy) |
+//! | `bdev_lvol_check_shallow_copy` | `{"state", "copied_clusters", "total_clusters"[, "error"]}` | -32603 decode; -19 no such operation (also once reported complete or error) |
 //!
 //! `bdev_lvol_delete` of a snapshot with one clone merges it into the
 //! clone; with more it answers -32603 "Device or resource busy" (EBUSY).
@@ -29,6 +31,9 @@ use serde_json::{json, Value};
 use crate::error::LvolError;
 use crate::lvs::{LvolOptions, LvsOptions};
 use crate::module::{self, store_clear_method, CreateLvstore, LvsRef};
+
+mod shallow;
+pub use shallow::{CheckShallowCopyParams, StartShallowCopyParams};
 
 /// `bdev_lvol_create_lvstore` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -473,5 +478,6 @@ fn register_lineage(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonr
 pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), jsonrpc::Error> {
     register_stores(reg, mgr)?;
     register_lvols(reg, mgr)?;
-    register_lineage(reg, mgr)
+    register_lineage(reg, mgr)?;
+    shallow::register(reg, mgr)
 }
