@@ -45,10 +45,18 @@
 //! and `bdev_lvol_delete` of a snapshot (merged into its one clone; EBUSY
 //! with more) are SPDK's.
 //!
+//! # Shallow copy
+//!
+//! `bdev_lvol_start_shallow_copy` copies the clusters a read-only lvol
+//! holds itself (not its parents') to the same offsets of another bdev, in
+//! the background on the metadata thread, the destination claimed and the
+//! lvol busy meanwhile (`shallow.rs`); `bdev_lvol_check_shallow_copy`
+//! reports its progress (SPDK's).
+//!
 //! # Not here (yet)
 //!
-//! External-snapshot clones (listed, not served), shallow copy. Seek
-//! data/hole. Metadata pages other than 4 KiB.
+//! External-snapshot clones (listed, not served). Seek data/hole.
+//! Metadata pages other than 4 KiB.
 //!
 //! RPCs: see [`rpc`]. `doc/lvol.md` has examples and the differences from
 //! SPDK.
@@ -71,8 +79,10 @@ pub mod lvs;
 mod md;
 mod module;
 pub mod rpc;
+mod shallow;
 mod snap;
 pub mod table;
+// `shallow` (the shallow copy) sits after `snap`, before `module`.
 
 use bdevkit::bdev::module::BdevManager;
 use std::sync::Arc;
@@ -81,12 +91,14 @@ pub use dev::BdevDev;
 pub use error::{LvolError, Result};
 pub use io::{LvolBdev, LvolChannel};
 pub use lvs::{LvolMeta, LvolOptions, LvsCore, LvsOptions, Parent};
+pub use module::start_shallow_copy;
 pub use module::{
     clone_lvol, create_lvol, create_lvstore, decouple_parent, delete_lvol, delete_lvstore,
     get_lvols, get_lvstores, grow_lvstore, inflate_lvol, rename_lvol, rename_lvstore, resize_lvol,
     set_parent, set_read_only, snapshot_lvol, store_clear_method, CreateLvstore, LvolModule,
     LvsRef,
 };
+pub use shallow::{CopyState, CopyStatus, ShallowCopy, CHUNK_BYTES, SLOTS};
 
 /// Module name (also the RPC infix).
 pub const MODULE: &str = "lvol";

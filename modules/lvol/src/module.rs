@@ -20,6 +20,7 @@ use crate::esnap;
 use crate::io::{LvolBdev, StoreLink};
 use crate::lvs::{check_name, LvolOptions, LvsCore, LvsOptions, BSTYPE};
 use crate::md::{self, spawn, MdStore, MdTx};
+use crate::shallow::{self, ShallowCopy};
 use crate::snap;
 use crate::table::ClusterGeo;
 use crate::MODULE;
@@ -538,5 +539,17 @@ pub async fn set_parent_bdev(mgr: &BdevManager, lvol: &str, parent: &str) -> Res
         .get(parent)
         .ok_or_else(|| LvolError::NoDevice(parent.to_string()))?;
     s.md.ask(move |md| esnap::set_parent_bdev(md, blob, esnap))
+        .await
+}
+
+/// `bdev_lvol_start_shallow_copy`: starts copying the clusters the lvol
+/// bdev `src` holds itself to the same offsets of bdev `dst`, and returns
+/// at once with the copy's handle. `NotFound` when `src` is not an lvol;
+/// a failure to open or claim `dst` fails the start; every later one ends
+/// the copy (see its status).
+pub async fn start_shallow_copy(mgr: &BdevManager, src: &str, dst: &str) -> Result<ShallowCopy> {
+    let (s, blob) = lvol_of(mgr, src)?;
+    let dst = dst.to_string();
+    s.md.ask(move |md| async move { shallow::start(&md, blob, &dst) })
         .await
 }

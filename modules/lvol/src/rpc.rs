@@ -17,6 +17,8 @@
 //! | `bdev_lvol_set_parent` | `true` | -19 no lvol or parent; -32602 + strerror (-22 not thin, not a snapshot, other size; -17 already the parent) |
 //! | `bdev_lvol_clone_bdev` | new lvol's uuid | -32602 "lvs does not exist", "bdev does not exist", "bdev is an lvol in same lvs as clone; use bdev_lvol_clone instead"; -32602 + strerror (-22 size not a whole number of clusters or another block size, -17 name taken, -1 bdev claimed by a writer) |
 //! | `bdev_lvol_set_parent_bdev` | `true` | -19 no lvol; -32602 + strerror (-19 no such bdev, -22 not thin, own UUID, size; -17 already the parent) |
+//! | `bdev_lvol_start_shallow_copy` | `{"operation_id": N}` at once | -32603 decode; -19 no lvol; -32602 + strerror (-19 no dst bdev, -1 dst claimed or open for writing); later, in the check: "error" with strerror (-1 lvol not read-only, -22 dst too small or block size not dividing, -16 busy) |
+//! | `bdev_lvol_check_shallow_copy` | `{"state", "copied_clusters", "total_clusters"[, "error"]}` | -32603 decode; -19 no such operation (also once reported complete or error) |
 //!
 //! `bdev_lvol_delete` of a snapshot with one clone merges it into the
 //! clone; with more it answers -32603 "Device or resource busy" (EBUSY).
@@ -31,6 +33,9 @@ use serde_json::{json, Value};
 use crate::error::LvolError;
 use crate::lvs::{LvolOptions, LvsOptions};
 use crate::module::{self, store_clear_method, CreateLvstore, LvsRef};
+
+mod shallow;
+pub use shallow::{CheckShallowCopyParams, StartShallowCopyParams};
 
 /// `bdev_lvol_create_lvstore` params.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -521,5 +526,6 @@ pub fn register_rpcs(reg: &MethodRegistry, mgr: &BdevManager) -> Result<(), json
     register_stores(reg, mgr)?;
     register_lvols(reg, mgr)?;
     register_lineage(reg, mgr)?;
-    register_esnap(reg, mgr)
+    register_esnap(reg, mgr)?;
+    shallow::register(reg, mgr)
 }
