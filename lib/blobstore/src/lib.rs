@@ -109,11 +109,19 @@
 //! SPDK's do, and load finishes or undoes the ones a crash cut (SPDK's
 //! `SNAPTMP` / `SNAPRM` markers).
 //!
+//! ## External-snapshot clones
+//!
+//! [`Blobstore::create_esnap_clone`] and [`Blobstore::set_external_parent`]
+//! make SPDK's esnap clones: the EXTERNAL_SNAPSHOT flag and `EXTSNAP` = an
+//! id the consumer chooses. The consumer attaches a device to the id
+//! ([`Blobstore::attach_external`], an [`ExternalDevice`]); unallocated
+//! clusters of a chain that ends there read from it
+//! ([`ClusterSource::External`]) and are copied from it on first write.
+//! Without it the chain is degraded ([`Blobstore::is_degraded`]).
+//!
 //! # Not here (yet)
 //!
-//! External-snapshot clones are loaded and kept (their flags and internal
-//! xattrs round-trip) but not created, and their parent is not read;
-//! metadata pages other than 4 KiB are refused.
+//! Metadata pages other than 4 KiB are refused.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -9,7 +9,11 @@ mod tests {
     use std::io::Read;
     use std::rc::Rc;
 
-    use bdevkit_blobstore::{bstype, BlobDevice, BlobId, Blobstore, LoadOptions, MemDevice};
+    use bdevkit_blobstore::{
+        bstype, BlobDevice, BlobId, Blobstore, DeviceError, ExternalDevice, LoadOptions, MemDevice,
+        ReadFuture,
+    };
+    use futures::FutureExt;
 
     use crate::common::{check_invariants, run, state};
 
@@ -308,6 +312,94 @@ mod tests {
         let vb = bs.open_blob(v).unwrap();
         assert_eq!(block_of(&vb, 600), Some(600));
         assert_eq!(block_of(&vb, 5), Some(5));
+        check_invariants(&bs);
+    }
+
+    /// make-lineage-fixture.sh's external bdev: 4 MiB, 4 KiB block b holds
+    /// 4096 + b.
+    struct Ext;
+
+    impl ExternalDevice for Ext {
+        fn block_size(&self) -> u32 {
+            4096
+        }
+        fn num_blocks(&self) -> u64 {
+            1024
+        }
+        fn read<'a>(&'a self, offset_blocks: u64, buf: &'a mut [u8]) -> ReadFuture<'a> {
+            async move {
+                if offset_blocks + buf.len() as u64 / 4096 > 1024 {
+                    return Err(DeviceError::io());
+                }
+                for (blk, chunk) in (offset_blocks..).zip(buf.chunks_mut(4096)) {
+                    let n = u32::try_from(4096 + blk).unwrap().to_le_bytes();
+                    for w in chunk.chunks_mut(4) {
+                        w.copy_from_slice(&n);
+                    }
+                }
+                Ok(())
+            }
+            .boxed_local()
+        }
+    }
+
+    #[test]
+    fn spdk_esnap_clone_tree_loads_degraded_then_reads_its_external_snapshot() {
+        // make-lineage-fixture.sh: ext <- es <- e.
+        let dev = device(&image("spdk-lineage.img.gz"), 4096);
+        let bs = run(Blobstore::load(dev, &LoadOptions::default())).unwrap();
+        check_invariants(&bs);
+        let ids = std::fs::read_to_string(format!("{FIXTURES}/lineage.json")).unwrap();
+        let ids: serde_json::Value = serde_json::from_str(&ids).unwrap();
+        let ext_id = format!("{}\0", ids["ext_uuid"].as_str().unwrap()).into_bytes();
+        let n = by_name(&bs);
+        let (e, es) = (n["e"], n["es"]);
+        assert_eq!(bs.parent(e), Some(es));
+        assert!(bs.is_snapshot(es));
+        assert_eq!(
+            bs.esnap_id(es),
+            Some(ext_id.clone()),
+            "SPDK's EXTSNAP: the UUID and its NUL"
+        );
+        assert_eq!(bs.esnap_id(e), None);
+        assert_eq!(bs.esnap_of_chain(e), Some(ext_id.clone()));
+        assert_eq!(bs.external_ids(), vec![ext_id.clone()]);
+        assert!(bs.open_blob(es).unwrap().is_esnap_clone());
+        assert!(
+            bs.is_degraded(e) && bs.is_degraded(es),
+            "no device attached yet"
+        );
+        assert!(!bs.is_degraded(n["v"]));
+        for (name, id) in [("e", e), ("es", es)] {
+            let b = bs.open_blob(id).unwrap();
+            assert_eq!(cstr(&b.xattr("uuid").unwrap()), ids[name].as_str().unwrap());
+        }
+        bs.attach_external(&ext_id, Rc::new(Ext)).unwrap();
+        assert!(!bs.is_degraded(e));
+        let alloc = |id| bs.open_blob(id).unwrap().num_allocated_clusters();
+        assert_eq!((alloc(es), alloc(e)), (1, 1));
+        // 4 MiB, 1 MiB clusters: MiB 1 written before the snapshot, MiB 3
+        // after; the rest reads the external bdev.
+        let want = |blk: u64, own: &[(u64, u32)]| {
+            let mib = blk / 256;
+            own.iter()
+                .find(|(m, _)| *m == mib)
+                .map_or(4096 + blk, |(_, first)| u64::from(*first) + blk % 256)
+        };
+        for (id, own) in [(es, &[(1, 8192)][..]), (e, &[(1, 8192), (3, 9216)])] {
+            let b = bs.open_blob(id).unwrap();
+            for blk in [0u64, 255, 256, 400, 511, 512, 700, 768, 900, 1023] {
+                assert_eq!(
+                    block_of(&b, blk).map(u64::from),
+                    Some(want(blk, own)),
+                    "blob {id:#x} block {blk}"
+                );
+            }
+        }
+        // Our copy-on-write from SPDK's external snapshot.
+        let eb = bs.open_blob(e).unwrap();
+        run(eb.write(2 * 256 + 10, &[0xEE; 4096])).unwrap();
+        assert_eq!(block_of(&eb, 2 * 256 + 11), Some(4096 + 2 * 256 + 11));
         check_invariants(&bs);
     }
 }

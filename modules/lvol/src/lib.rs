@@ -53,10 +53,19 @@
 //! lvol busy meanwhile (`shallow.rs`); `bdev_lvol_check_shallow_copy`
 //! reports its progress (SPDK's).
 //!
+//! # External-snapshot clones
+//!
+//! `bdev_lvol_clone_bdev` makes a thin clone of a bdev outside the store
+//! (named in the blob by its UUID); `bdev_lvol_set_parent_bdev` gives a
+//! thin lvol such a parent. The store opens the bdev read-only, claimed
+//! `read_many_write_none`; the channels read unwritten clusters there, and
+//! a first write copies the cluster in (`esnap.rs`). Without the bdev
+//! (missing at load, or removed) the lvols whose chain ends at it are
+//! degraded: listed, not served, until it appears.
+//!
 //! # Not here (yet)
 //!
-//! External-snapshot clones (listed, not served). Seek data/hole.
-//! Metadata pages other than 4 KiB.
+//! Seek data/hole. Metadata pages other than 4 KiB.
 //!
 //! RPCs: see [`rpc`]. `doc/lvol.md` has examples and the differences from
 //! SPDK.
