@@ -12,8 +12,14 @@
 #   clone     (issue 25) a thick 768 MiB lvol, its snapshot and a clone of
 #             the snapshot: randread on the clone (every read served by the
 #             snapshot), and randwrite for 1 s on a fresh clone (of a
-#             256 MiB lvol) with 16 KiB clusters (most writes copy a cluster from the snapshot
-#             first: copy-on-write).
+#             256 MiB lvol) with 16 KiB clusters (after the first
+#             ~100 000 writes, mostly writes into copied clusters);
+#   cow       (issue 25) first writes into a fresh clone: a thick 3 GiB
+#             lvol of 16 KiB clusters on a 4 GiB malloc base (metadata
+#             ratio 10 %), its snapshot and clone; 4 KiB sequential writes
+#             for 1 s on the clone, which never reach a cluster written
+#             before: every fourth write copies a 16 KiB cluster from the
+#             snapshot, the next three wait for it (SPDK needs -s 6144).
 #
 # Needs the reference SPDK build ($SPDK_REF, default
 # ~/.cache/bdevkit-ref-spdk); SPDK runs with --no-huge unless 2 MiB
@@ -38,18 +44,20 @@ free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
-# config NAME [CLUSTER THIN [MIB]]: a 1 GiB malloc bdev, and with CLUSTER
-# an lvstore on it with one lvol of MIB (768) MiB.
+# config NAME [CLUSTER THIN [MIB [BLOCKS RATIO]]]: a malloc bdev of BLOCKS
+# (262144: 1 GiB) 4 KiB blocks, and with CLUSTER an lvstore on it (metadata
+# pages per cluster RATIO %, 100) with one lvol of MIB (768) MiB.
 config() {
     local name=$1 cluster=${2:-} thin=${3:-false} mib=${4:-768} lvol=""
+    local blocks=${5:-262144} ratio=${6:-100}
     if [ -n "$cluster" ]; then
         lvol=",
-  {\"method\": \"bdev_lvol_create_lvstore\", \"params\": {\"bdev_name\": \"Malloc0\", \"lvs_name\": \"lvs\", \"cluster_sz\": $cluster}},
+  {\"method\": \"bdev_lvol_create_lvstore\", \"params\": {\"bdev_name\": \"Malloc0\", \"lvs_name\": \"lvs\", \"cluster_sz\": $cluster, \"num_md_pages_per_cluster_ratio\": $ratio}},
   {\"method\": \"bdev_lvol_create\", \"params\": {\"lvs_name\": \"lvs\", \"lvol_name\": \"lv\", \"size_in_mib\": $mib, \"thin_provision\": $thin}}"
     fi
     cat >"$W/$name.json" <<EOF
 {"subsystems": [{"subsystem": "bdev", "config": [
-  {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 262144, "block_size": 4096}}$lvol
+  {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": $blocks, "block_size": 4096}}$lvol
 ]}]}
 EOF
 }
@@ -57,27 +65,29 @@ config base
 config thick 4194304 false
 config alloc 16384 true
 
-# clone NAME CLUSTER MIB: config CLUSTER's lvol, then its snapshot `snap` and
-# the clone `cl` of that snapshot (SPDK runs these RPCs from its JSON
-# config as we do).
+# clone NAME CLUSTER MIB [BLOCKS RATIO]: config CLUSTER's lvol, then its
+# snapshot `snap` and the clone `cl` of that snapshot (SPDK runs these RPCs
+# from its JSON config as we do).
 clone() {
-    config "$1" "$2" false "$3"
+    config "$1" "$2" false "$3" "${4:-}" "${5:-}"
     sed -i "s|^]}]}|,\n  {\"method\": \"bdev_lvol_snapshot\", \"params\": {\"lvol_name\": \"lvs/lv\", \"snapshot_name\": \"snap\"}},\n  {\"method\": \"bdev_lvol_clone\", \"params\": {\"snapshot_name\": \"lvs/snap\", \"clone_name\": \"cl\"}}\n]}]}|" "$W/$1.json"
 }
 clone clone_read 4194304 768
 # (A thick 768 MiB lvol of 16 KiB clusters does not fit the store's
 # metadata, in SPDK as here: ENOSPC.)
 clone clone_cow 16384 256
+clone cow 16384 3072 1048576 10
 
 # iops ours|spdk CONFIG WORKLOAD SECS [BDEV]: the Total line's IOPS (on
 # BDEV only when given).
 iops() {
-    local out only=()
+    local out only=() mem=("${MEM[@]}")
     [ -n "${5:-}" ] && only=(-T "$5")
+    [ "$2" = cow ] && mem=("${MEM[@]:0:${#MEM[@]}-1}" 6144)
     if [ "$1" = ours ]; then
         out=$("$PERF" -m 0x1 -c "$W/$2.json" "${only[@]}" -q 128 -o 4096 -w "$3" -t "$4" 2>&1)
     else
-        out=$("$SPERF" -m 0x1 "${MEM[@]}" --json "$W/$2.json" "${only[@]}" -q 128 -o 4096 -w "$3" -t "$4" 2>&1)
+        out=$("$SPERF" -m 0x1 "${mem[@]}" --json "$W/$2.json" "${only[@]}" -q 128 -o 4096 -w "$3" -t "$4" 2>&1)
     fi
     echo "$out" | awk '/Total +:/ {v=$(NF-6)} END {print v}'
 }
@@ -104,4 +114,5 @@ compare "thick lvol randwrite" thick randwrite "$SECS"
 compare "thick lvol randread" thick randread "$SECS"
 compare "thin allocating randwrite" alloc randwrite 1
 compare "clone randread (snapshot)" clone_read randread "$SECS" lvs/cl
-compare "clone first writes (CoW)" clone_cow randwrite 1 lvs/cl
+compare "clone randwrite (16 KiB clusters, 1 s)" clone_cow randwrite 1 lvs/cl
+compare "clone first writes (CoW)" cow write 1 lvs/cl

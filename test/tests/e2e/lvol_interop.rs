@@ -413,6 +413,103 @@ fn a_lineage_bdev_tgt_makes_loads_in_spdk_tgt() {
     );
 }
 
+/// An external-snapshot tree made by bdev_tgt (`bdev_lvol_clone_bdev` of
+/// an aio bdev with a fixed UUID, written, snapshotted, written again)
+/// loads in spdk_tgt with the same lvols and bdevs, and SPDK reads the same
+/// bytes through the clone and its snapshot (the external bdev under both).
+#[test]
+fn an_esnap_tree_bdev_tgt_makes_loads_in_spdk_tgt() {
+    let (Some(tgt), Some(spdk_dd)) = (program("bin/spdk_tgt"), program("bin/spdk_dd")) else {
+        eprintln!(
+            "SKIPPED an_esnap_tree_bdev_tgt_makes_loads_in_spdk_tgt: reference SPDK build not found"
+        );
+        return;
+    };
+    let dir = temp_dir();
+    let img = dir.path().join("esnap.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let ext_img = dir.path().join("ext.img");
+    let ext = pattern("ext", 0, 8192);
+    std::fs::write(&ext_img, &ext).unwrap();
+    let ext_uuid = "3b0c8d2e-5a41-4f6e-8c7d-9e0f1a2b3c4d";
+    let cfg = dir.path().join("esnap.json");
+    let config = json!({"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_aio_create",
+         "params": {"name": "ext", "filename": ext_img, "block_size": 4096, "uuid": ext_uuid}},
+        {"method": "bdev_aio_create",
+         "params": {"name": "aio0", "filename": img, "block_size": 4096}},
+        {"method": "bdev_wait_for_examine"}
+    ]}]});
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let ours = bin("bdev_dd");
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "aio0", "lvs_name": "lvs_e", "cluster_sz": 1 << 20})),
+    );
+    let _ = d.ok(
+        "bdev_lvol_clone_bdev",
+        Some(json!({"bdev": "ext", "lvs_name": "lvs_e", "clone_name": "ec"})),
+    );
+    assert!(d.terminate().success());
+    // MiB 1 of the clone (a copy-on-write from the bdev), then a snapshot,
+    // then MiB 3.
+    let part1 = pattern("ec", 2048, 2048);
+    write_lvol(&ours, &cfg, dir.path(), "lvs_e/ec", &part1, 16);
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok("bdev_wait_for_examine", None);
+    let _ = d.ok(
+        "bdev_lvol_snapshot",
+        Some(json!({"lvol_name": "lvs_e/ec", "snapshot_name": "es"})),
+    );
+    assert!(d.terminate().success());
+    let part3 = pattern("ec3", 6144, 2048);
+    write_lvol(&ours, &cfg, dir.path(), "lvs_e/ec", &part3, 48);
+    let mut d = Daemon::start(&["--json", cfg.to_str().unwrap()]);
+    let _ = d.ok("bdev_wait_for_examine", None);
+    let lvols = sorted_by(&d.ok("bdev_lvol_get_lvols", None), "name");
+    let bdevs = lvol_bdevs(&d.ok("bdev_get_bdevs", None));
+    assert!(d.terminate().success());
+    assert_eq!(lvol(&lvols, "es")["is_esnap_clone"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "es")["is_snapshot"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "ec")["is_clone"], true, "{lvols}");
+    assert_eq!(lvol(&lvols, "ec")["is_degraded"], false, "{lvols}");
+
+    let s = Spdk::start(&tgt, dir.path(), "spdk", &cfg);
+    let _ = s.ok("bdev_wait_for_examine", None);
+    assert_eq!(
+        sorted_by(&s.ok("bdev_lvol_get_lvols", None), "name"),
+        lvols,
+        "SPDK's lvols"
+    );
+    assert_eq!(
+        lvol_bdevs(&s.ok("bdev_get_bdevs", None)),
+        bdevs,
+        "SPDK's bdevs"
+    );
+    s.stop();
+    let with = |parts: &[(&[u8], usize)]| {
+        let mut v = ext.clone();
+        for (p, at) in parts {
+            v[*at..*at + p.len()].copy_from_slice(p);
+        }
+        v
+    };
+    let es = read_lvol(&spdk_dd, &cfg, dir.path(), "lvs_e/es");
+    assert!(
+        es == with(&[(&part1, 1 << 20)]),
+        "the snapshot, read by SPDK"
+    );
+    let ec = read_lvol(&spdk_dd, &cfg, dir.path(), "lvs_e/ec");
+    assert!(
+        ec == with(&[(&part1, 1 << 20), (&part3, 3 << 20)]),
+        "the clone, read by SPDK"
+    );
+}
+
 /// Whether `s` is a UUID in its hyphenated form.
 fn is_uuid(s: &str) -> bool {
     s.len() == 36
@@ -443,6 +540,16 @@ const CALLS: &[(&str, bool)] = &[
     ("bdev_lvol_create -l nolvs a 8", false),
     ("bdev_lvol_create -l lvs0 -c bogus c 8", false),
     ("bdev_lvol_create -l lvs0 -t thin 1000", true),
+    ("bdev_lvol_clone_bdev m1 nolvs x", false),
+    ("bdev_lvol_clone_bdev nope lvs0 x", false),
+    ("bdev_lvol_clone_bdev lvs0/a lvs0 x", false),
+    ("bdev_lvol_clone_bdev m1 lvs0 a", false),
+    ("bdev_lvol_clone_bdev m1 lvs0 ec", true),
+    ("bdev_lvol_set_parent_bdev lvs0/zz m1", false),
+    ("bdev_lvol_set_parent_bdev lvs0/thin nope", false),
+    ("bdev_lvol_set_parent_bdev lvs0/a m1", false),
+    ("bdev_lvol_set_parent_bdev lvs0/thin m1", false),
+    ("bdev_lvol_set_parent_bdev lvs0/thin m1", false),
     ("bdev_lvol_resize lvs0/a 4", false),
     ("bdev_lvol_resize lvs0/a 100000", false),
     ("bdev_lvol_resize lvs0/zz 4", false),
