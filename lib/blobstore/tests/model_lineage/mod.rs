@@ -1,6 +1,8 @@
 //! The lineage model test (part of `model`): random snapshot / clone /
 //! write (through the parent chain, copy-on-write) / inflate / decouple /
-//! set_parent / delete / reload sequences, checked after every step
+//! set_parent / delete / reload sequences, with external-snapshot clones
+//! (create, set_external_parent; their chains read an external device),
+//! checked after every step
 //! against a model of each blob's parent, flags, own clusters and the
 //! bytes it reads, and of the errors SPDK answers.
 
@@ -11,8 +13,10 @@ mod tests {
 
     use crate::common::{check_invariants, run, Store};
     use bdevkit_blobstore::{
-        BlobId, BlobOptions, Blobstore, Error, InitOptions, LoadOptions, MemDevice,
+        BlobId, BlobOptions, Blobstore, ClearMethod, DeviceError, Error, ExternalDevice,
+        InitOptions, LoadOptions, MemDevice, ReadFuture,
     };
+    use futures::FutureExt;
     use proptest::prelude::*;
 
     const BLOCKS: u64 = 16 << 11; // 16 MiB: 256 clusters of 64 KiB
@@ -21,6 +25,46 @@ mod tests {
     const BPC: u64 = CLUSTER / 512;
     /// 4 KiB pieces per cluster.
     const PIECES: usize = 16;
+    /// The external snapshot: 8 clusters (blobs have at most 5).
+    const EXT: &[u8] = b"ext\0";
+    const EXT_CLUSTERS: u64 = 8;
+
+    /// What the external snapshot holds in piece `piece` of cluster `idx`.
+    fn ext_val(idx: u64, piece: usize) -> u8 {
+        0x80 | u8::try_from((idx * PIECES as u64 + piece as u64) % 127).unwrap()
+    }
+
+    struct Ext;
+
+    impl ExternalDevice for Ext {
+        fn block_size(&self) -> u32 {
+            512
+        }
+        fn num_blocks(&self) -> u64 {
+            EXT_CLUSTERS * BPC
+        }
+        fn read<'a>(&'a self, offset_blocks: u64, buf: &'a mut [u8]) -> ReadFuture<'a> {
+            async move {
+                if offset_blocks + buf.len() as u64 / 512 > EXT_CLUSTERS * BPC {
+                    return Err(DeviceError::io());
+                }
+                // Pieces are 4 KiB-aligned and so are the store's reads.
+                for (at, chunk) in (offset_blocks * 512..)
+                    .step_by(4096)
+                    .zip(buf.chunks_mut(4096))
+                {
+                    let piece = usize::try_from(at % CLUSTER / 4096).unwrap();
+                    chunk.fill(ext_val(at / CLUSTER, piece));
+                }
+                Ok(())
+            }
+            .boxed_local()
+        }
+    }
+
+    fn attach(bs: &Store) {
+        bs.attach_external(EXT, Rc::new(Ext)).unwrap();
+    }
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -56,6 +100,12 @@ mod tests {
         Reload {
             clean: bool,
         },
+        EsnapClone {
+            clusters: u64,
+        },
+        SetExternal {
+            blob: usize,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -85,6 +135,8 @@ mod tests {
                 .prop_map(|(blob, parent)| Op::SetParent { blob, parent }),
             any::<usize>().prop_map(|blob| Op::Delete { blob }),
             any::<bool>().prop_map(|clean| Op::Reload { clean }),
+            (1u64..6).prop_map(|clusters| Op::EsnapClone { clusters }),
+            any::<usize>().prop_map(|blob| Op::SetExternal { blob }),
         ]
     }
 
@@ -96,6 +148,8 @@ mod tests {
         thin: bool,
         read_only: bool,
         parent: Option<BlobId>,
+        /// An esnap clone: its parent is the external snapshot.
+        esnap: bool,
         /// The clusters the blob holds and what they hold.
         own: BTreeMap<u64, Cluster>,
     }
@@ -121,6 +175,12 @@ mod tests {
                 if let Some(c) = b.own.get(&idx) {
                     return *c;
                 }
+                if idx >= b.num_clusters {
+                    break;
+                }
+                if b.esnap {
+                    return std::array::from_fn(|p| ext_val(idx, p));
+                }
                 at = b.parent;
             }
             [0; PIECES]
@@ -144,6 +204,8 @@ mod tests {
             assert_eq!(b.is_thin(), mb.thin, "blob {id:#x} thin");
             assert_eq!(b.is_read_only(), mb.read_only, "blob {id:#x} read-only");
             assert_eq!(bs.parent(id), mb.parent, "blob {id:#x} parent");
+            assert_eq!(bs.esnap_id(id).is_some(), mb.esnap, "blob {id:#x} esnap");
+            assert!(!bs.is_degraded(id));
             assert_eq!(
                 bs.is_snapshot(id),
                 m.snapshots.contains(&id),
@@ -209,6 +271,7 @@ mod tests {
                             thin,
                             read_only: false,
                             parent: None,
+                            esnap: false,
                             own,
                         },
                     );
@@ -258,6 +321,7 @@ mod tests {
                     b.own.clear();
                     b.thin = true;
                     b.parent = Some(s);
+                    b.esnap = false;
                     m.snapshots.insert(s);
                 }
                 Op::Clone { blob } => {
@@ -275,6 +339,7 @@ mod tests {
                             thin: true,
                             read_only: false,
                             parent: Some(id),
+                            esnap: false,
                             own: BTreeMap::new(),
                         },
                     );
@@ -289,6 +354,8 @@ mod tests {
                         bs.decouple_parent(id).await
                     };
                     let mb = m.blobs[&id].clone();
+                    // Decouple of an esnap clone is inflate (SPDK's).
+                    let all = all || mb.esnap;
                     if mb.parent.is_none() && !all {
                         assert_eq!(errno(r), libc::EINVAL);
                         return;
@@ -318,8 +385,10 @@ mod tests {
                     if all {
                         b.thin = false;
                         b.parent = None;
+                        b.esnap = false;
                     } else {
-                        b.parent = parent.and_then(|p| p.parent);
+                        b.parent = parent.as_ref().and_then(|p| p.parent);
+                        b.esnap = parent.is_some_and(|p| p.esnap);
                     }
                 }
                 Op::SetParent { blob, parent } => {
@@ -349,7 +418,9 @@ mod tests {
                     };
                     assert_eq!(errno(r), want, "set_parent {id:#x} -> {p:#x}");
                     if want == 0 {
-                        m.blobs.get_mut(&id).unwrap().parent = Some(p);
+                        let b = m.blobs.get_mut(&id).unwrap();
+                        b.parent = Some(p);
+                        b.esnap = false;
                     }
                 }
                 Op::Delete { blob } => {
@@ -371,6 +442,7 @@ mod tests {
                             }
                         }
                         cb.parent = s.parent;
+                        cb.esnap = s.esnap;
                     }
                 }
                 Op::Reload { clean } => {
@@ -382,7 +454,43 @@ mod tests {
                         .await
                         .unwrap();
                     *dev = next;
+                    attach(bs);
                     m.snapshots = m.blobs.values().filter_map(|b| b.parent).collect();
+                }
+                Op::EsnapClone { clusters } => {
+                    let id = bs
+                        .create_esnap_clone(EXT, clusters, &[], ClearMethod::Default)
+                        .await
+                        .unwrap();
+                    m.blobs.insert(
+                        id,
+                        MBlob {
+                            num_clusters: clusters,
+                            thin: true,
+                            read_only: false,
+                            parent: None,
+                            esnap: true,
+                            own: BTreeMap::new(),
+                        },
+                    );
+                }
+                Op::SetExternal { blob } => {
+                    let Some(id) = m.pick(blob) else { return };
+                    let r = bs.set_external_parent(id, EXT).await;
+                    let b = m.blobs[&id].clone();
+                    let want = if b.esnap {
+                        libc::EEXIST
+                    } else if !b.thin {
+                        libc::EINVAL
+                    } else {
+                        0
+                    };
+                    assert_eq!(errno(r), want, "set_external_parent {id:#x}");
+                    if want == 0 {
+                        let b = m.blobs.get_mut(&id).unwrap();
+                        b.parent = None;
+                        b.esnap = true;
+                    }
                 }
             }
         });
@@ -399,12 +507,14 @@ mod tests {
         fn lineage_matches_the_model(ops in proptest::collection::vec(op(), 1..50)) {
             let mut dev = Rc::new(MemDevice::new(512, BLOCKS));
             let mut bs = run(Blobstore::init(dev.clone(), &InitOptions { cluster_size: 64 << 10, ..InitOptions::default() })).unwrap();
+            attach(&bs);
             let mut m = Model { blobs: BTreeMap::new(), snapshots: BTreeSet::new(), data_clusters: bs.info().total_data_clusters };
             for op in &ops {
                 apply(&mut bs, &mut dev, &mut m, op);
                 check(&bs, &m);
             }
             let bs2 = run(Blobstore::load(Rc::new(MemDevice::from_image(512, BLOCKS, dev.image())), &LoadOptions { force_recover: true, ..LoadOptions::default() })).unwrap();
+            attach(&bs2);
             m.snapshots = m.blobs.values().filter_map(|b| b.parent).collect();
             check(&bs2, &m);
         }
