@@ -58,24 +58,19 @@ impl<D: BlobDevice> Store<D> {
         }
     }
 
-    /// Copies a whole cluster from `src_lba` into device cluster `dst`. Data
-    /// errors fail the copy, not the store (no metadata was written).
+    /// Copies a whole cluster from `src_lba` into device cluster `dst`
+    /// (the device's copy). Data errors fail the copy, not the store (no
+    /// metadata was written).
     pub(crate) async fn copy_cluster(&self, src_lba: u64, dst: u32) -> Result<()> {
-        let mut buf = self.take_buf();
-        let r = async {
-            self.dev
-                .read(src_lba, &mut buf)
-                .await
-                .map_err(|source| Error::Device {
-                    op: "read",
-                    offset_blocks: src_lba,
-                    source,
-                })?;
-            self.write_cluster(dst, &buf).await
-        }
-        .await;
-        self.put_buf(buf);
-        r
+        let lba = self.cluster_lba(dst);
+        self.dev
+            .copy(lba, src_lba, self.geo.blocks_per_cluster)
+            .await
+            .map_err(|source| Error::Device {
+                op: "copy",
+                offset_blocks: src_lba,
+                source,
+            })
     }
 
     /// Writes a whole cluster's bytes into device cluster `dst`.

@@ -98,6 +98,26 @@ pub trait BlobDevice {
         offset_blocks: u64,
         num_blocks: u64,
     ) -> impl Future<Output = Result<(), DeviceError>>;
+
+    /// Copies `num_blocks` from `src_offset_blocks` to `dst_offset_blocks`
+    /// (the ranges do not overlap): a copy-on-write of a cluster. The
+    /// default reads into a buffer and writes it; a device with a copy
+    /// command, or one that can keep the data in one DMA buffer, does
+    /// better.
+    fn copy(
+        &self,
+        dst_offset_blocks: u64,
+        src_offset_blocks: u64,
+        num_blocks: u64,
+    ) -> impl Future<Output = Result<(), DeviceError>> {
+        async move {
+            let len = usize::try_from(num_blocks * u64::from(self.block_size()))
+                .map_err(|_| DeviceError::new(libc::EINVAL))?;
+            let mut buf = vec![0u8; len];
+            self.read(src_offset_blocks, &mut buf).await?;
+            self.write(dst_offset_blocks, &buf).await
+        }
+    }
 }
 
 impl<D: BlobDevice + ?Sized> BlobDevice for Rc<D> {
@@ -139,5 +159,14 @@ impl<D: BlobDevice + ?Sized> BlobDevice for Rc<D> {
         num_blocks: u64,
     ) -> impl Future<Output = Result<(), DeviceError>> {
         (**self).write_zeroes(offset_blocks, num_blocks)
+    }
+
+    fn copy(
+        &self,
+        dst_offset_blocks: u64,
+        src_offset_blocks: u64,
+        num_blocks: u64,
+    ) -> impl Future<Output = Result<(), DeviceError>> {
+        (**self).copy(dst_offset_blocks, src_offset_blocks, num_blocks)
     }
 }

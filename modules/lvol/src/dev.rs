@@ -14,6 +14,7 @@ pub struct BdevDev {
     ch: BdevChannel,
     bdev: Bdev,
     unmap: bool,
+    copy: bool,
 }
 
 fn dev_err(e: &bdevkit::Error) -> DeviceError {
@@ -30,7 +31,13 @@ impl BdevDev {
     pub fn new(ch: BdevChannel) -> Self {
         let bdev = ch.bdev();
         let unmap = bdev.supports(IoType::Unmap);
-        BdevDev { ch, bdev, unmap }
+        let copy = bdev.supports(IoType::Copy);
+        BdevDev {
+            ch,
+            bdev,
+            unmap,
+            copy,
+        }
     }
 
     /// The bdev.
@@ -85,6 +92,30 @@ impl BlobDevice for BdevDev {
             .unmap(offset_blocks, num_blocks)
             .await
             .map_err(|e| dev_err(&e))
+    }
+
+    /// The base's copy where it has one (malloc: one memory copy), else a
+    /// read and a write through one DMA buffer.
+    async fn copy(&self, dst: u64, src: u64, num_blocks: u64) -> Result<(), DeviceError> {
+        if self.copy {
+            return self
+                .ch
+                .copy(dst, src, num_blocks)
+                .await
+                .map_err(|e| dev_err(&e));
+        }
+        let len = usize::try_from(num_blocks * u64::from(self.bdev.block_size()))
+            .map_err(|_| DeviceError::new(libc::EINVAL))?;
+        let d = self
+            .ch
+            .read(src, num_blocks, buffer(len)?)
+            .await
+            .map_err(|f| dev_err(&f.error))?;
+        self.ch
+            .write(dst, num_blocks, d)
+            .await
+            .map_err(|f| dev_err(&f.error))?;
+        Ok(())
     }
 
     /// The bdev layer emulates write zeroes where the base lacks it.
