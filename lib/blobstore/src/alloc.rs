@@ -21,7 +21,7 @@ use futures::future::{select, try_join_all, Either};
 
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
-use crate::esnap::ClusterSource;
+use crate::external::ClusterSource;
 use crate::format::blob_md::serialize_extent_page;
 use crate::format::EXTENTS_PER_EP;
 use crate::persist::Freed;

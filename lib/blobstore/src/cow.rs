@@ -16,7 +16,7 @@
 use crate::blob::Blob;
 use crate::device::BlobDevice;
 use crate::error::{Error, Result};
-use crate::esnap::ClusterSource;
+use crate::external::ClusterSource;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 

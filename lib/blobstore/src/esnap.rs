@@ -15,15 +15,12 @@
 //! Crash safety: creating a clone and changing a parent are one root
 //! write each (as for snapshots, `lineage`).
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use crate::blobstore::Blobstore;
 use crate::device::{BlobDevice, DeviceError};
 use crate::error::{Error, Result};
+use crate::external::{ClusterSource, ExternalDevice};
 use crate::format::{FLAG_EXTERNAL_SNAPSHOT, XATTR_EXTSNAP, XATTR_SNAP};
 use crate::lineage::Held;
 use crate::options::BlobOptions;
@@ -31,60 +28,9 @@ use crate::persist::Freed;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
-/// A read future of an [`ExternalDevice`].
-pub type ReadFuture<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), DeviceError>> + 'a>>;
-
-/// The read-only device an external snapshot names, as the store reads it
-/// (on the store's thread). Offsets count blocks of
-/// [`block_size`](ExternalDevice::block_size), which must divide the
-/// store's cluster size.
-pub trait ExternalDevice {
-    /// Bytes per block.
-    fn block_size(&self) -> u32;
-    /// Blocks on the device.
-    fn num_blocks(&self) -> u64;
-    /// Reads `buf.len()` bytes (whole blocks) from `offset_blocks`.
-    fn read<'a>(&'a self, offset_blocks: u64, buf: &'a mut [u8]) -> ReadFuture<'a>;
-}
-
-/// Where an unallocated cluster of a blob reads from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClusterSource {
-    /// Nothing holds it: zeros.
-    Zeros,
-    /// An ancestor's cluster at this device LBA.
-    Device(u64),
-    /// The external snapshot at the root of the chain, at the cluster's own
-    /// offset (it may be detached: see [`Blobstore::is_degraded`]).
-    External,
-}
-
 /// The id of the external snapshot blob `entry` itself names.
 fn own_esnap(entry: &BlobEntry) -> Option<Vec<u8>> {
     entry.md.borrow().esnap_id().map(<[u8]>::to_vec)
-}
-
-/// The attached external devices, by id.
-#[derive(Default)]
-pub(crate) struct Externals(RefCell<BTreeMap<Vec<u8>, Rc<dyn ExternalDevice>>>);
-
-impl std::fmt::Debug for Externals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(
-                self.0
-                    .borrow()
-                    .keys()
-                    .map(|k| String::from_utf8_lossy(k).into_owned()),
-            )
-            .finish()
-    }
-}
-
-impl Externals {
-    fn get(&self, id: &[u8]) -> Option<Rc<dyn ExternalDevice>> {
-        self.0.borrow().get(id).cloned()
-    }
 }
 
 impl<D: BlobDevice> Store<D> {
@@ -209,14 +155,14 @@ impl<D: BlobDevice> Blobstore<D> {
                 "external snapshot block size does not divide the cluster size",
             ));
         }
-        self.store.externals.0.borrow_mut().insert(id.to_vec(), dev);
+        self.store.externals.insert(id, dev);
         Ok(())
     }
 
     /// Detaches external snapshot `id`: the chains that end at it are
     /// degraded. Returns the device.
     pub fn detach_external(&self, id: &[u8]) -> Option<Rc<dyn ExternalDevice>> {
-        self.store.externals.0.borrow_mut().remove(id)
+        self.store.externals.remove(id)
     }
 
     /// The external snapshot ids that blobs of the store name (each chain's

@@ -133,6 +133,7 @@ mod cow;
 pub mod device;
 pub mod error;
 mod esnap;
+mod external;
 pub mod format;
 mod init;
 mod lineage;
@@ -150,7 +151,7 @@ pub use blob::Blob;
 pub use blobstore::{Blobstore, VerifyReport};
 pub use device::{BlobDevice, DeviceError};
 pub use error::{Corruption, Error, Result};
-pub use esnap::{ClusterSource, ExternalDevice, ReadFuture};
+pub use external::{ClusterSource, ExternalDevice, ReadFuture};
 pub use mem::{MemDevice, MemImage, MemStats};
 pub use options::{
     bstype, BlobOptions, ClearMethod, InitOptions, LoadOptions, StoreClearMethod, StoreInfo,

@@ -142,7 +142,7 @@ pub(crate) struct Store<D> {
     /// Orders super block writes.
     pub super_lock: Mutex<()>,
     /// The external snapshots attached (`esnap`).
-    pub externals: crate::esnap::Externals,
+    pub externals: crate::external::Externals,
 }
 
 /// Counts a public operation in flight (unload refuses while any is).
@@ -185,7 +185,7 @@ impl<D: BlobDevice> Store<D> {
             geo,
             state: RefCell::new(state),
             super_lock: Mutex::new(()),
-            externals: crate::esnap::Externals::default(),
+            externals: crate::external::Externals::default(),
         }
     }
 
