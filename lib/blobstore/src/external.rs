@@ -34,7 +34,7 @@ pub enum ClusterSource {
     /// An ancestor's cluster at this device LBA.
     Device(u64),
     /// The external snapshot at the root of the chain, at the cluster's own
-    /// offset (it may be detached: see [`Blobstore::is_degraded`]).
+    /// offset (it may be detached: see [`Blobstore::is_degraded`](crate::Blobstore::is_degraded)).
     External,
 }
 
