@@ -71,7 +71,7 @@ def one_run(which, work):
     cfg = os.path.join(work, "lvol.json")
     with open(cfg, "w") as f:
         json.dump(CONFIG, f)
-    common = ["-z", "-r", sock, "-m", "0x1", "-T", "lvs/lv", "-q", "128", "-o", "4096",
+    common = ["-z", "-r", sock, "-m", "0x1", "-T", "lvs/lv", "-q", os.environ.get("QD", "128"), "-o", "4096",
               "-w", "randwrite", "-t", "6", "-f"]
     if which == "ours":
         cmd = [OURS, "-c", cfg] + common

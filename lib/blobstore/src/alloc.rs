@@ -120,23 +120,27 @@ impl<D: BlobDevice> Store<D> {
                 None
             } else {
                 let cluster = self.claim_clusters(1)?[0];
-                let src = self.parent_source(entry, idx);
-                if src != ClusterSource::Zeros || zero_fill {
-                    let epoch = entry.epoch.get();
-                    entry.copying.borrow_mut().insert(idx, epoch);
+                if self.parent_source(entry, idx) != ClusterSource::Zeros || zero_fill {
+                    entry.copying.borrow_mut().insert(idx, entry.epoch.get());
                     let mut copying = Copying {
                         store: self,
                         entry,
                         idx,
                         cluster: Some(cluster),
                     };
-                    match src {
+                    // Wait for a turn (`budget`), then look at the chain
+                    // again: it may have changed meanwhile.
+                    let slot = self.copies.take().await;
+                    let epoch = entry.epoch.get();
+                    match self.parent_source(entry, idx) {
                         ClusterSource::Device(src) => self.copy_cluster(src, cluster).await?,
                         ClusterSource::External => {
                             self.copy_external(entry, idx, cluster).await?;
                         }
-                        ClusterSource::Zeros => self.zero_cluster(cluster).await?,
+                        ClusterSource::Zeros if zero_fill => self.zero_cluster(cluster).await?,
+                        ClusterSource::Zeros => {}
                     }
+                    drop(slot);
                     if entry.epoch.get() != epoch {
                         // The parent changed during the copy: redo it.
                         drop(copying);

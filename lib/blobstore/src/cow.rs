@@ -20,6 +20,9 @@ use crate::external::ClusterSource;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
+/// The largest device copy of a cluster copy-on-write.
+pub(crate) const COPY_PIECE: u64 = 256 << 10;
+
 impl<D: BlobDevice> Store<D> {
     /// The parent of blob `id`, if it has one the store knows.
     pub(crate) fn parent_of(&self, id: BlobId) -> Option<BlobId> {
@@ -61,16 +64,27 @@ impl<D: BlobDevice> Store<D> {
     /// Copies a whole cluster from `src_lba` into device cluster `dst`
     /// (the device's copy). Data errors fail the copy, not the store (no
     /// metadata was written).
+    /// The copy goes in pieces of at most [`COPY_PIECE`] bytes, one after
+    /// another, so that a memory device's copy (done on this thread) lets
+    /// the thread's other work in between.
     pub(crate) async fn copy_cluster(&self, src_lba: u64, dst: u32) -> Result<()> {
         let lba = self.cluster_lba(dst);
-        self.dev
-            .copy(lba, src_lba, self.geo.blocks_per_cluster)
-            .await
-            .map_err(|source| Error::Device {
-                op: "copy",
-                offset_blocks: src_lba,
-                source,
-            })
+        let total = self.geo.blocks_per_cluster;
+        let piece = (COPY_PIECE / u64::from(self.geo.block_size.max(1))).clamp(1, total.max(1));
+        let mut done = 0;
+        while done < total {
+            let n = piece.min(total - done);
+            self.dev
+                .copy(lba + done, src_lba + done, n)
+                .await
+                .map_err(|source| Error::Device {
+                    op: "copy",
+                    offset_blocks: src_lba + done,
+                    source,
+                })?;
+            done += n;
+        }
+        Ok(())
     }
 
     /// Writes a whole cluster's bytes into device cluster `dst`.

@@ -129,6 +129,7 @@ mod alloc;
 mod bitmap;
 mod blob;
 mod blobstore;
+mod budget;
 mod cow;
 pub mod device;
 pub mod error;

@@ -148,7 +148,11 @@ impl<D: BlobDevice> Blobstore<D> {
             self.undo_new_blob(snap_id).await;
             return Err(e);
         }
-        orig.epoch.set(orig.epoch.get() + 1);
+        // The origin's epoch stays: a copy-on-write in flight is of a
+        // cluster the origin does not hold, so the snapshot (taking what it
+        // holds) does not hold it either, and the cluster reads from the
+        // same ancestor before and after. The copy stays good and commits
+        // to the origin, now the clone.
         let cur = orig.md.borrow().clone();
 
         // (2) The snapshot takes the origin's clusters, flags and parent.
@@ -196,7 +200,6 @@ impl<D: BlobDevice> Blobstore<D> {
             self.undo_new_blob(snap_id).await;
             return Err(e);
         }
-        orig.epoch.set(orig.epoch.get() + 1);
         self.store.state.borrow_mut().snapshots.insert(snap_id);
         drop(lock);
 

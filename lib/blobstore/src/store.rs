@@ -62,8 +62,9 @@ pub(crate) struct BlobEntry {
     /// snapshot delete) holds the blob (SPDK's
     /// `locked_operation_in_progress`): another one answers EBUSY.
     pub busy: Cell<bool>,
-    /// Bumped when the blob's parent changes: a copy-on-write that read the
-    /// old parent is redone.
+    /// Bumped when what the blob's parent chain reads may change (a new
+    /// parent, a merge; not a snapshot of the blob): a copy-on-write that
+    /// overlapped it is redone.
     pub epoch: Cell<u64>,
     /// Copy-on-writes in flight: blob cluster index -> the epoch it read.
     pub copying: RefCell<BTreeMap<u64, u64>>,
@@ -143,6 +144,8 @@ pub(crate) struct Store<D> {
     pub super_lock: Mutex<()>,
     /// The external snapshots attached (`esnap`).
     pub externals: crate::external::Externals,
+    /// Copy-on-write copies in flight (`budget`).
+    pub copies: crate::budget::CopyBudget,
 }
 
 /// Counts a public operation in flight (unload refuses while any is).
@@ -186,6 +189,7 @@ impl<D: BlobDevice> Store<D> {
             state: RefCell::new(state),
             super_lock: Mutex::new(()),
             externals: crate::external::Externals::default(),
+            copies: crate::budget::CopyBudget::for_cluster_size(geo.cluster_size),
         }
     }
 
