@@ -1,7 +1,9 @@
 //! The application object: start-up (reactors, bdev layer, RPC server,
 //! JSON config, initialisation), the stop handle and orderly shutdown.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::thread::JoinHandle;
@@ -486,16 +488,41 @@ fn install_rpc_server(shared: &Arc<AppShared>, server: Server, period_us: u64) {
     };
     let period = if irq.is_some() { 0 } else { period_us };
     let weak: Weak<AppShared> = Arc::downgrade(shared);
-    let mut slot = Some((server, irq));
+    let slot = Rc::new(RefCell::new(Some((server, irq))));
     shared.rpc_installed.store(true, Ordering::Release);
+    if period > 0 {
+        // Polling on a period: an answer produced between two polls (an
+        // operation that finished on this or another thread) goes out on
+        // the next reactor turn, not at the next period.
+        let answers = Rc::clone(&slot);
+        let paused = Weak::clone(&weak);
+        t.register_poller("rpc_answers", 0, move |p| {
+            if paused
+                .upgrade()
+                .is_none_or(|sh| sh.rpc_paused.load(Ordering::Acquire))
+            {
+                return PollerStatus::Idle;
+            }
+            let mut s = answers.borrow_mut();
+            match s.as_mut() {
+                Some((server, _)) if server.answers_pending() => server.poll().into(),
+                Some(_) => PollerStatus::Idle,
+                None => {
+                    p.unregister();
+                    PollerStatus::Idle
+                }
+            }
+        });
+    }
     t.register_poller("rpc_subsystem_poll", period, move |p| {
         let Some(sh) = weak.upgrade() else {
             p.unregister();
-            slot = None;
+            *slot.borrow_mut() = None;
             return PollerStatus::Idle;
         };
         if sh.rpc_closing.load(Ordering::Acquire) {
-            if let Some((mut server, irq)) = slot.take() {
+            let taken = slot.borrow_mut().take();
+            if let Some((mut server, irq)) = taken {
                 // Flush answers already produced (spdk_kill_instance's).
                 server.poll();
                 // Out of the epoll set before the fd closes.
@@ -512,7 +539,7 @@ fn install_rpc_server(shared: &Arc<AppShared>, server: Server, period_us: u64) {
         if sh.rpc_paused.load(Ordering::Acquire) {
             return PollerStatus::Idle;
         }
-        match slot.as_mut() {
+        match slot.borrow_mut().as_mut() {
             Some((server, _)) => server.poll().into(),
             None => PollerStatus::Idle,
         }

@@ -175,6 +175,7 @@ impl Server {
                     polling: None,
                 }),
                 waker,
+                pending: std::sync::atomic::AtomicBool::new(false),
             }),
             unix,
             tcp,
@@ -216,6 +217,15 @@ impl Server {
     /// thread.
     pub fn as_raw_fd(&self) -> RawFd {
         self.poll.as_raw_fd()
+    }
+
+    /// Whether answers wait to be written: an owner that polls the server on
+    /// a period can poll at once when this says so (one atomic load), so
+    /// that an answer does not wait for the next period.
+    pub fn answers_pending(&self) -> bool {
+        self.shared
+            .pending
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Do all work that is ready without blocking: accept, read, frame, parse, dispatch (the
@@ -348,6 +358,10 @@ impl Server {
             return;
         }
         tracing::debug!(conn = id, "rpc connection accepted");
+        // A client sends its request right after connecting: read it in
+        // this poll, not the next (edge-triggered: an empty read just says
+        // WouldBlock).
+        conn.readable = true;
         self.conns.insert(id, conn);
         if self.conns.len() > self.max_connections {
             self.make_room(id);
@@ -410,7 +424,13 @@ impl Server {
     }
 
     fn route_completions(&mut self) -> bool {
-        let items = std::mem::take(&mut self.shared.queue.lock().items);
+        let items = {
+            let mut q = self.shared.queue.lock();
+            self.shared
+                .pending
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            std::mem::take(&mut q.items)
+        };
         let did = !items.is_empty();
         for done in items {
             if let Some(c) = self.conns.get_mut(&done.conn) {

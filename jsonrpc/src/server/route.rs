@@ -31,6 +31,11 @@ pub(super) struct Queue {
 pub(super) struct Shared {
     pub(super) queue: Mutex<Queue>,
     pub(super) waker: Waker,
+    /// Answers are queued: one relaxed load tells a polling owner to poll
+    /// now rather than at its next period ([`Server::answers_pending`]).
+    ///
+    /// [`Server::answers_pending`]: super::Server::answers_pending
+    pub(super) pending: AtomicBool,
 }
 
 impl Shared {
@@ -38,6 +43,7 @@ impl Shared {
         let mut q = self.queue.lock();
         let was_empty = q.items.is_empty();
         q.items.push(c);
+        self.pending.store(true, Ordering::Release);
         let in_poll = q.polling == Some(thread::current().id());
         drop(q);
         if was_empty && !in_poll {

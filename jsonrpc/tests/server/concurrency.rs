@@ -172,12 +172,43 @@ fn fd_becomes_readable_when_there_is_work() {
     // Quiesce, then answer from another thread while nobody polls the server: the answer alone
     // must make the fd readable.
     while server.poll() {}
+    assert!(!server.answers_pending());
     let r = parked.lock().pop().unwrap();
     std::thread::spawn(move || r.ok(json!("woken")))
         .join()
         .unwrap();
+    // An owner polling on a period sees the answer at once, too.
+    assert!(server.answers_pending());
     outer.poll(&mut events, Some(TIMEOUT)).unwrap();
     assert!(!events.is_empty(), "answer did not wake the server fd");
     while server.poll() {}
+    assert!(!server.answers_pending());
     assert_eq!(client.join().unwrap().unwrap(), json!("woken"));
+}
+
+#[test]
+fn a_request_sent_with_the_connect_is_read_in_the_poll_that_accepts() {
+    let dir = TempDir::new();
+    let path = dir.join("one.sock");
+    let reg = MethodRegistry::new();
+    let parked = Arc::new(Mutex::new(Vec::new()));
+    let p2 = Arc::clone(&parked);
+    reg.register("park", STARTUP, move |_, r| p2.lock().push(r))
+        .unwrap();
+    let opts = ServerOptions {
+        unix_path: Some(path.clone()),
+        ..ServerOptions::default()
+    };
+    let mut server = Server::bind(opts, reg).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    std::io::Write::write_all(&mut s, br#"{"jsonrpc":"2.0","method":"park","id":1}"#).unwrap();
+    // Both are queued in the kernel before the server looks: one poll
+    // accepts the connection and dispatches the request.
+    server.poll();
+    assert_eq!(
+        parked.lock().len(),
+        1,
+        "the request waited for a second poll"
+    );
+    drop(parked.lock().pop());
 }
