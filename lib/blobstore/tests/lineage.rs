@@ -156,6 +156,45 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_taken_while_first_writes_copy_does_not_make_them_copy_again() {
+        let (dev, bs) = store();
+        let v = blob(&bs, 2, true);
+        put(&bs, v, 0, 1);
+        put(&bs, v, BPC, 2);
+        let s1 = run(bs.create_snapshot(v, &[])).unwrap();
+        let b = bs.open_blob(v).unwrap();
+        dev.reset_stats();
+        // Both first writes copy their cluster (the device yields at every
+        // command) while the snapshot runs.
+        let (w0, w1, s2) = futures::executor::block_on(async {
+            futures::join!(
+                b.write(8, &[3; 4096]),
+                b.write(BPC + 8, &[4; 4096]),
+                bs.create_snapshot(v, &[])
+            )
+        });
+        w0.unwrap();
+        w1.unwrap();
+        let s2 = s2.unwrap();
+        // Each cluster was read once: no copy started over.
+        assert_eq!(dev.stats().read_bytes, 2 * u64::from(CLUSTER));
+        let got = bytes(&bs, v);
+        let per = usize::try_from(BPC / 8).unwrap();
+        assert_eq!(&got[..2], &[1, 3]);
+        assert_eq!(&got[per..per + 2], &[2, 4]);
+        assert_eq!(bytes(&bs, s1)[..2], [1, 0]);
+        // The snapshot holds each write or not, whole.
+        let snap = bytes(&bs, s2);
+        assert!(snap[1] == 0 || snap[1] == 3, "{:?}", &snap[..2]);
+        assert!(snap[per + 1] == 0 || snap[per + 1] == 4);
+        check_invariants(&bs);
+        drop(b);
+        let bs = reload(&dev, bs, true);
+        assert_eq!(&bytes(&bs, v)[..2], &[1, 3]);
+        check_invariants(&bs);
+    }
+
+    #[test]
     fn clones_of_a_snapshot_and_chains_read_through_their_parents() {
         let (_dev, bs) = store();
         let v = blob(&bs, 3, true);
