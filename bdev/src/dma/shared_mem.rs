@@ -198,8 +198,15 @@ impl SharedMem {
                 let n = step.min(len - done);
                 // SAFETY: both ranges lie inside the allocation (checked);
                 // each step copies at most `src - dst` bytes, so its
-                // source and destination do not overlap.
-                unsafe { racy::copy(self.at(dst + done), self.at(src + done), n) };
+                // source and destination do not overlap. Streamed past the
+                // cache where it can be (a copy-on-write's cluster is not
+                // read back soon): no read-for-ownership of the destination.
+                unsafe {
+                    let (d, s) = (self.at(dst + done), self.at(src + done));
+                    if !racy::stream(d, s, n) {
+                        racy::copy(d, s, n);
+                    }
+                }
                 done += n;
             }
         } else {
