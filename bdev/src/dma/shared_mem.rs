@@ -256,6 +256,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn copy_within_streamed_apart_and_overlapping_both_ways() {
+        let len = 64 << 10;
+        let m = SharedMem::new(1 << 20).unwrap();
+        let pattern: Vec<u8> = (0..len as u32).map(|i| (i % 253) as u8).collect();
+        let check = |off: usize| {
+            let mut got = vec![0u8; len];
+            assert!(m.read(off, &mut got));
+            assert!(got == pattern, "copy at {off} differs");
+        };
+        assert!(m.write(0, &pattern));
+        // Apart, aligned: streamed.
+        assert!(m.copy_within(0, 512 << 10, len));
+        check(512 << 10);
+        // Overlapping forward (destination below the source) and backward.
+        assert!(m.copy_within(512 << 10, (512 << 10) - 8192, len));
+        check((512 << 10) - 8192);
+        assert!(m.copy_within((512 << 10) - 8192, (512 << 10) + 4096, len));
+        check((512 << 10) + 4096);
+        // Unaligned: the plain copy.
+        assert!(m.copy_within(0, 700_001, len));
+        check(700_001);
+        assert!(!m.copy_within(0, (1 << 20) - 100, len));
+    }
+
+    #[test]
     fn streaming_and_plain_writes_read_back() {
         let m = SharedMem::new(1 << 20).unwrap();
         // Page-sized, aligned: the streaming path.
