@@ -170,3 +170,68 @@ fn a_thin_lvol_exported_over_nvme_tcp_verifies_through_our_initiator() {
     let b = tgt.ok("bdev_get_bdevs", Some(json!({"name": lvol})));
     assert_eq!(b[0]["driver_specific"]["lvol"]["thin_provision"], true);
 }
+
+/// `bdevperf -w verify -C` on two cores over a clone (of a snapshot of a
+/// thick lvol) while the clone is snapshotted three times, each once its
+/// writes are seen going: every read compares, no I/O fails, and the clone
+/// ends with the chain of its snapshots.
+#[test]
+fn bdevperf_verifies_a_clone_on_two_cores_while_its_snapshots_are_taken() {
+    use crate::nvmf_loss::{wait_until, writes};
+    let dir = temp_dir();
+    let cfg = config(
+        dir.path(),
+        "bp",
+        &[
+            json!({"method": "bdev_malloc_create",
+                "params": {"name": "M0", "num_blocks": 131072, "block_size": 512}}),
+            json!({"method": "bdev_lvol_create_lvstore",
+                "params": {"bdev_name": "M0", "lvs_name": "lvs0", "cluster_sz": 1 << 20}}),
+            json!({"method": "bdev_lvol_create",
+                "params": {"lvs_name": "lvs0", "lvol_name": "v", "size_in_mib": 24}}),
+            json!({"method": "bdev_lvol_snapshot",
+                "params": {"lvol_name": "lvs0/v", "snapshot_name": "s0"}}),
+            json!({"method": "bdev_lvol_clone",
+                "params": {"snapshot_name": "lvs0/s0", "clone_name": "c"}}),
+        ],
+        &[],
+    );
+    let bp = bdevperf(&cfg, &["-C", "-T", "lvs0/c"]);
+    let run = perform_tests(&bp, 4);
+    let mut seen = 0;
+    for i in 1..=3 {
+        wait_until("the clone's writes go on", || {
+            let n = writes(&bp, "lvs0/c");
+            (n > seen).then(|| seen = n).is_some()
+        });
+        bp.ok(
+            "bdev_lvol_snapshot",
+            Some(json!({"lvol_name": "lvs0/c", "snapshot_name": format!("cs{i}")})),
+        );
+    }
+    let r = run.join().unwrap().expect("perform_tests");
+    assert_clean(&r, "verify on a clone while it is snapshotted");
+    let jobs = r["results"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "one job per core on the clone: {r}");
+    let lvols = bp.ok("bdev_lvol_get_lvols", Some(json!({"lvs_name": "lvs0"})));
+    let by_name = |n: &str| {
+        lvols
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == n)
+            .unwrap_or_else(|| panic!("{n} in {lvols}"))
+            .clone()
+    };
+    let c = by_name("c");
+    assert_eq!(c["is_clone"], true, "{c}");
+    for i in 1..=3 {
+        let s = by_name(&format!("cs{i}"));
+        assert_eq!(s["is_snapshot"], true, "{s}");
+    }
+    let b = bp.ok("bdev_get_bdevs", Some(json!({"name": "lvs0/c"})));
+    assert_eq!(
+        b[0]["driver_specific"]["lvol"]["base_snapshot"], "cs3",
+        "{b}"
+    );
+}

@@ -134,7 +134,7 @@ pub(crate) fn assert_clean(r: &Value, what: &str) {
 }
 
 /// Waits until `f` holds.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + TIMEOUT;
     while !f() {
         assert!(Instant::now() < end, "timed out waiting: {what}");
@@ -143,7 +143,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// Writes completed by `bdev` of `d`.
-fn writes(d: &Daemon, bdev: &str) -> u64 {
+pub(crate) fn writes(d: &Daemon, bdev: &str) -> u64 {
     let s = d.ok("bdev_get_iostat", Some(json!({"name": bdev})));
     s["bdevs"][0]["num_write_ops"].as_u64().unwrap_or(0)
 }
