@@ -204,10 +204,11 @@ fn bdevperf_verifies_a_clone_on_two_cores_while_its_snapshots_are_taken() {
             let n = writes(&bp, "lvs0/c");
             (n > seen).then(|| seen = n).is_some()
         });
-        bp.ok(
+        let id = bp.ok(
             "bdev_lvol_snapshot",
             Some(json!({"lvol_name": "lvs0/c", "snapshot_name": format!("cs{i}")})),
         );
+        assert!(id.as_str().is_some_and(|u| u.len() == 36), "{id}");
     }
     let r = run.join().unwrap().expect("perform_tests");
     assert_clean(&r, "verify on a clone while it is snapshotted");
