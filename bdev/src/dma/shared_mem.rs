@@ -43,21 +43,16 @@ impl SharedMem {
     /// Allocates `len` zeroed bytes and touches every page, so that no page
     /// fault happens on the I/O path.
     ///
-    /// Memory of 2 MiB or more is aligned to 2 MiB and asked to be backed
-    /// by transparent huge pages (where the kernel offers them with
-    /// `madvise`), as SPDK's hugepage memory is: random I/O over a large
-    /// bdev then misses the TLB far less.
+    /// Memory of 2 MiB or more comes from [`DmaBuf::alloc_huge`]: 2 MiB
+    /// aligned, in transparent huge pages where the kernel offers them.
     pub fn new(len: usize) -> Result<SharedMem, DmaError> {
-        let huge = len >= HUGE_PAGE;
-        let mut buf = DmaBuf::alloc(len, if huge { HUGE_PAGE } else { DEFAULT_ALIGN })?;
-        if huge {
-            // SAFETY: the range is exactly our own allocation; the advice
-            // changes how the kernel backs it, never its contents (fresh,
-            // zeroed memory). A kernel without THP says EINVAL: ignored.
-            unsafe {
-                libc::madvise(buf.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE);
-            }
+        if len >= HUGE_PAGE {
+            // Zeroed, hence touched, by the allocator.
+            return Ok(SharedMem {
+                buf: DmaBuf::alloc_huge(len)?,
+            });
         }
+        let mut buf = DmaBuf::alloc(len, DEFAULT_ALIGN)?;
         let s = buf.as_mut_slice();
         let mut off = 0;
         while off < s.len() {
