@@ -353,6 +353,16 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
+    fn huge_buffers_are_aligned_zeroed_and_refuse_small_sizes() {
+        let mut b = DmaBuf::alloc_huge(4 << 20).unwrap();
+        assert_eq!(b.as_ptr() as usize % (2 << 20), 0);
+        assert!(b.iter().all(|x| *x == 0));
+        b[(4 << 20) - 1] = 9;
+        assert_eq!(b.as_slice()[(4 << 20) - 1], 9);
+        assert!(DmaBuf::alloc_huge(1 << 20).is_err());
+    }
+
+    #[test]
     fn aligned_and_zeroed() {
         let mut b = DmaBuf::alloc(8192, 4096).unwrap();
         assert_eq!(b.as_ptr() as usize % 4096, 0);
