@@ -155,18 +155,7 @@ impl DmaBuf {
         // SAFETY: the layout has a non-zero size (checked above).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(DmaError::NoMem(len))?;
-        let addr = ptr.as_ptr() as usize;
-        {
-            let mut reg = REGISTRY.lock();
-            reg.live.insert(addr, len);
-            for (_, r) in &reg.registrars {
-                r.register(addr, len);
-            }
-        }
-        Ok(DmaBuf {
-            ptr,
-            meta: Meta::new(len, layout.align(), false),
-        })
+        Ok(Self::registered(ptr, layout))
     }
 
     /// Allocates `len` zeroed bytes (at least 2 MiB) aligned to 2 MiB and
@@ -178,7 +167,7 @@ impl DmaBuf {
         const HUGE: usize = 2 << 20;
         let layout = Layout::from_size_align(len, HUGE)
             .map_err(|_| DmaError::Layout { len, align: HUGE })?;
-        if len < HUGE || len > Meta::MAX_LEN {
+        if !(HUGE..=Meta::MAX_LEN).contains(&len) {
             return Err(DmaError::Layout { len, align: HUGE });
         }
         // SAFETY: the layout has a non-zero size (checked above).
@@ -192,7 +181,13 @@ impl DmaBuf {
             libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE);
             std::ptr::write_bytes(ptr.as_ptr(), 0, len);
         }
-        let addr = ptr.as_ptr() as usize;
+        Ok(Self::registered(ptr, layout))
+    }
+
+    /// The buffer over a fresh allocation of `layout` at `ptr`, made known
+    /// to the registry and every memory registrar.
+    fn registered(ptr: NonNull<u8>, layout: Layout) -> DmaBuf {
+        let (addr, len) = (ptr.as_ptr() as usize, layout.size());
         {
             let mut reg = REGISTRY.lock();
             reg.live.insert(addr, len);
@@ -200,10 +195,10 @@ impl DmaBuf {
                 r.register(addr, len);
             }
         }
-        Ok(DmaBuf {
+        DmaBuf {
             ptr,
             meta: Meta::new(len, layout.align(), false),
-        })
+        }
     }
 
     /// Allocates with [`DEFAULT_ALIGN`].

@@ -271,7 +271,7 @@ mod tests {
     fn copy_within_streamed_apart_and_overlapping_both_ways() {
         let len = 64 << 10;
         let m = SharedMem::new(1 << 20).unwrap();
-        let pattern: Vec<u8> = (0..len as u32).map(|i| (i % 253) as u8).collect();
+        let pattern: Vec<u8> = (0..len).map(|i| u8::try_from(i % 253).unwrap()).collect();
         let check = |off: usize| {
             let mut got = vec![0u8; len];
             assert!(m.read(off, &mut got));

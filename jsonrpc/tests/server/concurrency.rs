@@ -134,20 +134,25 @@ fn many_clients_in_parallel() {
     }
 }
 
-#[test]
-fn fd_becomes_readable_when_there_is_work() {
-    let dir = TempDir::new();
-    let path = dir.join("fd.sock");
+/// A server on `path` whose `park` method keeps its responders.
+fn parking_server(path: &std::path::Path) -> (Server, Arc<Mutex<Vec<bdevkit_jsonrpc::Responder>>>) {
     let reg = MethodRegistry::new();
     let parked = Arc::new(Mutex::new(Vec::new()));
     let p2 = Arc::clone(&parked);
     reg.register("park", STARTUP, move |_, r| p2.lock().push(r))
         .unwrap();
     let opts = ServerOptions {
-        unix_path: Some(path.clone()),
+        unix_path: Some(path.to_path_buf()),
         ..ServerOptions::default()
     };
-    let mut server = Server::bind(opts, reg).unwrap();
+    (Server::bind(opts, reg).unwrap(), parked)
+}
+
+#[test]
+fn fd_becomes_readable_when_there_is_work() {
+    let dir = TempDir::new();
+    let path = dir.join("fd.sock");
+    let (mut server, parked) = parking_server(&path);
 
     // The owner waits on the server's fd with its own epoll, as a reactor would.
     let mut outer = Poll::new().unwrap();
@@ -190,16 +195,7 @@ fn fd_becomes_readable_when_there_is_work() {
 fn a_request_sent_with_the_connect_is_read_in_the_poll_that_accepts() {
     let dir = TempDir::new();
     let path = dir.join("one.sock");
-    let reg = MethodRegistry::new();
-    let parked = Arc::new(Mutex::new(Vec::new()));
-    let p2 = Arc::clone(&parked);
-    reg.register("park", STARTUP, move |_, r| p2.lock().push(r))
-        .unwrap();
-    let opts = ServerOptions {
-        unix_path: Some(path.clone()),
-        ..ServerOptions::default()
-    };
-    let mut server = Server::bind(opts, reg).unwrap();
+    let (mut server, parked) = parking_server(&path);
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     std::io::Write::write_all(&mut s, br#"{"jsonrpc":"2.0","method":"park","id":1}"#).unwrap();
     // Both are queued in the kernel before the server looks: one poll
