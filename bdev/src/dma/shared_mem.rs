@@ -43,7 +43,7 @@ impl SharedMem {
     /// Allocates `len` zeroed bytes and touches every page, so that no page
     /// fault happens on the I/O path.
     ///
-    /// Memory of 2 MiB or more comes from [`DmaBuf::alloc_huge`]: 2 MiB
+    /// Memory of 2 MiB or more comes from `DmaBuf::alloc_huge`: 2 MiB
     /// aligned, in transparent huge pages where the kernel offers them.
     pub fn new(len: usize) -> Result<SharedMem, DmaError> {
         if len >= HUGE_PAGE {
