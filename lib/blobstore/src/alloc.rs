@@ -108,7 +108,7 @@ impl<D: BlobDevice> Store<D> {
                 return Err(Error::ReadOnly(entry.id));
             }
             self.check_range(entry, idx)?;
-            if entry.copying.borrow().contains_key(&idx) {
+            if entry.copying.borrow().contains(&idx) {
                 // A copy-on-write of this cluster is in flight: wait for it.
                 let (tx, rx) = oneshot::channel();
                 entry.copy_waiters.borrow_mut().push(tx);
@@ -121,7 +121,7 @@ impl<D: BlobDevice> Store<D> {
             } else {
                 let cluster = self.claim_clusters(1)?[0];
                 if self.parent_source(entry, idx) != ClusterSource::Zeros || zero_fill {
-                    entry.copying.borrow_mut().insert(idx, entry.epoch.get());
+                    entry.copying.borrow_mut().insert(idx);
                     let mut copying = Copying {
                         store: self,
                         entry,

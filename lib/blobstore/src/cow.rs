@@ -20,8 +20,11 @@ use crate::external::ClusterSource;
 use crate::store::{BlobEntry, Store};
 use crate::BlobId;
 
-/// The largest device copy of a cluster copy-on-write.
-pub(crate) const COPY_PIECE: u64 = 256 << 10;
+/// The largest device copy of a cluster copy-on-write: small enough that a
+/// memory device's copy (a memcpy on the store's thread) lets other work
+/// in between pieces of a 4 MiB cluster, large enough that a real device
+/// copies at full bandwidth one piece after another.
+pub(crate) const COPY_PIECE: u64 = 1 << 20;
 
 impl<D: BlobDevice> Store<D> {
     /// The parent of blob `id`, if it has one the store knows.

@@ -66,8 +66,8 @@ pub(crate) struct BlobEntry {
     /// parent, a merge; not a snapshot of the blob): a copy-on-write that
     /// overlapped it is redone.
     pub epoch: Cell<u64>,
-    /// Copy-on-writes in flight: blob cluster index -> the epoch it read.
-    pub copying: RefCell<BTreeMap<u64, u64>>,
+    /// Blob cluster indexes with a copy-on-write in flight.
+    pub copying: RefCell<std::collections::BTreeSet<u64>>,
     /// Allocations waiting for a copy-on-write of their cluster to end.
     pub copy_waiters: RefCell<Vec<oneshot::Sender<()>>>,
 }
@@ -84,7 +84,7 @@ impl BlobEntry {
             commit_waiters: RefCell::new(Vec::new()),
             busy: Cell::new(false),
             epoch: Cell::new(0),
-            copying: RefCell::new(BTreeMap::new()),
+            copying: RefCell::new(std::collections::BTreeSet::new()),
             copy_waiters: RefCell::new(Vec::new()),
         }
     }
