@@ -497,21 +497,20 @@ fn install_rpc_server(shared: &Arc<AppShared>, server: Server, period_us: u64) {
         let answers = Rc::clone(&slot);
         let paused = Weak::clone(&weak);
         t.register_poller("rpc_answers", 0, move |p| {
-            if paused
-                .upgrade()
-                .is_none_or(|sh| sh.rpc_paused.load(Ordering::Acquire))
+            let mut s = answers.borrow_mut();
+            let Some((server, _)) = s.as_mut() else {
+                p.unregister();
+                return PollerStatus::Idle;
+            };
+            // One atomic load a turn; the rest only when answers wait.
+            if !server.answers_pending()
+                || paused
+                    .upgrade()
+                    .is_none_or(|sh| sh.rpc_paused.load(Ordering::Acquire))
             {
                 return PollerStatus::Idle;
             }
-            let mut s = answers.borrow_mut();
-            match s.as_mut() {
-                Some((server, _)) if server.answers_pending() => server.poll().into(),
-                Some(_) => PollerStatus::Idle,
-                None => {
-                    p.unregister();
-                    PollerStatus::Idle
-                }
-            }
+            server.poll().into()
         });
     }
     t.register_poller("rpc_subsystem_poll", period, move |p| {
