@@ -42,6 +42,9 @@ struct Cli {
     /// Unique data in every write: each block is stamped with its address, the job's write count and the job id (verify: a fresh pattern per write)
     #[arg(short = 'U')]
     unique_writes: bool,
+    /// Zoned bdevs: write with zone appends (the device picks the blocks in the zone) instead of writes at the write pointer
+    #[arg(long = "zone-append")]
+    zone_append: bool,
     #[arg(
         short = 'm',
         long = "cpumask",
@@ -145,6 +148,8 @@ pub struct Opts {
     pub random_map: bool,
     /// `-U`.
     pub unique_writes: bool,
+    /// `--zone-append`.
+    pub zone_append: bool,
     /// `-P`, only when `-S` is given.
     pub ema_period: Option<u32>,
     /// `-E`.
@@ -301,6 +306,7 @@ pub fn parse() -> Result<Opts> {
         random_map: cli.random_map && zipf_theta.is_none(),
         zipf_theta,
         unique_writes: cli.unique_writes,
+        zone_append: cli.zone_append,
         ema_period: cli.ema_period.filter(|_| cli.stats_interval.is_some()),
         thread_per_core: cli.thread_per_core,
         job_file,

@@ -355,6 +355,7 @@ fn job_config(opts: &Opts, id: u64, bdev: &str, core: u32) -> JobConfig {
         zipf_theta: opts.zipf_theta,
         random_map: opts.random_map,
         unique_writes: opts.unique_writes,
+        zone_append: opts.zone_append,
     }
 }
 

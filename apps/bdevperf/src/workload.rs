@@ -101,20 +101,30 @@ impl Workload {
 }
 
 impl Workload {
-    /// Refuses a workload that writes on a zoned bdev (zones of
-    /// `zone_size` blocks, when `Some`): writes anywhere but at a zone's
-    /// write pointer would each fail with the device's status, so the job
-    /// fails at once with one clear error instead.
-    pub fn check_zoned(self, bdev: &str, zone_size: Option<u64>) -> Result<()> {
-        match zone_size {
-            Some(z) if !matches!(self, Workload::Read | Workload::RandRead) => bail!(
-                "bdev {bdev} is zoned (zones of {z} blocks, written only at their write \
-                 pointers): workload {} would write anywhere; bdevperf runs read and \
-                 randread on zoned bdevs",
+    /// Checks a job on bdev `bdev`, zoned or not, with `--zone-append` or
+    /// not. Writing workloads run on a zoned bdev zone by zone (the job's
+    /// `zoned` module); unmap and write_zeroes would write anywhere, and
+    /// each such I/O would fail with the device's status, so the job fails
+    /// at once with one clear error instead.
+    pub fn check_zoned(self, bdev: &str, zoned: bool, append: bool) -> Result<()> {
+        if zoned && matches!(self, Workload::Unmap | Workload::WriteZeroes) {
+            bail!(
+                "bdev {bdev} is zoned (written only at its zones' write pointers): workload {} \
+                 would write anywhere; bdevperf writes zoned bdevs zone by zone with write, \
+                 randwrite, rw, randrw, verify and reset",
                 self.name()
-            ),
-            _ => Ok(()),
+            );
         }
+        if append && !zoned {
+            bail!("--zone-append needs a zoned bdev, and bdev {bdev} is not zoned");
+        }
+        if append && !self.writes_data() {
+            eprintln!(
+                "warning: --zone-append has no effect: workload {} writes no data",
+                self.name()
+            );
+        }
+        Ok(())
     }
 }
 

@@ -268,22 +268,142 @@ mod tests {
         );
     }
 
+    /// A zoned bdev of 16 zones of 1024 blocks, `capacity` of them
+    /// writable, over Malloc0, in a config.
+    fn zoned_config(capacity: u64) -> PathBuf {
+        let zb = format!(
+            r#"{{"method":"bdev_zone_block_create","params":{{"name":"Z0","base_bdev":"Malloc0","zone_capacity":{capacity},"optimal_open_zones":1}}}}"#
+        );
+        tmp(
+            &format!("zoned-{capacity}.json"),
+            &config(&format!("{MALLOC0},{zb}")),
+        )
+    }
+
+    /// No I/O failed: the Total line's Fail/s column is zero.
+    fn no_failures(out: &str) {
+        let total = out
+            .lines()
+            .find(|l| l.trim_start_matches('\r').trim_start().starts_with("Total"))
+            .unwrap_or_else(|| panic!("no Total line in:\n{out}"));
+        let fails: f64 = total
+            .split(':')
+            .nth(1)
+            .and_then(|r| r.split_whitespace().nth(2))
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("no Fail/s in {total:?}"));
+        assert!(fails == 0.0, "failures in:\n{out}");
+    }
+
     #[test]
-    fn zoned_bdev_reads_and_refuses_writing_workloads() {
-        let zb = r#"{"method":"bdev_zone_block_create","params":{"name":"Z0","base_bdev":"Malloc0","zone_capacity":1024,"optimal_open_zones":1}}"#;
-        let cfg = tmp("zoned.json", &config(&format!("{MALLOC0},{zb}")));
+    fn zoned_bdev_is_written_zone_by_zone_and_verifies() {
+        let cfg = zoned_config(1024);
         let cfg = cfg.to_str().unwrap();
-        for w in ["randwrite", "write", "verify"] {
-            fails_with(
-                &["-c", cfg, "-T", "Z0", "-q", "4", "-o", "4096", "-w", w, "-t", "1"],
-                &format!("bdev Z0 is zoned (zones of 1024 blocks, written only at their write pointers): workload {w} would write anywhere"),
-            );
+        // 1001 writable blocks a zone: I/Os of 4 blocks leave one, and the
+        // zone is finished before the task moves on.
+        let tail = zoned_config(1001);
+        for w in ["verify", "write"] {
+            let o = run(&[
+                "-c",
+                tail.to_str().unwrap(),
+                "-T",
+                "Z0",
+                "-q",
+                "8",
+                "-o",
+                "16k",
+                "-w",
+                w,
+                "-t",
+                "1",
+                "--zone-append",
+            ]);
+            ok(&o);
+            no_failures(&stdout(&o));
         }
+        // 16 zones of 1024 blocks: a second of writes fills each zone
+        // several times, so zones are reset and rewritten.
+        for extra in [
+            &["-w", "write"][..],
+            &["-w", "randwrite"],
+            &["-w", "verify"],
+            &["-w", "verify", "--zone-append"],
+            &["-w", "randwrite", "--zone-append", "-U"],
+            &["-w", "randrw", "-M", "50"],
+            &["-w", "rw", "-M", "30", "--zone-append"],
+        ] {
+            let mut args = vec!["-c", cfg, "-T", "Z0", "-q", "8", "-o", "16k", "-t", "1"];
+            args.extend_from_slice(extra);
+            let o = run(&args);
+            ok(&o);
+            let out = stdout(&o);
+            assert!(total_iops(&out) > 0.0, "{extra:?}:\n{out}");
+            no_failures(&out);
+            assert!(!stderr(&o).contains("warning"), "{extra:?}: {}", stderr(&o));
+        }
+        // More tasks than zones: one per zone, with a warning.
+        let o = run(&[
+            "-c", cfg, "-T", "Z0", "-q", "64", "-o", "4096", "-w", "verify", "-t", "1",
+        ]);
+        ok(&o);
+        no_failures(&stdout(&o));
+        assert!(
+            stderr(&o).contains(
+                "queue depth (-q) 64 is above the 16 zones the job can write at once (one write in flight per zone); using 16"
+            ),
+            "{}",
+            stderr(&o)
+        );
+        // Two jobs on halves of the bdev (-C on two cores), 8 zones each.
+        let o = run(&[
+            "-c", cfg, "-T", "Z0", "-q", "8", "-o", "4096", "-w", "verify", "-t", "1", "-C", "-m",
+            "0x3",
+        ]);
+        ok(&o);
+        no_failures(&stdout(&o));
+        // Reads run anywhere, as before.
         let o = run(&[
             "-c", cfg, "-T", "Z0", "-q", "4", "-o", "4096", "-w", "randread", "-t", "1",
         ]);
         ok(&o);
         assert!(total_iops(&stdout(&o)) > 0.0);
+    }
+
+    #[test]
+    fn zoned_bdev_refuses_workloads_that_write_anywhere() {
+        let cfg = zoned_config(1024);
+        let cfg = cfg.to_str().unwrap();
+        for w in ["unmap", "write_zeroes"] {
+            fails_with(
+                &["-c", cfg, "-T", "Z0", "-q", "4", "-o", "4096", "-w", w, "-t", "1"],
+                &format!("bdev Z0 is zoned (written only at its zones' write pointers): workload {w} would write anywhere"),
+            );
+        }
+        fails_with(
+            &[
+                "-c", cfg, "-T", "Z0", "-q", "4", "-o", "8m", "-w", "write", "-t", "1",
+            ],
+            "I/O size 8388608 is larger than a zone of bdev Z0 (1024 blocks)",
+        );
+        let plain = tmp("plain.json", &config(MALLOC0));
+        fails_with(
+            &[
+                "-c",
+                plain.to_str().unwrap(),
+                "-T",
+                "Malloc0",
+                "-q",
+                "4",
+                "-o",
+                "4096",
+                "-w",
+                "write",
+                "-t",
+                "1",
+                "--zone-append",
+            ],
+            "--zone-append needs a zoned bdev, and bdev Malloc0 is not zoned",
+        );
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! the tasks that wait. The verify cycle is in [`verify`].
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use bdevkit::bdev::{
@@ -21,7 +20,13 @@ use crate::pattern::stamp_unique;
 use crate::repeats::{Repeats, Verdict};
 use crate::workload::Workload;
 
+mod registry;
+mod slots;
 mod verify;
+mod zoned;
+
+pub use registry::{register, unregister, with_job};
+use slots::{below, slots_of};
 
 /// What one job does.
 #[derive(Debug, Clone)]
@@ -57,6 +62,8 @@ pub struct JobConfig {
     pub timeout_ticks: u64,
     /// Keep going after failures (`-f`).
     pub continue_on_failure: bool,
+    /// Zoned bdevs: write with zone appends (`--zone-append`).
+    pub zone_append: bool,
 }
 
 /// Counters a job keeps.
@@ -109,6 +116,8 @@ struct Task {
     slot: u64,
     gen: u64,
     phase: Phase,
+    /// A zoned job: the zone the task writes.
+    zone: zoned::ZoneCursor,
 }
 
 type DoneFn = Box<dyn FnOnce(JobSummary)>;
@@ -138,6 +147,8 @@ pub struct Job {
     map: Option<RefCell<SlotMap>>,
     /// Verify: the slots tasks own.
     busy: Option<RefCell<BusySlots>>,
+    /// A writing job on a zoned bdev.
+    zoned: Option<zoned::Zoned>,
     /// `-U`: stamp each write.
     unique: bool,
     /// Writes issued (`-U` stamps and verify generations).
@@ -159,74 +170,12 @@ pub struct Job {
     submit_errors: RefCell<Repeats>,
 }
 
-thread_local! {
-    /// Jobs living on this reactor's threads, by id.
-    static JOBS: RefCell<HashMap<u64, Rc<Job>>> = RefCell::new(HashMap::new());
-}
-
-/// Registers a job created on this thread.
-pub fn register(job: Rc<Job>) {
-    JOBS.with(|j| j.borrow_mut().insert(job.cfg.id, job));
-}
-
-/// Runs `f` on job `id` if it lives on this thread.
-pub fn with_job<R>(id: u64, f: impl FnOnce(&Rc<Job>) -> R) -> Option<R> {
-    let job = JOBS.with(|j| j.borrow().get(&id).cloned());
-    job.as_ref().map(f)
-}
-
-/// Removes job `id` from this thread's registry.
-pub fn unregister(id: u64) -> Option<Rc<Job>> {
-    JOBS.with(|j| j.borrow_mut().remove(&id))
-}
-
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job")
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
-}
-
-/// Uniform in `0..n` without a division (Lemire).
-#[inline]
-fn below(r: u64, n: u64) -> u64 {
-    u64::try_from((u128::from(r) * u128::from(n)) >> 64).unwrap_or(0)
-}
-
-/// The job's slots `(first, count)` in I/O-size units: a job file's block
-/// range (whole I/Os inside it, the first one holding `offset`, as SPDK
-/// rounds), or the job's `-C` slice of the bdev.
-fn slots_of(cfg: &JobConfig, num_blocks: u64, io_blocks: u64) -> anyhow::Result<(u64, u64)> {
-    let (first, count) = if let Some((offset, length)) = cfg.range_blocks {
-        let length = if length == 0 {
-            num_blocks.saturating_sub(offset)
-        } else {
-            length
-        };
-        if offset
-            .checked_add(length)
-            .is_none_or(|end| end > num_blocks)
-        {
-            anyhow::bail!(
-                "offset {offset} + length {length} blocks is past the end of bdev {} ({num_blocks} blocks)",
-                cfg.bdev
-            );
-        }
-        (offset / io_blocks, length / io_blocks)
-    } else {
-        let (index, count) = cfg.slice;
-        let per = num_blocks / io_blocks / count.max(1);
-        (index * per, per)
-    };
-    if count == 0 {
-        anyhow::bail!(
-            "bdev {} is smaller than one I/O of {} bytes per job",
-            cfg.bdev,
-            cfg.io_size
-        );
-    }
-    Ok((first, count))
 }
 
 impl Job {
@@ -264,8 +213,9 @@ impl Job {
                 Ok(())
             }
         };
+        let geometry = bdev.props().zoned;
         cfg.workload
-            .check_zoned(&cfg.bdev, bdev.props().zoned.map(|z| z.zone_size))?;
+            .check_zoned(&cfg.bdev, geometry.is_some(), cfg.zone_append)?;
         match cfg.workload {
             Workload::Unmap => needs(IoType::Unmap)?,
             Workload::Flush => needs(IoType::Flush)?,
@@ -283,7 +233,14 @@ impl Job {
             0
         };
         let verify = cfg.workload.verifies();
-        let busy = if verify {
+        let zoned = match &geometry {
+            Some(g) if cfg.workload.writes_data() => {
+                let blocks = (first_slot * io_blocks, per * io_blocks);
+                Some(zoned::Zoned::new(&mut cfg, g, blocks, io_blocks)?)
+            }
+            _ => None,
+        };
+        let busy = if verify && zoned.is_none() {
             if u64::from(cfg.queue_depth) > per {
                 // Each I/O owns its slot until it is read back.
                 eprintln!(
@@ -302,6 +259,7 @@ impl Job {
                 slot: 0,
                 gen: 0,
                 phase: Phase::Write,
+                zone: zoned::ZoneCursor::default(),
             })
             .collect();
         // A bdev that stores nothing cannot give data back: verify checks
@@ -331,10 +289,11 @@ impl Job {
             buf_len,
             random,
             verify,
-            plain: !verify && zipf.is_none() && map.is_none() && !unique,
+            plain: !verify && zipf.is_none() && map.is_none() && !unique && zoned.is_none(),
             zipf,
             map,
             busy,
+            zoned,
             unique,
             writes: Cell::new(0),
             ch,
@@ -484,7 +443,7 @@ impl Job {
         let id = self.cfg.id;
         if let Some(t) = bdevkit::thread::Thread::current() {
             t.defer(move || {
-                JOBS.with(|j| j.borrow_mut().remove(&id));
+                unregister(id);
             });
         }
     }
@@ -572,6 +531,10 @@ impl Job {
     /// `-U`: everything the fast path leaves out.
     #[inline(never)]
     fn fill_featured(&self, io: &mut BdevIo, tag: usize, buf: Option<DmaBuf>) {
+        if self.zoned.is_some() {
+            self.fill_zoned(io, tag, buf);
+            return;
+        }
         if self.verify {
             self.fill_verify(io, tag, buf);
             return;
@@ -678,8 +641,10 @@ impl Job {
             t.phase = Phase::Write;
             t.slot
         };
-        // The task stops: a verify task gives its slot back.
+        // The task stops: a verify task gives its slot back, a zoned one
+        // its zone.
         self.release_verify_slot(slot);
+        self.release_zone(tag);
         self.stats.borrow_mut().failed += 1;
         self.outstanding.set(self.outstanding.get() - 1);
         self.failed.set(true);
@@ -747,12 +712,28 @@ impl Job {
     /// Everything but a successful plain completion while running.
     #[cold]
     #[inline(never)]
-    fn io_done_slow(&self, io: BdevIo, tag: usize, status: IoStatus, buf: Option<DmaBuf>) {
+    fn io_done_slow(
+        &self,
+        io: BdevIo,
+        tag: usize,
+        status: IoStatus,
+        latency: u64,
+        buf: Option<DmaBuf>,
+    ) {
         let ok = status == IoStatus::Success;
-        let buf = if self.verify {
-            self.verify_done(tag, ok, buf)
-        } else {
+        let buf = if self.zoned.is_some() {
+            let (data, buf) = self.zoned_done(&io, tag, ok, buf);
+            if data {
+                self.record(ok, latency);
+            }
             buf
+        } else {
+            self.record(ok, latency);
+            if self.verify {
+                self.verify_done(tag, ok, buf)
+            } else {
+                buf
+            }
         };
         if !ok {
             self.fail_job(&format!("I/O failed: {status:?}"));
@@ -784,13 +765,13 @@ impl IoCompletion for Job {
         let tag = usize::try_from(io.tag()).unwrap_or(0);
         let buf = io.take_buf();
         let ok = status == IoStatus::Success;
-        self.record(ok, latency);
         if ok && self.plain && self.running.get() {
             // The fast path: reuse the completed I/O for the next request.
+            self.record(ok, latency);
             self.fill(&mut io, buf);
             self.send(io, tag);
         } else {
-            self.io_done_slow(io, tag, status, buf);
+            self.io_done_slow(io, tag, status, latency, buf);
         }
     }
 }

@@ -51,6 +51,7 @@ fn cfg(workload: Workload) -> JobConfig {
         zipf_theta: None,
         random_map: false,
         unique_writes: false,
+        zone_append: false,
     }
 }
 

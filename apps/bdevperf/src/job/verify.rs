@@ -99,25 +99,30 @@ impl Job {
                 self.release_verify_slot(slot);
                 if ok && self.check_data {
                     if let Some(b) = &buf {
-                        let off = slot * self.io_blocks;
-                        let key = pattern_key(off, self.cfg.seed, gen);
-                        if let Some((i, want, got)) = check_pattern(b, key) {
-                            let byte = off * self.block_size + i as u64;
-                            eprintln!(
-                                "bdevperf: {}: miscompare at offset {byte} (block {}, byte {i} of the I/O): expected 0x{want:02x}, got 0x{got:02x}",
-                                self.cfg.bdev,
-                                byte / self.block_size,
-                            );
-                            let mut s = self.stats.borrow_mut();
-                            s.ios -= 1;
-                            s.failed += 1;
-                            drop(s);
-                            self.fail_job("verify failed");
-                        }
+                        self.check_read_back(b, slot * self.io_blocks, gen);
                     }
                 }
             }
         }
         buf
+    }
+
+    /// Compares a successful read-back of block `off` with the pattern of
+    /// write generation `gen`; a miscompare counts as a failed I/O.
+    pub(super) fn check_read_back(&self, b: &DmaBuf, off: u64, gen: u64) {
+        let key = pattern_key(off, self.cfg.seed, gen);
+        if let Some((i, want, got)) = check_pattern(b, key) {
+            let byte = off * self.block_size + i as u64;
+            eprintln!(
+                "bdevperf: {}: miscompare at offset {byte} (block {}, byte {i} of the I/O): expected 0x{want:02x}, got 0x{got:02x}",
+                self.cfg.bdev,
+                byte / self.block_size,
+            );
+            let mut s = self.stats.borrow_mut();
+            s.ios -= 1;
+            s.failed += 1;
+            drop(s);
+            self.fail_job("verify failed");
+        }
     }
 }
