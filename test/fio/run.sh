@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of the fio engine (apps/fio, doc/fio.md): Debian's fio
 # runs through libbdevkit_fio.so on null, malloc, aio and lvol bdevs (an
-# lvstore on a malloc bdev, made by the JSON config), and every
+# lvstore on a malloc bdev, made by the JSON config) and on a zoned bdev
+# (zonemode=zbd on a zone_block), and every
 # kind of bad input fails with our message and a non-zero exit status.
 #
 #   test/fio/run.sh            # installs fio + its source if missing, builds, runs
@@ -43,7 +44,9 @@ cat > "$WORK/bdevs.json" <<EOF
         { "method": "bdev_aio_create", "params": { "name": "Aio0", "filename": "$WORK/aio.img", "block_size": 4096 } },
         { "method": "bdev_malloc_create", "params": { "name": "Malloc2", "num_blocks": 16384, "block_size": 4096 } },
         { "method": "bdev_lvol_create_lvstore", "params": { "bdev_name": "Malloc2", "lvs_name": "lvs0", "cluster_sz": 1048576 } },
-        { "method": "bdev_lvol_create", "params": { "lvs_name": "lvs0", "lvol_name": "lv0", "size_in_mib": 32 } }
+        { "method": "bdev_lvol_create", "params": { "lvs_name": "lvs0", "lvol_name": "lv0", "size_in_mib": 32 } },
+        { "method": "bdev_malloc_create", "params": { "name": "Malloc3", "num_blocks": 16384, "block_size": 4096 } },
+        { "method": "bdev_zone_block_create", "params": { "name": "Z0", "base_bdev": "Malloc3", "zone_capacity": 1000, "optimal_open_zones": 4 } }
       ]
     }
   ]
@@ -121,6 +124,24 @@ expect_ok verify-lvol "${CONF[@]}" --name=v --filename=lvs0/lv0 --rw=randwrite -
 # The null bdev stores nothing: fio's verify must catch it (the check is real).
 expect_fail verify-Null0-catches "verify: bad" "${CONF[@]}" --name=v --filename=Null0 \
     --rw=randwrite --verify=crc32c --bs=4k --size=4M --iodepth=8
+
+# A zoned bdev (16 zones of 1024 blocks, 1000 writable) with fio's
+# zonemode=zbd: fio reads the zones through the engine, writes at their
+# write pointers and resets them through it to write them again (twice the
+# bdev's capacity: every zone is reset at least once), and verifies.
+ZBD=("${CONF[@]}" --filename=Z0 --zonemode=zbd --direct=1)
+run zbd-write 60 "${ZBD[@]}" --name=zw --rw=write --bs=16k --iodepth=8 --io_size=128M
+resets=$(sed -n 's/.*; \([0-9]*\) zone resets.*/\1/p' "$WORK/zbd-write.log")
+if [ "$rc" -eq 0 ] && grep -q "err= 0" "$WORK/zbd-write.log" && [ "${resets:-0}" -ge 16 ]; then
+    ok zbd-write
+else
+    bad zbd-write "exit status $rc, ${resets:-no} zone resets (expected 16 or more)"
+fi
+for rw in write randwrite; do
+    expect_ok "zbd-verify-$rw" "${ZBD[@]}" --name=zv --rw=$rw --verify=crc32c --bs=4k \
+        --iodepth=16 --size=32M
+done
+expect_ok zbd-randread "${ZBD[@]}" --name=zr --rw=randread --bs=4k --iodepth=16 --size=32M
 
 # Several jobs on several bdevs each (':'-separated), a mixed workload with
 # trims and flushes, sequential reads and writes, batched submission and
@@ -207,8 +228,8 @@ expect_fail block-size-bssplit "write size 2048" "${CONF[@]}" --name=x --filenam
 expect_fail no-config "no bdev config: give bdevkit_conf=FILE" --name=x --filename=Null0 --rw=read --size=1M
 expect_fail forked "must run as threads with the bdevkit engine: add thread=1" \
     "${CONF[@]}" --name=x --filename=Null0 --rw=read --size=1M --thread=0
-expect_fail zoned "zonemode=zbd is not supported" "${CONF[@]}" --name=x --filename=Null0 \
-    --rw=write --size=1M --zonemode=zbd
+expect_fail zoned-without-zbd "bdev Z0 is zoned (written only at its zones' write pointers): add zonemode=zbd" \
+    "${CONF[@]}" --name=x --filename=Z0 --rw=randwrite --size=1M
 
 # A failing job next to good ones: the others run, the run fails, and
 # bdevkit is torn down once (bdevs closed, reactor stopped).

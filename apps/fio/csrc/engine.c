@@ -76,6 +76,18 @@ int bdevkit_fio_getevents(void *job, unsigned int min, unsigned int max, long lo
 			  const struct bk_event **events);
 void bdevkit_fio_exit(void);
 
+/* A zone as src/zbd.rs's FioZone: bytes, fio's type and condition codes. */
+struct bk_zone {
+	uint64_t start, wp, len, capacity;
+	int type, cond;
+};
+
+int bdevkit_fio_zoned_model(const char *name, int *model);
+int bdevkit_fio_max_open_zones(const char *name, unsigned int *max);
+int bdevkit_fio_report_zones(void *job, const char *name, uint64_t offset, struct bk_zone *zones,
+			     unsigned int nr);
+int bdevkit_fio_reset_wp(void *job, const char *name, uint64_t offset, uint64_t len);
+
 /* fio's engine options: the first member must be a pointer (fio's rule). */
 struct bk_options {
 	void *pad;
@@ -300,6 +312,51 @@ static int bk_get_file_size(struct thread_data *td, struct fio_file *f)
 	return fio_file_size_known(f) ? 0 : EINVAL;
 }
 
+/* zonemode=zbd: fio's zone hooks, on the control path. */
+static int bk_get_zoned_model(struct thread_data *td, struct fio_file *f,
+			      enum zbd_zoned_model *model)
+{
+	int m = ZBD_NONE, r;
+
+	(void)td;
+	r = bdevkit_fio_zoned_model(f->file_name, &m);
+	*model = (enum zbd_zoned_model)m;
+	return r;
+}
+
+static int bk_get_max_open_zones(struct thread_data *td, struct fio_file *f, unsigned int *max)
+{
+	(void)td;
+	return bdevkit_fio_max_open_zones(f->file_name, max);
+}
+
+static int bk_report_zones(struct thread_data *td, struct fio_file *f, uint64_t offset,
+			   struct zbd_zone *zones, unsigned int nr_zones)
+{
+	struct bk_zone *z = calloc(nr_zones ? nr_zones : 1, sizeof(*z));
+	int n;
+
+	if (!z)
+		return -ENOMEM;
+	n = bdevkit_fio_report_zones(bk_job(td), f->file_name, offset, z, nr_zones);
+	for (int i = 0; i < n; i++) {
+		zones[i].start = z[i].start;
+		zones[i].wp = z[i].wp;
+		zones[i].len = z[i].len;
+		zones[i].capacity = z[i].capacity;
+		zones[i].type = (enum zbd_zone_type)z[i].type;
+		zones[i].cond = (enum zbd_zone_cond)z[i].cond;
+	}
+	free(z);
+	return n;
+}
+
+static int bk_reset_wp(struct thread_data *td, struct fio_file *f, uint64_t offset,
+		       uint64_t length)
+{
+	return bdevkit_fio_reset_wp(bk_job(td), f->file_name, offset, length);
+}
+
 static struct ioengine_ops ioengine = {
 	.name = "bdevkit",
 	.version = FIO_IOOPS_VERSION,
@@ -318,6 +375,10 @@ static struct ioengine_ops ioengine = {
 	.get_file_size = bk_get_file_size,
 	.iomem_alloc = bk_iomem_alloc,
 	.iomem_free = bk_iomem_free,
+	.get_zoned_model = bk_get_zoned_model,
+	.report_zones = bk_report_zones,
+	.reset_wp = bk_reset_wp,
+	.get_max_open_zones = bk_get_max_open_zones,
 	.option_struct_size = sizeof(struct bk_options),
 	.options = bk_options,
 };

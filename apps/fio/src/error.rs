@@ -16,14 +16,17 @@ pub enum Error {
         /// The job.
         job: String,
     },
-    /// `zonemode=zbd`.
+    /// A job that writes a zoned bdev without `zonemode=zbd`: fio would
+    /// write anywhere, and the bdev fails every write off a write pointer.
     #[error(
-        "job {job}: zonemode=zbd is not supported: bdevkit has no zone API yet, \
-         so the engine cannot drive zoned bdevs"
+        "job {job}: bdev {bdev} is zoned (written only at its zones' write pointers): \
+         add zonemode=zbd (--zonemode=zbd) so that fio writes it zone by zone"
     )]
-    Zoned {
+    ZonedWithoutZbd {
         /// The job.
         job: String,
+        /// The zoned bdev.
+        bdev: String,
     },
     /// No `bdevkit_conf` (nor `spdk_json_conf`).
     #[error(

@@ -18,6 +18,7 @@ use bdevkit::dma::DmaBuf;
 use crate::args::{JobArgs, Op};
 use crate::global;
 use crate::job::{self, Event, Job, Queue, Request};
+use crate::zbd;
 
 /// `struct bk_job_args` of the shim, field for field.
 #[repr(C)]
@@ -319,6 +320,117 @@ pub unsafe extern "C" fn bdevkit_fio_getevents(
         // SAFETY: the caller's duty.
         unsafe { *events = at };
         c_int::try_from(n).unwrap_or(c_int::MAX)
+    })
+}
+
+/// A file name from the shim, or `ENODEV`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string valid for the call.
+unsafe fn file_name(name: *const c_char) -> Result<String, i32> {
+    // SAFETY: the caller's duty.
+    unsafe { opt_str(name) }.ok_or(libc::ENODEV)
+}
+
+/// A zone hook's result for fio: `Ok` as given, an errno negated.
+fn zone_result(what: &str, r: Result<c_int, i32>) -> c_int {
+    r.unwrap_or_else(|e| {
+        log_error(&format!("{what}: {}", std::io::Error::from_raw_os_error(e)));
+        -e
+    })
+}
+
+/// fio's `get_zoned_model` for bdev `name`: 0, or a negative errno.
+///
+/// # Safety
+/// `name` as for `file_name`; `model` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn bdevkit_fio_zoned_model(name: *const c_char, model: *mut c_int) -> c_int {
+    guarded("get_zoned_model", -libc::EIO, || {
+        // SAFETY: the caller's duty.
+        let r = unsafe { file_name(name) }.and_then(|n| zbd::model(&n));
+        zone_result(
+            "zoned model",
+            r.map(|m| {
+                // SAFETY: the caller's duty.
+                unsafe { *model = m };
+                0
+            }),
+        )
+    })
+}
+
+/// fio's `get_max_open_zones` for bdev `name`: 0, or a negative errno.
+///
+/// # Safety
+/// `name` as for `file_name`; `max` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn bdevkit_fio_max_open_zones(
+    name: *const c_char,
+    max: *mut c_uint,
+) -> c_int {
+    guarded("get_max_open_zones", -libc::EIO, || {
+        // SAFETY: the caller's duty.
+        let r = unsafe { file_name(name) }.and_then(|n| zbd::max_open_zones(&n));
+        zone_result(
+            "max open zones",
+            r.map(|m| {
+                // SAFETY: the caller's duty.
+                unsafe { *max = m };
+                0
+            }),
+        )
+    })
+}
+
+/// fio's `report_zones`: up to `nr` zones of bdev `name` from the one
+/// holding byte `offset` into `zones`; how many, or a negative errno.
+///
+/// # Safety
+/// `job` as for `job_ref`; `name` as for `file_name`; `zones` valid for
+/// `nr` writes.
+#[no_mangle]
+pub unsafe extern "C" fn bdevkit_fio_report_zones(
+    job: *mut c_void,
+    name: *const c_char,
+    offset: u64,
+    zones: *mut zbd::FioZone,
+    nr: c_uint,
+) -> c_int {
+    guarded("report_zones", -libc::EIO, || {
+        // SAFETY: the caller's duty.
+        let (job, name) = unsafe { (job_ref(job), file_name(name)) };
+        let r = name.and_then(|n| zbd::report(job, &n, offset, u64::from(nr)));
+        zone_result(
+            "zone report",
+            r.map(|got| {
+                for (i, z) in got.iter().take(nr as usize).enumerate() {
+                    // SAFETY: the caller's duty; i < nr.
+                    unsafe { *zones.add(i) = *z };
+                }
+                c_int::try_from(got.len().min(nr as usize)).unwrap_or(c_int::MAX)
+            }),
+        )
+    })
+}
+
+/// fio's `reset_wp`: resets the zones of bdev `name` in `offset..offset +
+/// len` (bytes); 0, or a negative errno.
+///
+/// # Safety
+/// `job` as for `job_ref`; `name` as for `file_name`.
+#[no_mangle]
+pub unsafe extern "C" fn bdevkit_fio_reset_wp(
+    job: *mut c_void,
+    name: *const c_char,
+    offset: u64,
+    len: u64,
+) -> c_int {
+    guarded("reset_wp", -libc::EIO, || {
+        // SAFETY: the caller's duty.
+        let (job, name) = unsafe { (job_ref(job), file_name(name)) };
+        let r = name.and_then(|n| zbd::reset(job, &n, offset, len));
+        zone_result("zone reset", r.map(|()| 0))
     })
 }
 

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bdevkit::bdev::{Bdev, BdevManager};
-use bdevkit::thread::{CpuSet, RuntimeHandle};
+use bdevkit::thread::{CpuSet, RuntimeHandle, ThreadHandle};
 use bdevkit_app::{App, AppOptions, CommonArgs, ErrorChain};
 use parking_lot::Mutex;
 
@@ -34,6 +34,9 @@ pub struct Handles {
     pub runtime: RuntimeHandle,
     /// The config it was started with.
     pub conf: PathBuf,
+    /// The app thread (the control path: zone reports and resets before
+    /// a job's own thread exists).
+    pub app_thread: ThreadHandle,
 }
 
 struct Running {
@@ -143,6 +146,7 @@ fn start(args: &JobArgs, conf: PathBuf) -> Result<Running> {
         .map_err(|_| fail("bdev examine did not finish".into()))?;
     tracing::info!(conf = %conf.display(), "bdevkit started for fio");
     let handles = Handles {
+        app_thread: app.app_thread(),
         runtime: app.runtime(),
         mgr,
         conf,
@@ -167,6 +171,11 @@ pub fn find_bdev(h: &Handles, job: &str, name: &str) -> Result<Bdev> {
             },
         }
     })
+}
+
+/// The running app's handles, if it runs (a job's setup started it).
+pub fn running() -> Option<Handles> {
+    STATE.lock().running.as_ref().map(|r| r.handles.clone())
 }
 
 /// Counts a job as set up: the runtime stays until it is released.

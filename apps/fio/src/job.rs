@@ -236,15 +236,12 @@ impl std::fmt::Debug for Job {
 }
 
 /// The sizes of the job's bdevs in bytes, after the checks of setup:
-/// thread mode, no zones, a config, known bdevs, I/O sizes in whole
+/// thread mode, a config, known bdevs, I/O sizes in whole
 /// blocks. Starts the runtime if this is the first job.
 pub fn setup(args: &JobArgs, job: Option<&Job>) -> Result<Vec<u64>> {
     let job_name = args.job.clone();
     if !args.use_thread {
         return Err(Error::NotThreads { job: job_name });
-    }
-    if args.zbd {
-        return Err(Error::Zoned { job: job_name });
     }
     if args.files.is_empty() {
         return Err(Error::NoFiles { job: job_name });
@@ -253,6 +250,12 @@ pub fn setup(args: &JobArgs, job: Option<&Job>) -> Result<Vec<u64>> {
     let mut sizes = Vec::with_capacity(args.files.len());
     for name in &args.files {
         let bdev = global::find_bdev(&h, &args.job, name)?;
+        if bdev.props().zoned.is_some() && args.writes && !args.zbd {
+            return Err(Error::ZonedWithoutZbd {
+                job: job_name,
+                bdev: bdev.name().to_string(),
+            });
+        }
         let bs = bdev.block_size();
         if let Some(&(op, bytes)) = args
             .sizes
@@ -521,6 +524,11 @@ impl Job {
         (n, ready.front())
     }
 
+    /// Runs the job's thread once (its pollers and completions).
+    pub(crate) fn poll(&self) {
+        self.thread.poll();
+    }
+
     /// Polls until nothing is in flight; false after [`DRAIN_TIMEOUT`].
     fn drain(&self) -> bool {
         let start = Instant::now();
@@ -599,18 +607,6 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, Error::NotThreads { .. }), "{e}");
         assert!(e.to_string().contains("thread=1"));
-        let e = setup(
-            &JobArgs {
-                zbd: true,
-                ..ok.clone()
-            },
-            None,
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("zonemode=zbd is not supported"),
-            "{e}"
-        );
         let e = setup(
             &JobArgs {
                 conf: None,

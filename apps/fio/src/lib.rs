@@ -46,3 +46,4 @@ pub mod ffi;
 mod global;
 mod job;
 mod logging;
+mod zbd;
