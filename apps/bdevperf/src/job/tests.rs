@@ -34,7 +34,7 @@ fn on_job<R: Send + 'static>(
     out
 }
 
-fn cfg(workload: Workload) -> JobConfig {
+pub(super) fn cfg(workload: Workload) -> JobConfig {
     JobConfig {
         id: 7,
         bdev: "M0".into(),

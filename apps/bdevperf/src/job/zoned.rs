@@ -412,22 +412,10 @@ mod tests {
 
     fn cfg(queue_depth: u32, slice: (u64, u64)) -> JobConfig {
         JobConfig {
-            id: 1,
             bdev: "Z0".into(),
-            core: 0,
-            workload: Workload::Write,
-            rw_percentage: 0,
             queue_depth,
-            io_size: 4096,
             slice,
-            range_blocks: None,
-            seed: 1,
-            timeout_ticks: u64::MAX,
-            continue_on_failure: false,
-            zipf_theta: None,
-            random_map: false,
-            unique_writes: false,
-            zone_append: false,
+            ..super::super::tests::cfg(Workload::Write)
         }
     }
 
