@@ -116,8 +116,6 @@ struct Task {
     slot: u64,
     gen: u64,
     phase: Phase,
-    /// A zoned job: the zone the task writes.
-    zone: zoned::ZoneCursor,
 }
 
 type DoneFn = Box<dyn FnOnce(JobSummary)>;
@@ -259,7 +257,6 @@ impl Job {
                 slot: 0,
                 gen: 0,
                 phase: Phase::Write,
-                zone: zoned::ZoneCursor::default(),
             })
             .collect();
         // A bdev that stores nothing cannot give data back: verify checks

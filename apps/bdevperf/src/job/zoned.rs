@@ -68,6 +68,8 @@ pub(super) struct Zoned {
     owned: RefCell<BusySlots>,
     /// The next zone in sequence.
     next: Cell<u64>,
+    /// Each task's zone, by tag (only zoned jobs pay for them).
+    cursors: RefCell<Vec<ZoneCursor>>,
     /// Zones skipped in a row (read-only, offline or failing), so that a
     /// range with no writable zone stops the job instead of spinning.
     skipped: Cell<u64>,
@@ -142,6 +144,7 @@ impl Zoned {
             append: cfg.zone_append,
             owned: RefCell::new(BusySlots::new(num_zones)?),
             next: Cell::new(0),
+            cursors: RefCell::new(vec![ZoneCursor::default(); cfg.queue_depth as usize]),
             skipped: Cell::new(0),
         })
     }
@@ -174,7 +177,7 @@ impl Job {
     /// A task stops (its submit failed): it gives its zone back.
     pub(super) fn release_zone(&self, tag: usize) {
         if let Some(z) = &self.zoned {
-            let c = &mut self.tasks.borrow_mut()[tag].zone;
+            let c = &mut z.cursors.borrow_mut()[tag];
             if c.step != Step::Claim {
                 z.release(c.zone);
                 c.step = Step::Claim;
@@ -193,7 +196,8 @@ impl Job {
             debug_assert!(false, "a zoned task owns its buffer");
             return;
         };
-        let c = &mut t.zone;
+        let mut cursors = z.cursors.borrow_mut();
+        let c = &mut cursors[tag];
         loop {
             match c.step {
                 Step::Claim => {
@@ -279,7 +283,8 @@ impl Job {
         let mut tasks = self.tasks.borrow_mut();
         let t = &mut tasks[tag];
         let buf = buf.or_else(|| t.buf.take());
-        let c = &mut t.zone;
+        let mut cursors = z.cursors.borrow_mut();
+        let c = &mut cursors[tag];
         let mut failure = None;
         let mut read_back = None;
         let data = match io.io_type() {
@@ -346,6 +351,7 @@ impl Job {
             z.release(c.zone);
             c.step = Step::Claim;
         }
+        drop(cursors);
         drop(tasks);
         if let (Some((off, gen)), Some(b)) = (read_back, &buf) {
             self.check_read_back(b, off, gen);
